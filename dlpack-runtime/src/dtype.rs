@@ -1,0 +1,445 @@
+//! Element types: [`DataType`], [`DataTypeCode`] and the [`Element`] trait.
+//!
+//! A [`DataType`] is the safe form of `DLDataType` (spec section 1.6): a type code, a width in
+//! bits per lane and a lane count. Codes this crate does not know are kept as
+//! [`DataTypeCode::Unknown`], never guessed; refusing them is the consumer's decision.
+
+use core::fmt;
+
+use crate::ffi;
+
+/// The `code` of a `DLDataType` (spec section 1.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DataTypeCode {
+    /// `kDLInt` (0): signed integer.
+    Int,
+    /// `kDLUInt` (1): unsigned integer.
+    UInt,
+    /// `kDLFloat` (2): IEEE floating point.
+    Float,
+    /// `kDLOpaqueHandle` (3): opaque handle (testing only).
+    OpaqueHandle,
+    /// `kDLBfloat` (4): bfloat16.
+    Bfloat,
+    /// `kDLComplex` (5): complex; `bits` is the total width of both parts.
+    Complex,
+    /// `kDLBool` (6): boolean, 8 bits by convention.
+    Bool,
+    /// `kDLFloat8_e3m4` (7).
+    Float8E3M4,
+    /// `kDLFloat8_e4m3` (8).
+    Float8E4M3,
+    /// `kDLFloat8_e4m3b11fnuz` (9).
+    Float8E4M3B11Fnuz,
+    /// `kDLFloat8_e4m3fn` (10).
+    Float8E4M3Fn,
+    /// `kDLFloat8_e4m3fnuz` (11).
+    Float8E4M3Fnuz,
+    /// `kDLFloat8_e5m2` (12).
+    Float8E5M2,
+    /// `kDLFloat8_e5m2fnuz` (13).
+    Float8E5M2Fnuz,
+    /// `kDLFloat8_e8m0fnu` (14).
+    Float8E8M0Fnu,
+    /// `kDLFloat6_e2m3fn` (15); 6 bits.
+    Float6E2M3Fn,
+    /// `kDLFloat6_e3m2fn` (16); 6 bits.
+    Float6E3M2Fn,
+    /// `kDLFloat4_e2m1fn` (17); 4 bits.
+    Float4E2M1Fn,
+    /// A code this crate does not know, kept as found.
+    Unknown(u8),
+}
+
+impl DataTypeCode {
+    /// Converts the raw `DLDataType::code`. Never fails: unknown codes become
+    /// [`DataTypeCode::Unknown`].
+    pub const fn from_raw(code: u8) -> Self {
+        match code {
+            ffi::kDLInt => Self::Int,
+            ffi::kDLUInt => Self::UInt,
+            ffi::kDLFloat => Self::Float,
+            ffi::kDLOpaqueHandle => Self::OpaqueHandle,
+            ffi::kDLBfloat => Self::Bfloat,
+            ffi::kDLComplex => Self::Complex,
+            ffi::kDLBool => Self::Bool,
+            ffi::kDLFloat8_e3m4 => Self::Float8E3M4,
+            ffi::kDLFloat8_e4m3 => Self::Float8E4M3,
+            ffi::kDLFloat8_e4m3b11fnuz => Self::Float8E4M3B11Fnuz,
+            ffi::kDLFloat8_e4m3fn => Self::Float8E4M3Fn,
+            ffi::kDLFloat8_e4m3fnuz => Self::Float8E4M3Fnuz,
+            ffi::kDLFloat8_e5m2 => Self::Float8E5M2,
+            ffi::kDLFloat8_e5m2fnuz => Self::Float8E5M2Fnuz,
+            ffi::kDLFloat8_e8m0fnu => Self::Float8E8M0Fnu,
+            ffi::kDLFloat6_e2m3fn => Self::Float6E2M3Fn,
+            ffi::kDLFloat6_e3m2fn => Self::Float6E3M2Fn,
+            ffi::kDLFloat4_e2m1fn => Self::Float4E2M1Fn,
+            other => Self::Unknown(other),
+        }
+    }
+
+    /// The raw `DLDataType::code`.
+    pub const fn to_raw(self) -> u8 {
+        match self {
+            Self::Int => ffi::kDLInt,
+            Self::UInt => ffi::kDLUInt,
+            Self::Float => ffi::kDLFloat,
+            Self::OpaqueHandle => ffi::kDLOpaqueHandle,
+            Self::Bfloat => ffi::kDLBfloat,
+            Self::Complex => ffi::kDLComplex,
+            Self::Bool => ffi::kDLBool,
+            Self::Float8E3M4 => ffi::kDLFloat8_e3m4,
+            Self::Float8E4M3 => ffi::kDLFloat8_e4m3,
+            Self::Float8E4M3B11Fnuz => ffi::kDLFloat8_e4m3b11fnuz,
+            Self::Float8E4M3Fn => ffi::kDLFloat8_e4m3fn,
+            Self::Float8E4M3Fnuz => ffi::kDLFloat8_e4m3fnuz,
+            Self::Float8E5M2 => ffi::kDLFloat8_e5m2,
+            Self::Float8E5M2Fnuz => ffi::kDLFloat8_e5m2fnuz,
+            Self::Float8E8M0Fnu => ffi::kDLFloat8_e8m0fnu,
+            Self::Float6E2M3Fn => ffi::kDLFloat6_e2m3fn,
+            Self::Float6E3M2Fn => ffi::kDLFloat6_e3m2fn,
+            Self::Float4E2M1Fn => ffi::kDLFloat4_e2m1fn,
+            Self::Unknown(code) => code,
+        }
+    }
+
+    /// The header's name for the code (`"kDLFloat"`), or `None` for an unknown code.
+    pub const fn header_name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::Int => "kDLInt",
+            Self::UInt => "kDLUInt",
+            Self::Float => "kDLFloat",
+            Self::OpaqueHandle => "kDLOpaqueHandle",
+            Self::Bfloat => "kDLBfloat",
+            Self::Complex => "kDLComplex",
+            Self::Bool => "kDLBool",
+            Self::Float8E3M4 => "kDLFloat8_e3m4",
+            Self::Float8E4M3 => "kDLFloat8_e4m3",
+            Self::Float8E4M3B11Fnuz => "kDLFloat8_e4m3b11fnuz",
+            Self::Float8E4M3Fn => "kDLFloat8_e4m3fn",
+            Self::Float8E4M3Fnuz => "kDLFloat8_e4m3fnuz",
+            Self::Float8E5M2 => "kDLFloat8_e5m2",
+            Self::Float8E5M2Fnuz => "kDLFloat8_e5m2fnuz",
+            Self::Float8E8M0Fnu => "kDLFloat8_e8m0fnu",
+            Self::Float6E2M3Fn => "kDLFloat6_e2m3fn",
+            Self::Float6E3M2Fn => "kDLFloat6_e3m2fn",
+            Self::Float4E2M1Fn => "kDLFloat4_e2m1fn",
+            Self::Unknown(_) => return None,
+        })
+    }
+}
+
+/// The element type of a tensor: the safe form of `DLDataType` (spec section 1.6).
+///
+/// `bits` is the width of one lane in bits; an element holds `lanes` lanes. For complex types
+/// `bits` is the width of the whole number (complex64: 64 bits).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DataType {
+    /// Type code.
+    pub code: DataTypeCode,
+    /// Bits per lane.
+    pub bits: u8,
+    /// Lanes per element (1 for scalars).
+    pub lanes: u16,
+}
+
+impl DataType {
+    /// `bool`: code 6, 8 bits, 1 lane.
+    pub const BOOL: Self = Self::scalar(DataTypeCode::Bool, 8);
+    /// `int8`.
+    pub const I8: Self = Self::scalar(DataTypeCode::Int, 8);
+    /// `int16`.
+    pub const I16: Self = Self::scalar(DataTypeCode::Int, 16);
+    /// `int32`.
+    pub const I32: Self = Self::scalar(DataTypeCode::Int, 32);
+    /// `int64`.
+    pub const I64: Self = Self::scalar(DataTypeCode::Int, 64);
+    /// `uint8`.
+    pub const U8: Self = Self::scalar(DataTypeCode::UInt, 8);
+    /// `uint16`.
+    pub const U16: Self = Self::scalar(DataTypeCode::UInt, 16);
+    /// `uint32`.
+    pub const U32: Self = Self::scalar(DataTypeCode::UInt, 32);
+    /// `uint64`.
+    pub const U64: Self = Self::scalar(DataTypeCode::UInt, 64);
+    /// `float16`.
+    pub const F16: Self = Self::scalar(DataTypeCode::Float, 16);
+    /// `bfloat16`.
+    pub const BF16: Self = Self::scalar(DataTypeCode::Bfloat, 16);
+    /// `float32`.
+    pub const F32: Self = Self::scalar(DataTypeCode::Float, 32);
+    /// `float64`.
+    pub const F64: Self = Self::scalar(DataTypeCode::Float, 64);
+    /// `complex64` (two `float32`).
+    pub const C64: Self = Self::scalar(DataTypeCode::Complex, 64);
+    /// `complex128` (two `float64`).
+    pub const C128: Self = Self::scalar(DataTypeCode::Complex, 128);
+
+    /// A data type of `lanes` lanes of `bits` bits each.
+    pub const fn new(code: DataTypeCode, bits: u8, lanes: u16) -> Self {
+        Self { code, bits, lanes }
+    }
+
+    /// A one-lane data type.
+    pub const fn scalar(code: DataTypeCode, bits: u8) -> Self {
+        Self::new(code, bits, 1)
+    }
+
+    /// Converts the raw header struct; unknown codes are kept.
+    pub const fn from_raw(raw: ffi::DLDataType) -> Self {
+        Self::new(DataTypeCode::from_raw(raw.code), raw.bits, raw.lanes)
+    }
+
+    /// The raw header struct.
+    pub const fn to_raw(self) -> ffi::DLDataType {
+        ffi::DLDataType {
+            code: self.code.to_raw(),
+            bits: self.bits,
+            lanes: self.lanes,
+        }
+    }
+
+    /// Width of one element (all lanes) in bits.
+    pub const fn element_bits(self) -> u32 {
+        self.bits as u32 * self.lanes as u32
+    }
+
+    /// Width of one element in bytes, or `None` when an element is not a whole number of bytes
+    /// (packed sub-byte types such as float4 or float6) or has zero width.
+    pub const fn element_bytes(self) -> Option<usize> {
+        let bits = self.element_bits();
+        if bits == 0 || bits % 8 != 0 {
+            None
+        } else {
+            Some((bits / 8) as usize)
+        }
+    }
+}
+
+impl From<ffi::DLDataType> for DataType {
+    fn from(raw: ffi::DLDataType) -> Self {
+        Self::from_raw(raw)
+    }
+}
+
+impl From<DataType> for ffi::DLDataType {
+    fn from(dtype: DataType) -> Self {
+        dtype.to_raw()
+    }
+}
+
+impl fmt::Debug for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Formats as NumPy-like names where one exists (`float32`, `bool`, `complex64`), and as
+/// `code=N bits=B lanes=L` otherwise.
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let base = match self.code {
+            DataTypeCode::Int => Some("int"),
+            DataTypeCode::UInt => Some("uint"),
+            DataTypeCode::Float => Some("float"),
+            DataTypeCode::Bfloat => Some("bfloat"),
+            DataTypeCode::Complex => Some("complex"),
+            DataTypeCode::Bool if self.bits == 8 => {
+                return if self.lanes == 1 {
+                    f.write_str("bool")
+                } else {
+                    write!(f, "boolx{}", self.lanes)
+                };
+            }
+            _ => None,
+        };
+        match (base, self.code.header_name()) {
+            (Some(base), _) => write!(f, "{base}{}", self.bits)?,
+            (None, Some(name)) => write!(f, "{name}({} bits)", self.bits)?,
+            (None, None) => {
+                return write!(
+                    f,
+                    "unknown dtype (code={} bits={} lanes={})",
+                    self.code.to_raw(),
+                    self.bits,
+                    self.lanes
+                );
+            }
+        }
+        if self.lanes != 1 {
+            write!(f, "x{}", self.lanes)?;
+        }
+        Ok(())
+    }
+}
+
+/// A Rust type that is one DLPack element: its size, alignment and bit layout match
+/// [`Element::DTYPE`].
+///
+/// Implemented for `bool`, `i8`..`i64`, `u8`..`u64`, `f32` and `f64`.
+///
+/// # Safety
+///
+/// An implementation promises that `size_of::<Self>() * 8 == DTYPE.element_bits()`, that the
+/// in-memory representation of `Self` is the one DLPack describes for `DTYPE` (native
+/// endianness), that `Self` has no padding bytes, and that every bit pattern for which
+/// [`Element::is_valid_bit_pattern`] returns `true` is a valid `Self`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a DLPack element type",
+    label = "no DLPack dtype for `{Self}`",
+    note = "element types are bool, i8..i64, u8..u64, f32, f64; implement `dlpack_runtime::Element` for others"
+)]
+pub unsafe trait Element: Copy + Send + Sync + 'static {
+    /// The DLPack dtype of this element type.
+    const DTYPE: DataType;
+
+    /// Whether every bit pattern of `size_of::<Self>()` bytes is a valid `Self`; when `true`,
+    /// imports skip the per-element check.
+    const ALL_BIT_PATTERNS_VALID: bool = true;
+
+    /// Whether `bytes` (exactly `size_of::<Self>()` of them) hold a valid value of `Self`.
+    /// `true` for every type whose bit patterns are all valid (integers, floats); `bool` accepts
+    /// only 0 and 1.
+    #[inline]
+    fn is_valid_bit_pattern(bytes: &[u8]) -> bool {
+        let _ = bytes;
+        true
+    }
+}
+
+macro_rules! impl_element {
+    ($($t:ty => $dtype:ident),* $(,)?) => {$(
+        // SAFETY: `$t` is a primitive of exactly `DataType::$dtype.bits` bits with no padding,
+        // stored in native endianness; every bit pattern is a valid `$t`.
+        unsafe impl Element for $t {
+            const DTYPE: DataType = DataType::$dtype;
+        }
+    )*};
+}
+
+impl_element!(
+    i8 => I8, i16 => I16, i32 => I32, i64 => I64,
+    u8 => U8, u16 => U16, u32 => U32, u64 => U64,
+    f32 => F32, f64 => F64,
+);
+
+// SAFETY: `bool` is one byte whose valid values are 0 and 1 (the Rust reference), matching
+// DLPack's `kDLBool` with 8 bits; `is_valid_bit_pattern` rejects every other byte.
+unsafe impl Element for bool {
+    const DTYPE: DataType = DataType::BOOL;
+    const ALL_BIT_PATTERNS_VALID: bool = false;
+
+    #[inline]
+    fn is_valid_bit_pattern(bytes: &[u8]) -> bool {
+        matches!(bytes, [0] | [1])
+    }
+}
+
+const _: () = {
+    macro_rules! check_size {
+        ($($t:ty),*) => {$(
+            assert!(core::mem::size_of::<$t>() as u32 * 8 == <$t as Element>::DTYPE.element_bits());
+        )*};
+    }
+    check_size!(bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_raw() {
+        for raw in 0..=u8::MAX {
+            let code = DataTypeCode::from_raw(raw);
+            assert_eq!(code.to_raw(), raw);
+            assert_eq!(code.header_name().is_none(), raw > 17, "code {raw}");
+        }
+    }
+
+    #[test]
+    fn element_dtypes_match_the_header_examples() {
+        assert_eq!(
+            <i8 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 0,
+                bits: 8,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <bool as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 6,
+                bits: 8,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <f32 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 2,
+                bits: 32,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <u64 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 1,
+                bits: 64,
+                lanes: 1
+            }
+        );
+    }
+
+    #[test]
+    fn element_bytes_refuses_sub_byte_and_zero_width() {
+        assert_eq!(DataType::F32.element_bytes(), Some(4));
+        assert_eq!(
+            DataType::new(DataTypeCode::Float, 32, 4).element_bytes(),
+            Some(16)
+        );
+        assert_eq!(
+            DataType::scalar(DataTypeCode::Float4E2M1Fn, 4).element_bytes(),
+            None
+        );
+        assert_eq!(
+            DataType::scalar(DataTypeCode::Float6E3M2Fn, 6).element_bytes(),
+            None
+        );
+        assert_eq!(
+            DataType::new(DataTypeCode::Float, 32, 0).element_bytes(),
+            None
+        );
+    }
+
+    #[test]
+    fn display_names() {
+        assert_eq!(DataType::F32.to_string(), "float32");
+        assert_eq!(DataType::BOOL.to_string(), "bool");
+        assert_eq!(DataType::C64.to_string(), "complex64");
+        assert_eq!(
+            DataType::new(DataTypeCode::Float, 32, 4).to_string(),
+            "float32x4"
+        );
+        assert_eq!(
+            DataType::scalar(DataTypeCode::Float8E4M3Fn, 8).to_string(),
+            "kDLFloat8_e4m3fn(8 bits)"
+        );
+        assert_eq!(
+            DataType::scalar(DataTypeCode::Unknown(99), 8).to_string(),
+            "unknown dtype (code=99 bits=8 lanes=1)"
+        );
+    }
+
+    #[test]
+    fn bool_accepts_only_zero_and_one() {
+        assert!(bool::is_valid_bit_pattern(&[0]));
+        assert!(bool::is_valid_bit_pattern(&[1]));
+        assert!(!bool::is_valid_bit_pattern(&[2]));
+        assert!(!bool::is_valid_bit_pattern(&[255]));
+        assert!(f32::is_valid_bit_pattern(&[0xff; 4]));
+    }
+}

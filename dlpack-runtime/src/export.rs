@@ -1,0 +1,886 @@
+//! The producer side: building managed tensors from Rust owners.
+//!
+//! A type becomes a producer by implementing [`DlpackExport`] (usually with
+//! `#[derive(DlpackExport)]`): it describes its memory as [`ExportParts`], a borrowed
+//! [`ExportBuffer`] plus shape, strides, byte offset and device. [`DlpackExport::to_dlpack_with`]
+//! then moves the owner into **one heap block** that holds the `DLManagedTensorVersioned` (or
+//! legacy `DLManagedTensor`) header, the `shape` and `strides` arrays and the owner itself; the
+//! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds.
+//!
+//! Before anything is handed out, the described layout is validated with the same rules a
+//! consumer applies ([`crate::layout::validate`]) and its byte span is checked to lie inside the
+//! buffer, so safe code cannot describe memory it does not own.
+
+use core::ffi::c_void;
+use core::mem::ManuallyDrop;
+use core::ptr::{self, NonNull};
+use std::alloc::{self, Layout};
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceType};
+use crate::dtype::{DataType, Element};
+use crate::error::{ExportError, LayoutError};
+use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::layout::{self, NullStrides};
+use crate::managed::{ManagedTensor, RawManagedTensor};
+use crate::stream::parse_stream;
+
+/// A contiguous buffer that can be exported: a base pointer, a length in bytes, a dtype and a
+/// device.
+///
+/// Implemented for `Vec<T>`, `Box<[T]>`, `Arc<[T]>` and `Arc<Vec<T>>` with `T:`[`Element`]
+/// (host memory). `Arc` buffers are exported writable only while the `Arc` is unique.
+///
+/// # Safety
+///
+/// For as long as `self` is alive and not accessed otherwise:
+/// - [`as_ptr`](Self::as_ptr) points to `byte_len()` bytes readable on [`device`](Self::device)
+///   (a host address for host-accessible devices);
+/// - [`as_mut_ptr`](Self::as_mut_ptr), when it returns `Some`, points to the same bytes,
+///   readable and writable, and no other alias is used while the export lives;
+/// - the bytes hold values of [`dtype`](Self::dtype), and the pointer is aligned for it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(data)]` of an exported tensor",
+    label = "not an `ExportBuffer`",
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>` or `Arc<Vec<T>>` with `T: dlpack_runtime::Element`; other types implement `dlpack_runtime::ExportBuffer`"
+)]
+pub unsafe trait ExportBuffer {
+    /// Element type of the buffer.
+    fn dtype(&self) -> DataType;
+    /// Where the memory lives. Host memory by default.
+    fn device(&self) -> Device {
+        Device::CPU
+    }
+    /// Length of the buffer in bytes.
+    fn byte_len(&self) -> usize;
+    /// Base pointer for read-only export.
+    fn as_ptr(&self) -> *const c_void;
+    /// Base pointer for writable export, or `None` when the memory is shared and must be
+    /// exported read-only.
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void>;
+}
+
+// SAFETY: the vector's pointer and length describe `len * size_of::<T>()` initialized, aligned
+// bytes of `T` in host memory, owned by `self`; `T: Element` gives the dtype; the mutable
+// pointer derives from `&mut self`.
+unsafe impl<T: Element> ExportBuffer for Vec<T> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn byte_len(&self) -> usize {
+        core::mem::size_of_val::<[T]>(self)
+    }
+    fn as_ptr(&self) -> *const c_void {
+        <[T]>::as_ptr(self).cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        Some(<[T]>::as_mut_ptr(self).cast())
+    }
+}
+
+// SAFETY: as for `Vec<T>`: a boxed slice owns `len` initialized, aligned `T` in host memory.
+unsafe impl<T: Element> ExportBuffer for Box<[T]> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn byte_len(&self) -> usize {
+        core::mem::size_of_val::<[T]>(self)
+    }
+    fn as_ptr(&self) -> *const c_void {
+        <[T]>::as_ptr(self).cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        Some(<[T]>::as_mut_ptr(self).cast())
+    }
+}
+
+// SAFETY: as for `Vec<T>`; the mutable pointer is only handed out while the `Arc` is unique
+// (`Arc::get_mut`), otherwise the export is read-only.
+unsafe impl<T: Element> ExportBuffer for Arc<[T]> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn byte_len(&self) -> usize {
+        core::mem::size_of_val::<[T]>(self)
+    }
+    fn as_ptr(&self) -> *const c_void {
+        <[T]>::as_ptr(self).cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        Arc::get_mut(self).map(|s| s.as_mut_ptr().cast())
+    }
+}
+
+// SAFETY: as for `Arc<[T]>`.
+unsafe impl<T: Element> ExportBuffer for Arc<Vec<T>> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn byte_len(&self) -> usize {
+        core::mem::size_of_val::<[T]>(self.as_slice())
+    }
+    fn as_ptr(&self) -> *const c_void {
+        self.as_slice().as_ptr().cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        Arc::get_mut(self).map(|v| v.as_mut_ptr().cast())
+    }
+}
+
+/// A type usable as `#[dlpack(shape)]` of an exported tensor: extents in elements.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(shape)]` of an exported tensor",
+    note = "shapes are `Vec<usize>`, `[usize; N]` or `Box<[usize]>`; other types implement `dlpack_runtime::AsShape`"
+)]
+pub trait AsShape {
+    /// Extents in elements.
+    fn as_shape(&self) -> &[usize];
+}
+
+/// A type usable as `#[dlpack(strides)]` of an exported tensor: strides in elements (signed),
+/// or `None` for compact row-major.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(strides)]` of an exported tensor",
+    note = "strides are `Vec<isize>`, `[isize; N]`, `Box<[isize]>` or `Option` of those, in elements; other types implement `dlpack_runtime::AsStrides`"
+)]
+pub trait AsStrides {
+    /// Strides in elements, or `None` for compact row-major.
+    fn as_strides(&self) -> Option<&[isize]>;
+}
+
+impl AsShape for Vec<usize> {
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl AsShape for Box<[usize]> {
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl<const N: usize> AsShape for [usize; N] {
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl AsStrides for Vec<isize> {
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl AsStrides for Box<[isize]> {
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl<const N: usize> AsStrides for [isize; N] {
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl<S: AsStrides> AsStrides for Option<S> {
+    fn as_strides(&self) -> Option<&[isize]> {
+        self.as_ref().and_then(AsStrides::as_strides)
+    }
+}
+
+enum BufferAccess<'a> {
+    Shared(&'a dyn ExportBuffer),
+    Unique(&'a mut dyn ExportBuffer),
+}
+
+/// What a producer exports: a borrowed buffer and the layout of the tensor inside it.
+///
+/// Units: `shape` in elements; `strides` in elements, signed (`None`: compact row-major);
+/// `byte_offset` in bytes from the buffer start to logical element `(0, ..., 0)`.
+pub struct ExportParts<'a> {
+    buffer: BufferAccess<'a>,
+    shape: &'a [usize],
+    strides: Option<&'a [isize]>,
+    byte_offset: usize,
+    device: Option<Device>,
+    read_only: bool,
+}
+
+impl<'a> ExportParts<'a> {
+    /// Parts borrowing `buffer` uniquely: the export is writable unless marked read-only or the
+    /// buffer is shared (see [`ExportBuffer::as_mut_ptr`]).
+    pub fn unique(buffer: &'a mut dyn ExportBuffer, shape: &'a [usize]) -> Self {
+        Self {
+            buffer: BufferAccess::Unique(buffer),
+            shape,
+            strides: None,
+            byte_offset: 0,
+            device: None,
+            read_only: false,
+        }
+    }
+
+    /// Parts borrowing `buffer` shared: the export is read-only.
+    pub fn shared(buffer: &'a dyn ExportBuffer, shape: &'a [usize]) -> Self {
+        Self {
+            buffer: BufferAccess::Shared(buffer),
+            shape,
+            strides: None,
+            byte_offset: 0,
+            device: None,
+            read_only: true,
+        }
+    }
+
+    /// Sets the strides, in elements (`None`: compact row-major).
+    pub fn with_strides(mut self, strides: Option<&'a [isize]>) -> Self {
+        self.strides = strides;
+        self
+    }
+
+    /// Sets the offset in bytes from the buffer start to element `(0, ..., 0)`.
+    pub fn with_byte_offset(mut self, byte_offset: usize) -> Self {
+        self.byte_offset = byte_offset;
+        self
+    }
+
+    /// Names the device; it must agree with the buffer's (checked at export).
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// Marks the export read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) when `read_only` is true.
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only |= read_only;
+        self
+    }
+
+    fn buffer(&self) -> &dyn ExportBuffer {
+        match &self.buffer {
+            BufferAccess::Shared(b) => *b,
+            BufferAccess::Unique(b) => &**b,
+        }
+    }
+
+    /// The device of the export: the buffer's device.
+    pub fn device(&self) -> Device {
+        self.buffer().device()
+    }
+
+    /// The element type: the buffer's dtype.
+    pub fn dtype(&self) -> DataType {
+        self.buffer().dtype()
+    }
+
+    /// Extents in elements.
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+}
+
+/// A DLPack producer: a type whose memory can be lent as a managed tensor.
+///
+/// Usually derived with `#[derive(DlpackExport)]`. The two methods describe the memory; the
+/// provided methods do the export.
+pub trait DlpackExport {
+    /// Describes the memory for a read-only export through `&self` (shared export).
+    fn export_parts(&self) -> ExportParts<'_>;
+
+    /// Describes the memory for an export by value: writable unless the buffer is shared or
+    /// marked read-only.
+    fn export_parts_mut(&mut self) -> ExportParts<'_>;
+
+    /// `__dlpack_device__`: the device of the memory.
+    fn dlpack_device(&self) -> Device {
+        self.export_parts().device()
+    }
+
+    /// Moves `self` into a versioned managed tensor (DLPack 1.3), with no stream and no copy:
+    /// the Rust-to-Rust default.
+    ///
+    /// # Errors
+    ///
+    /// As [`DlpackExport::to_dlpack_with`].
+    fn to_dlpack(self) -> Result<ManagedTensor, ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        self.to_dlpack_with(&ExportRequest::versioned())
+    }
+
+    /// Moves `self` into a managed tensor as `request` asks (the arguments of `__dlpack__`).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Layout`] when the described layout is invalid or reaches outside the
+    /// buffer; [`ExportError::Stream`] for a `stream` illegal on the device;
+    /// [`ExportError::ReadOnlyLegacy`] for a legacy request of a read-only tensor;
+    /// [`ExportError::UnsupportedDevice`], [`ExportError::CopyRequired`] or
+    /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
+    /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
+    /// dropped on error.
+    fn to_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        export_with(self, |owner| owner.export_parts_mut(), request)
+    }
+}
+
+/// Shared export: the `Arc` stays alive while any consumer holds the tensor, and the export is
+/// read-only.
+impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
+    fn export_parts(&self) -> ExportParts<'_> {
+        (**self).export_parts()
+    }
+    fn export_parts_mut(&mut self) -> ExportParts<'_> {
+        (**self).export_parts()
+    }
+}
+
+/// The arguments of `__dlpack__(stream, max_version, dl_device, copy)` (spec section 2.1).
+///
+/// The all-`None` request ([`ExportRequest::new`]) is Python's default and yields a legacy
+/// `DLManagedTensor`; [`ExportRequest::versioned`] asks for DLPack 1.3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExportRequest {
+    /// The consumer's stream, as in the table of spec section 2.4 (`None`: Python's `None`).
+    pub stream: Option<i64>,
+    /// Highest version the consumer understands; `None` or major 0 gives a legacy tensor.
+    pub max_version: Option<DLPackVersion>,
+    /// Device the consumer wants the data on; `None`: the tensor's own device.
+    pub dl_device: Option<Device>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+}
+
+impl ExportRequest {
+    /// All arguments `None`, as Python's `__dlpack__()`: a legacy tensor.
+    pub const fn new() -> Self {
+        Self {
+            stream: None,
+            max_version: None,
+            dl_device: None,
+            copy: None,
+        }
+    }
+
+    /// A request for a versioned tensor at this crate's version (1.3).
+    pub const fn versioned() -> Self {
+        Self::new().max_version(DLPackVersion {
+            major: ffi::DLPACK_MAJOR_VERSION,
+            minor: ffi::DLPACK_MINOR_VERSION,
+        })
+    }
+
+    /// Sets `stream`.
+    pub const fn stream(mut self, stream: Option<i64>) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Sets `max_version`.
+    pub const fn max_version(mut self, version: DLPackVersion) -> Self {
+        self.max_version = Some(version);
+        self
+    }
+
+    /// Sets `dl_device`.
+    pub const fn dl_device(mut self, device: Device) -> Self {
+        self.dl_device = Some(device);
+        self
+    }
+
+    /// Sets `copy`.
+    pub const fn copy(mut self, copy: Option<bool>) -> Self {
+        self.copy = copy;
+        self
+    }
+
+    fn wants_versioned(&self) -> bool {
+        self.max_version.is_some_and(|v| v.major >= 1)
+    }
+}
+
+/// Exports `owner`, described by `parts_of`, as `request` asks. This is what
+/// [`DlpackExport::to_dlpack_with`] calls; it serves owners that are not `DlpackExport`
+/// themselves (a Python object holding a tensor, say).
+///
+/// `parts_of` is called on the owner at its final address inside the heap block, so buffers
+/// whose address changes when moved are fine.
+///
+/// # Errors
+///
+/// As [`DlpackExport::to_dlpack_with`]. The owner is dropped on error.
+pub fn export_with<O, F>(
+    owner: O,
+    parts_of: F,
+    request: &ExportRequest,
+) -> Result<ManagedTensor, ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let managed = if request.wants_versioned() {
+        build::<DLManagedTensorVersioned, O, F>(owner, &parts_of)?
+    } else {
+        build::<DLManagedTensor, O, F>(owner, &parts_of)?
+    };
+    let device = Device::from_raw(managed.dl_tensor().device);
+    let target = request.dl_device.unwrap_or(device);
+    // The stream must be legal for the device the consumer will use (spec section 2.4).
+    parse_stream(target, request.stream)?;
+    // A producer without stream fields has no pending work on any stream: nothing to order.
+    let needs_device_change =
+        !(target == device || target == Device::CPU && device.is_host_accessible());
+    if needs_device_change && request.copy == Some(false) {
+        return Err(ExportError::CopyRequired { requested: target });
+    }
+    if needs_device_change {
+        return Err(ExportError::UnsupportedDevice {
+            found: device,
+            requested: target,
+        });
+    }
+    if request.copy == Some(true) {
+        // The copy is fresh and writable, whatever the source was.
+        return copy_of(&managed, request.wants_versioned());
+    }
+    if managed.is_legacy() && legacy_read_only(&managed) {
+        return Err(ExportError::ReadOnlyLegacy);
+    }
+    Ok(managed)
+}
+
+/// Whether a legacy tensor freshly built by [`build`] was meant to be read-only; legacy
+/// headers have no flags, so the block records it.
+fn legacy_read_only(managed: &ManagedTensor) -> bool {
+    // SAFETY: only tensors built by `build` just before reach here; their `manager_ctx` points
+    // to the start of their block, a `Block<DLManagedTensor, O>` whose `prefix` sits at the same
+    // offset for every `O` (`repr(C)`, fixed-layout fields before `owner`).
+    unsafe {
+        let block = managed.dl_tensor_ctx().cast::<Block<DLManagedTensor, ()>>();
+        (*block).prefix.read_only
+    }
+}
+
+/// The header kinds a block can start with.
+trait Header: Sized {
+    /// The header for a finished export whose deleter frees a `Block<Self, O>`.
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        read_only: bool,
+    ) -> Self;
+    /// A placeholder header, replaced before the block is handed out.
+    fn placeholder() -> Self;
+    /// Wraps a finished block.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a finished block built by [`build`], owned by nobody else.
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor;
+}
+
+const EMPTY_TENSOR: DLTensor = DLTensor {
+    data: ptr::null_mut(),
+    device: Device::CPU.to_raw(),
+    ndim: 0,
+    dtype: DataType::U8.to_raw(),
+    shape: ptr::null_mut(),
+    strides: ptr::null_mut(),
+    byte_offset: 0,
+};
+
+impl Header for DLManagedTensorVersioned {
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        read_only: bool,
+    ) -> Self {
+        Self {
+            version: DLPackVersion {
+                major: ffi::DLPACK_MAJOR_VERSION,
+                minor: ffi::DLPACK_MINOR_VERSION,
+            },
+            manager_ctx,
+            deleter: Some(delete_block::<Self, O>),
+            flags: if read_only {
+                ffi::DLPACK_FLAG_BITMASK_READ_ONLY
+            } else {
+                0
+            },
+            dl_tensor,
+        }
+    }
+    fn placeholder() -> Self {
+        Self {
+            version: DLPackVersion::default(),
+            manager_ctx: ptr::null_mut(),
+            deleter: None,
+            flags: 0,
+            dl_tensor: EMPTY_TENSOR,
+        }
+    }
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+        // SAFETY: a finished block has version 1.3 and our deleter (caller).
+        unsafe { ManagedTensor::from_raw_unchecked(RawManagedTensor::Versioned(ptr)) }
+    }
+}
+
+impl Header for DLManagedTensor {
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        _read_only: bool,
+    ) -> Self {
+        Self {
+            dl_tensor,
+            manager_ctx,
+            deleter: Some(delete_block::<Self, O>),
+        }
+    }
+    fn placeholder() -> Self {
+        Self {
+            dl_tensor: EMPTY_TENSOR,
+            manager_ctx: ptr::null_mut(),
+            deleter: None,
+        }
+    }
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+        // SAFETY: a finished block is a valid legacy tensor with our deleter (caller).
+        unsafe { ManagedTensor::from_raw_unchecked(RawManagedTensor::Legacy(ptr)) }
+    }
+}
+
+/// Fields every block has right after its header, independent of the owner type.
+#[repr(C)]
+struct BlockPrefix {
+    /// Number of `i64` after the block: shape then strides, `ndim` each.
+    arrays_len: usize,
+    /// Whether the export is read-only (recorded for legacy headers, which have no flags).
+    read_only: bool,
+}
+
+/// One heap block: header (offset 0, so the header pointer is the block pointer), prefix,
+/// owner, then `prefix.arrays_len` `i64`.
+#[repr(C)]
+struct Block<H, O> {
+    header: H,
+    prefix: BlockPrefix,
+    owner: ManuallyDrop<O>,
+}
+
+fn block_layout<H, O>(arrays_len: usize) -> Result<(Layout, usize), LayoutError> {
+    const OVERFLOW: LayoutError = LayoutError::Overflow {
+        what: "export block size",
+    };
+    let arrays = Layout::array::<i64>(arrays_len).map_err(|_| OVERFLOW)?;
+    let (layout, offset) = Layout::new::<Block<H, O>>()
+        .extend(arrays)
+        .map_err(|_| OVERFLOW)?;
+    Ok((layout.pad_to_align(), offset))
+}
+
+/// Builds the block for `owner`: one allocation.
+fn build<H, O, F>(mut owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let ndim = parts_of(&mut owner).shape.len();
+    if ndim > layout::MAX_NDIM {
+        return Err(LayoutError::TooManyDims {
+            ndim,
+            max: layout::MAX_NDIM,
+        }
+        .into());
+    }
+    let arrays_len = 2 * ndim;
+    let (block_layout, arrays_offset) = block_layout::<H, O>(arrays_len)?;
+    // SAFETY: the layout is non-zero-sized: it contains the header.
+    let raw = unsafe { alloc::alloc(block_layout) };
+    let Some(block) = NonNull::new(raw.cast::<Block<H, O>>()) else {
+        alloc::handle_alloc_error(block_layout)
+    };
+    // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
+    // allocation extends that layout).
+    unsafe {
+        block.as_ptr().write(Block {
+            header: H::placeholder(),
+            prefix: BlockPrefix {
+                arrays_len,
+                read_only: false,
+            },
+            owner: ManuallyDrop::new(owner),
+        });
+    }
+    // SAFETY: `arrays_offset` is inside the allocation (`Layout::extend`), aligned for `i64`.
+    let arrays = unsafe { raw.add(arrays_offset) }.cast::<i64>();
+    // SAFETY: `block` is initialized and exclusively ours; `arrays` has `arrays_len` slots.
+    match unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of) } {
+        // SAFETY: `fill` succeeded, so the block is finished and owned by nobody else.
+        Ok(()) => Ok(unsafe { H::into_managed(block.cast::<H>()) }),
+        Err(err) => {
+            // SAFETY: the block is initialized, not handed out, and freed once, here.
+            unsafe { free_block::<H, O>(block) };
+            Err(err)
+        }
+    }
+}
+
+/// Describes the owner inside `block` and writes the finished header.
+///
+/// # Safety
+///
+/// `block` is initialized (placeholder header) and exclusively owned by the caller; `arrays`
+/// points to `2 * ndim` writable `i64` inside the same allocation.
+unsafe fn fill<H, O, F>(
+    block: NonNull<Block<H, O>>,
+    arrays: *mut i64,
+    ndim: usize,
+    parts_of: &F,
+) -> Result<(), ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    // SAFETY: exclusive and initialized (caller); `arrays` lies outside `Block<H, O>`, so this
+    // reference does not overlap the writes to `arrays` below.
+    let b = unsafe { &mut *block.as_ptr() };
+    let parts = parts_of(&mut b.owner);
+    if parts.shape.len() != ndim {
+        return Err(LayoutError::ShapeChanged {
+            before: ndim,
+            after: parts.shape.len(),
+        }
+        .into());
+    }
+    let buffer = parts.buffer();
+    let (dtype, device, byte_len) = (buffer.dtype(), buffer.device(), buffer.byte_len());
+    if let Some(field) = parts.device {
+        if field != device {
+            return Err(ExportError::DeviceMismatch {
+                field,
+                buffer: device,
+            });
+        }
+    }
+    // SAFETY: `arrays` has `2 * ndim` slots (caller); both halves are in bounds.
+    let (shape_ptr, strides_ptr) = (arrays, unsafe { arrays.add(ndim) });
+    for (axis, &extent) in parts.shape.iter().enumerate() {
+        let extent = i64::try_from(extent).map_err(|_| LayoutError::Overflow { what: "extent" })?;
+        // SAFETY: `axis < ndim`, inside the shape half.
+        unsafe { shape_ptr.add(axis).write(extent) };
+    }
+    match parts.strides {
+        Some(strides) if strides.len() != ndim => {
+            return Err(LayoutError::StridesRank {
+                shape: ndim,
+                strides: strides.len(),
+            }
+            .into());
+        }
+        Some(strides) => {
+            for (axis, &stride) in strides.iter().enumerate() {
+                // SAFETY: `axis < ndim`, inside the strides half. `isize` fits in `i64`.
+                unsafe { strides_ptr.add(axis).write(stride as i64) };
+            }
+        }
+        None => {
+            let mut acc: i64 = 1;
+            for axis in (0..ndim).rev() {
+                // SAFETY: `axis < ndim`, inside both halves; the shape half is written above.
+                unsafe {
+                    strides_ptr.add(axis).write(acc);
+                    acc = acc.saturating_mul((*shape_ptr.add(axis)).max(1));
+                }
+            }
+        }
+    }
+    let (data, read_only) = match parts.buffer {
+        BufferAccess::Unique(b) if !parts.read_only => match b.as_mut_ptr() {
+            Some(p) => (p, false),
+            None => (b.as_ptr().cast_mut(), true),
+        },
+        BufferAccess::Unique(b) => (b.as_ptr().cast_mut(), true),
+        BufferAccess::Shared(b) => (b.as_ptr().cast_mut(), true),
+    };
+    let mut dl_tensor = DLTensor {
+        data,
+        device: device.to_raw(),
+        ndim: ndim as i32,
+        dtype: dtype.to_raw(),
+        shape: shape_ptr,
+        strides: strides_ptr,
+        byte_offset: parts.byte_offset as u64,
+    };
+    // SAFETY: `shape`/`strides` point to `ndim` initialized `i64` each, in the block.
+    let checked = unsafe { layout::validate_unaddressed(&dl_tensor, NullStrides::Refuse, false) }?;
+    let span = checked.span();
+    if checked.numel() == 0 {
+        // Zero-size tensors carry a NULL `data` (spec section 1.7, `dlpack.h` `data` docs).
+        dl_tensor.data = ptr::null_mut();
+        dl_tensor.byte_offset = 0;
+    } else {
+        if span.start < 0 || span.end as usize > byte_len {
+            return Err(LayoutError::OutOfBuffer {
+                start: span.start,
+                end: span.end,
+                len: byte_len,
+            }
+            .into());
+        }
+        // Inside a live buffer, so never NULL nor wrapping; checked all the same.
+        checked.check_address()?;
+        if has_address_data(device.device_type) {
+            // Fold the offset into `data`: consumers that drop `byte_offset` (spec section 6,
+            // corner 2) then still read the right element. In bounds: `byte_offset <= span.end`.
+            dl_tensor.data = data.cast::<u8>().wrapping_add(parts.byte_offset).cast();
+            dl_tensor.byte_offset = 0;
+        }
+    }
+    b.prefix.read_only = read_only;
+    b.header = H::new::<O>(dl_tensor, block.as_ptr().cast(), read_only);
+    Ok(())
+}
+
+/// Device types whose `data` is a plain address, so an offset can be folded into it.
+fn has_address_data(device_type: DeviceType) -> bool {
+    matches!(
+        device_type,
+        DeviceType::Cpu
+            | DeviceType::Cuda
+            | DeviceType::CudaHost
+            | DeviceType::CudaManaged
+            | DeviceType::Rocm
+            | DeviceType::RocmHost
+    )
+}
+
+/// Drops the owner and frees the block. A panic in the owner's `Drop` is caught and reported
+/// on stderr; the block is freed all the same.
+///
+/// # Safety
+///
+/// `block` was built by [`build`] (initialized), and is freed exactly once.
+unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
+    // SAFETY: initialized (caller).
+    let arrays_len = unsafe { (*block.as_ptr()).prefix.arrays_len };
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the owner is initialized and dropped exactly once (caller).
+        unsafe { ManuallyDrop::drop(&mut (*block.as_ptr()).owner) }
+    }));
+    if dropped.is_err() {
+        report("the exported owner panicked while being dropped; its memory is freed regardless");
+    }
+    match block_layout::<H, O>(arrays_len) {
+        // SAFETY: allocated by `build` with this very layout (same `arrays_len`).
+        Ok((layout, _)) => unsafe { alloc::dealloc(block.as_ptr().cast(), layout) },
+        Err(_) => report("export block layout could not be recomputed; the block is leaked"),
+    }
+}
+
+fn report(message: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "dlpack-runtime: {message}");
+}
+
+/// The `deleter` of exported tensors: frees the block. Never unwinds.
+///
+/// # Safety
+///
+/// Called by the consumer, once, with the pointer handed out (the `dlpack.h` deleter contract).
+unsafe extern "C" fn delete_block<H, O>(header: *mut H) {
+    let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(header) = NonNull::new(header) {
+            // SAFETY: the header is at offset 0 of its `Block<H, O>`, which `build` made; the
+            // consumer calls the deleter exactly once (caller).
+            unsafe { free_block::<H, O>(header.cast()) };
+        }
+    }));
+    if freed.is_err() {
+        report("panic while freeing an exported tensor; leaked");
+    }
+}
+
+/// Host memory with 64-byte alignment, for copies.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Align64([u8; 64]);
+
+struct CopiedBuffer {
+    chunks: Vec<Align64>,
+    byte_len: usize,
+    dtype: DataType,
+}
+
+// SAFETY: `chunks` owns at least `byte_len` initialized host bytes, 64-byte aligned, which
+// is enough for every dtype; `as_mut_ptr` derives from `&mut self`.
+unsafe impl ExportBuffer for CopiedBuffer {
+    fn dtype(&self) -> DataType {
+        self.dtype
+    }
+    fn byte_len(&self) -> usize {
+        self.byte_len
+    }
+    fn as_ptr(&self) -> *const c_void {
+        self.chunks.as_ptr().cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        Some(self.chunks.as_mut_ptr().cast())
+    }
+}
+
+struct Copied {
+    buffer: CopiedBuffer,
+    shape: Vec<usize>,
+}
+
+/// A compact row-major copy of a host-accessible tensor, flagged `IS_COPIED` when versioned.
+pub(crate) fn copy_of(
+    source: &ManagedTensor,
+    versioned: bool,
+) -> Result<ManagedTensor, ExportError> {
+    let layout = source.layout()?;
+    if !layout.device().is_host_accessible() {
+        return Err(ExportError::CopyUnsupported {
+            device: layout.device(),
+        });
+    }
+    let dtype = layout.dtype();
+    let size = dtype
+        .element_bytes()
+        .ok_or(LayoutError::SubByteAccess { dtype })?;
+    let byte_len = layout.numel() * size;
+    let mut chunks = vec![Align64([0; 64]); byte_len.div_ceil(64)];
+    let dst = chunks.as_mut_ptr().cast::<u8>();
+    let src = layout.first_element_ptr();
+    let mut written = 0usize;
+    layout.for_each_offset(|offset| {
+        // SAFETY: `offset` addresses an element of the validated layout in host-accessible
+        // memory the producer keeps alive while `source` lives; `dst` has `byte_len` bytes and
+        // exactly `numel` elements of `size` bytes are written.
+        unsafe { ptr::copy_nonoverlapping(src.offset(offset), dst.add(written), size) };
+        written += size;
+    })?;
+    let shape = layout.shape().iter().map(|&e| e as usize).collect();
+    let copied = Copied {
+        buffer: CopiedBuffer {
+            chunks,
+            byte_len,
+            dtype,
+        },
+        shape,
+    };
+    fn parts(c: &mut Copied) -> ExportParts<'_> {
+        ExportParts::unique(&mut c.buffer, &c.shape)
+    }
+    let mut managed = if versioned {
+        build::<DLManagedTensorVersioned, _, _>(copied, &parts)?
+    } else {
+        build::<DLManagedTensor, _, _>(copied, &parts)?
+    };
+    managed.set_flags(ffi::DLPACK_FLAG_BITMASK_IS_COPIED);
+    Ok(managed)
+}

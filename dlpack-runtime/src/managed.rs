@@ -1,0 +1,254 @@
+//! [`ManagedTensor`]: the owner of a managed tensor, versioned or legacy.
+//!
+//! Ownership follows spec section 1.11: whoever holds a managed tensor calls its `deleter`
+//! exactly once when done (a NULL deleter is legal and means there is nothing to call). A
+//! [`ManagedTensor`] does exactly that in its `Drop`, on whichever thread drops it.
+
+use core::ptr::NonNull;
+
+use crate::error::{ImportError, LayoutError};
+use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::layout::{self, NullStrides, TensorLayout};
+
+/// Whether a consumer may write to a tensor's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writability {
+    /// A versioned tensor without `DLPACK_FLAG_BITMASK_READ_ONLY`.
+    Writable,
+    /// A versioned tensor with `DLPACK_FLAG_BITMASK_READ_ONLY`.
+    ReadOnly,
+    /// A legacy tensor: it carries no flags, so the consumer cannot tell (spec section 1.12).
+    /// Treated as read-only, as NumPy does.
+    Unknown,
+}
+
+/// The raw pointer of a managed tensor released by [`ManagedTensor::into_raw`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RawManagedTensor {
+    /// A `DLManagedTensorVersioned*` (capsule name `"dltensor_versioned"`).
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    /// A legacy `DLManagedTensor*` (capsule name `"dltensor"`).
+    Legacy(NonNull<DLManagedTensor>),
+}
+
+/// Owns one managed tensor (`DLManagedTensorVersioned` of major version 1, or legacy
+/// `DLManagedTensor`) and calls its deleter exactly once when dropped.
+///
+/// Construction checks the version: a versioned tensor of another major version is handed back
+/// to its deleter unread (spec section 1.12), so every `ManagedTensor` has a known layout. The
+/// data itself is validated by [`ManagedTensor::layout`] before any access.
+///
+/// `ManagedTensor` is `Send` and `Sync`: the DLPack deleter may be called from any thread
+/// (spec section 1.11), and shared access only reads the header.
+#[derive(Debug)]
+pub struct ManagedTensor {
+    raw: RawManagedTensor,
+}
+
+// SAFETY: DLPack allows the deleter to run on any thread (spec section 1.11, `dlpack.h`
+// `deleter` docs), and the header fields are plain data. Producers whose deleters need a
+// particular thread state (Python) acquire it themselves, as the spec requires.
+unsafe impl Send for ManagedTensor {}
+// SAFETY: `&ManagedTensor` only reads the header and the producer-owned `shape`/`strides`
+// arrays, which the producer must keep unmodified while the tensor is lent out.
+unsafe impl Sync for ManagedTensor {}
+
+impl ManagedTensor {
+    /// Takes ownership of a `DLManagedTensorVersioned`.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::NullTensor`] for NULL (nothing to free). [`ImportError::UnsupportedVersion`]
+    /// when `version.major != 1`: the deleter (at the layout-stable offset 16) has then already
+    /// been called and no other field was read.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is NULL or points to a managed tensor laid out as `dlpack.h` describes, valid until
+    /// its deleter is called; the caller transfers the duty to call the deleter (it must not call
+    /// it, nor use `ptr` afterwards).
+    pub unsafe fn from_raw_versioned(
+        ptr: *mut DLManagedTensorVersioned,
+    ) -> Result<Self, ImportError> {
+        let ptr = NonNull::new(ptr).ok_or(ImportError::NullTensor)?;
+        // SAFETY: `ptr` is valid (caller). `version` sits at offset 0 of every major version,
+        // so reading it is legal whatever the major is.
+        let version = unsafe { (*ptr.as_ptr()).version };
+        if version.major != ffi::DLPACK_MAJOR_VERSION {
+            // SAFETY: the deleter's offset (16) is stable across majors (spec section 1.10); the
+            // caller handed us the duty to call it once, and we do so here, exactly once.
+            unsafe { call_versioned_deleter(ptr) };
+            return Err(ImportError::UnsupportedVersion { found: version });
+        }
+        Ok(Self {
+            raw: RawManagedTensor::Versioned(ptr),
+        })
+    }
+
+    /// Takes ownership of a legacy `DLManagedTensor`.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::NullTensor`] for NULL.
+    ///
+    /// # Safety
+    ///
+    /// As for [`ManagedTensor::from_raw_versioned`], for a legacy `DLManagedTensor`.
+    pub unsafe fn from_raw_legacy(ptr: *mut DLManagedTensor) -> Result<Self, ImportError> {
+        let ptr = NonNull::new(ptr).ok_or(ImportError::NullTensor)?;
+        Ok(Self {
+            raw: RawManagedTensor::Legacy(ptr),
+        })
+    }
+
+    /// Wraps a tensor whose version is known to be 1.x (built by this crate).
+    ///
+    /// # Safety
+    ///
+    /// As for [`ManagedTensor::from_raw_versioned`], and a versioned tensor has major 1.
+    pub(crate) unsafe fn from_raw_unchecked(raw: RawManagedTensor) -> Self {
+        Self { raw }
+    }
+
+    /// `manager_ctx` of the tensor.
+    pub(crate) fn dl_tensor_ctx(&self) -> *mut core::ffi::c_void {
+        match self.raw {
+            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
+            RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.manager_ctx,
+            // SAFETY: as above.
+            RawManagedTensor::Legacy(p) => unsafe { p.as_ref() }.manager_ctx,
+        }
+    }
+
+    /// The version of a versioned tensor (major is always 1), or `None` for a legacy tensor.
+    pub fn version(&self) -> Option<DLPackVersion> {
+        match self.raw {
+            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
+            RawManagedTensor::Versioned(p) => Some(unsafe { p.as_ref() }.version),
+            RawManagedTensor::Legacy(_) => None,
+        }
+    }
+
+    /// Whether this is a legacy (unversioned) `DLManagedTensor`.
+    pub fn is_legacy(&self) -> bool {
+        matches!(self.raw, RawManagedTensor::Legacy(_))
+    }
+
+    /// `DLPACK_FLAG_BITMASK_*` flags; 0 for a legacy tensor.
+    pub fn flags(&self) -> u64 {
+        match self.raw {
+            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
+            RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.flags,
+            RawManagedTensor::Legacy(_) => 0,
+        }
+    }
+
+    /// Whether the consumer may write to the data.
+    pub fn writability(&self) -> Writability {
+        match self.raw {
+            RawManagedTensor::Legacy(_) => Writability::Unknown,
+            RawManagedTensor::Versioned(_)
+                if self.flags() & ffi::DLPACK_FLAG_BITMASK_READ_ONLY != 0 =>
+            {
+                Writability::ReadOnly
+            }
+            RawManagedTensor::Versioned(_) => Writability::Writable,
+        }
+    }
+
+    /// Whether the tensor must be treated as read-only (flagged, or legacy).
+    pub fn is_read_only(&self) -> bool {
+        self.writability() != Writability::Writable
+    }
+
+    /// Whether the producer made a copy for this consumer (`DLPACK_FLAG_BITMASK_IS_COPIED`).
+    pub fn is_copied(&self) -> bool {
+        self.flags() & ffi::DLPACK_FLAG_BITMASK_IS_COPIED != 0
+    }
+
+    /// The raw `DLTensor`, unvalidated. Prefer [`ManagedTensor::layout`].
+    pub fn dl_tensor(&self) -> &DLTensor {
+        match self.raw {
+            // SAFETY: the pointer is valid while `self` owns it, and its layout is that of
+            // major version 1 (checked at construction).
+            RawManagedTensor::Versioned(p) => &unsafe { p.as_ref() }.dl_tensor,
+            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
+            RawManagedTensor::Legacy(p) => &unsafe { p.as_ref() }.dl_tensor,
+        }
+    }
+
+    /// Validates the layout (spec sections 1.7, 1.12): NULL strides are read by the version's
+    /// rule, and `IS_SUBBYTE_TYPE_PADDED` is honoured.
+    ///
+    /// # Errors
+    ///
+    /// The [`LayoutError`] of [`layout::validate`].
+    pub fn layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
+        let padded = self.flags() & ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
+        // SAFETY: the producer guarantees `shape`/`strides` point to `ndim` entries (or NULL)
+        // for as long as the managed tensor lives, which `&self` bounds.
+        unsafe {
+            layout::validate(
+                self.dl_tensor(),
+                NullStrides::for_version(self.version()),
+                padded,
+            )
+        }
+    }
+
+    /// The raw pointer, still owned by `self`.
+    pub fn as_raw(&self) -> RawManagedTensor {
+        self.raw
+    }
+
+    /// Releases ownership without calling the deleter; the caller must see that it is called
+    /// exactly once (for example through a capsule destructor).
+    #[must_use = "the deleter must still be called exactly once"]
+    pub fn into_raw(self) -> RawManagedTensor {
+        let raw = self.raw;
+        core::mem::forget(self);
+        raw
+    }
+
+    /// Sets flag bits on a versioned tensor that this process produced. Crate-internal.
+    pub(crate) fn set_flags(&mut self, bits: u64) {
+        if let RawManagedTensor::Versioned(mut p) = self.raw {
+            // SAFETY: `&mut self` owns the tensor exclusively, and only tensors freshly built by
+            // this crate's exporter, not yet lent to anyone, reach this function.
+            unsafe { p.as_mut() }.flags |= bits;
+        }
+    }
+}
+
+impl Drop for ManagedTensor {
+    fn drop(&mut self) {
+        match self.raw {
+            // SAFETY: `self` owns the tensor and this is the only place that calls the deleter;
+            // `into_raw` forgets `self`, so drop never runs after ownership is released.
+            RawManagedTensor::Versioned(p) => unsafe { call_versioned_deleter(p) },
+            RawManagedTensor::Legacy(p) => {
+                // SAFETY: as above; the struct is valid until its deleter runs.
+                if let Some(deleter) = unsafe { p.as_ref() }.deleter {
+                    // SAFETY: called once, with the pointer the producer handed out.
+                    unsafe { deleter(p.as_ptr()) };
+                }
+            }
+        }
+    }
+}
+
+/// Calls the deleter of a versioned tensor, if any.
+///
+/// # Safety
+///
+/// `p` is a valid `DLManagedTensorVersioned` (any major version) whose deleter has not been
+/// called; it must not be used afterwards.
+unsafe fn call_versioned_deleter(p: NonNull<DLManagedTensorVersioned>) {
+    // SAFETY: `deleter` is at offset 16 in every major version (spec section 1.10) and `p` is
+    // valid (caller).
+    let deleter = unsafe { (*p.as_ptr()).deleter };
+    if let Some(deleter) = deleter {
+        // SAFETY: called once, with the pointer the producer handed out (caller).
+        unsafe { deleter(p.as_ptr()) };
+    }
+}
