@@ -1,0 +1,195 @@
+//! The typed front end: the struct, its fields and their roles, read from `syn`'s tree.
+//!
+//! Reading records every attribute error in the [`Ctxt`] and goes on, so that one run reports
+//! them all; the rules between fields (each role once, `data` and `shape` present) are in
+//! [`crate::check`].
+
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, Member, Token, Type};
+
+use crate::attr::{ContainerAttr, FieldAttr, Role};
+use crate::ctxt::Ctxt;
+
+/// Which derive is running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Derive {
+    /// `#[derive(DlpackExport)]`.
+    Export,
+    /// `#[derive(DlpackImport)]`.
+    Import,
+}
+
+impl Derive {
+    /// The trait's name, as in `dlpack_runtime::__private`.
+    pub fn trait_name(self) -> &'static str {
+        match self {
+            Derive::Export => "DlpackExport",
+            Derive::Import => "DlpackImport",
+        }
+    }
+}
+
+/// A struct with fields, as the derives see it.
+pub struct Container<'a> {
+    /// The struct's name.
+    pub ident: &'a Ident,
+    /// The struct's generics, where clause included.
+    pub generics: &'a Generics,
+    /// Path of the runtime crate: `#[dlpack(crate = "...")]`, or `::dlpack_runtime`.
+    pub krate: syn::Path,
+    /// Every field, in declaration order.
+    pub fields: Vec<Field<'a>>,
+    /// Whether every `#[dlpack(...)]` on the fields could be read. When one could not, the
+    /// role it meant is unknown, so "found none" errors would be noise.
+    pub attrs_complete: bool,
+    /// Roles refused as a field's second role: written, only on the wrong field, so "found
+    /// none" errors about them would be noise too.
+    pub refused_roles: Vec<Role>,
+}
+
+/// One field of the struct.
+pub struct Field<'a> {
+    /// How to reach it: `self.name` or `self.0`.
+    pub member: Member,
+    /// Its type, as written (errors about the type point here).
+    pub ty: &'a Type,
+    /// Its role, if it has one.
+    pub role: Option<FieldAttr>,
+}
+
+impl<'a> Container<'a> {
+    /// Reads `input`. `None` when it is not a struct with fields; the reason is in `cx`.
+    pub fn from_ast(cx: &Ctxt, input: &'a DeriveInput, derive: Derive) -> Option<Self> {
+        let krate = crate_path(cx, &input.attrs);
+        let fields = match &input.data {
+            Data::Struct(data) => &data.fields,
+            Data::Enum(data) => {
+                cx.error_spanned_by(
+                    data.enum_token,
+                    format_args!("`{}` cannot be derived for enums", derive.trait_name()),
+                );
+                return None;
+            }
+            Data::Union(data) => {
+                cx.error_spanned_by(
+                    data.union_token,
+                    format_args!("`{}` cannot be derived for unions", derive.trait_name()),
+                );
+                return None;
+            }
+        };
+        if let Fields::Unit = fields {
+            cx.error_spanned_by(&input.ident, "expected a struct with fields");
+            return None;
+        }
+        let mut attrs_complete = true;
+        let mut refused_roles = Vec::new();
+        let fields = fields
+            .iter()
+            .enumerate()
+            .map(|(index, field)| Field {
+                member: match &field.ident {
+                    Some(ident) => Member::Named(ident.clone()),
+                    None => Member::Unnamed(index.into()),
+                },
+                ty: &field.ty,
+                role: field_role(cx, &field.attrs, &mut attrs_complete, &mut refused_roles),
+            })
+            .collect();
+        Some(Container {
+            ident: &input.ident,
+            generics: &input.generics,
+            krate,
+            fields,
+            attrs_complete,
+            refused_roles,
+        })
+    }
+}
+
+impl Field<'_> {
+    /// The field's role, if any.
+    pub fn role(&self) -> Option<Role> {
+        self.role.as_ref().map(|attr| attr.role)
+    }
+}
+
+/// The runtime crate's path from the container's `#[dlpack(...)]`, or `::dlpack_runtime`.
+/// Also reports every other mistake in those attributes.
+pub fn crate_path(cx: &Ctxt, attrs: &[Attribute]) -> syn::Path {
+    let mut krate = None;
+    for attr in dlpack_attrs(attrs) {
+        let items =
+            match attr.parse_args_with(Punctuated::<ContainerAttr, Token![,]>::parse_terminated) {
+                Ok(items) => items,
+                Err(error) => {
+                    cx.syn_error(error);
+                    continue;
+                }
+            };
+        for item in items {
+            match item {
+                ContainerAttr::Crate { token, path } => {
+                    if krate.is_some() {
+                        cx.error_spanned_by(
+                            token,
+                            "`#[dlpack(crate = ...)]` may only be specified once",
+                        );
+                    } else {
+                        krate = Some(path);
+                    }
+                }
+            }
+        }
+    }
+    krate.unwrap_or_else(|| syn::parse_quote!(::dlpack_runtime))
+}
+
+/// The role given by a field's `#[dlpack(...)]`; a second role is an error, and is added to
+/// `refused`. `complete` is cleared when an attribute cannot be read.
+fn field_role(
+    cx: &Ctxt,
+    attrs: &[Attribute],
+    complete: &mut bool,
+    refused: &mut Vec<Role>,
+) -> Option<FieldAttr> {
+    let mut role: Option<FieldAttr> = None;
+    for attr in dlpack_attrs(attrs) {
+        let items = match attr.parse_args_with(Punctuated::<FieldAttr, Token![,]>::parse_terminated)
+        {
+            Ok(items) => items,
+            Err(error) => {
+                cx.syn_error(error);
+                *complete = false;
+                continue;
+            }
+        };
+        for item in items {
+            match &role {
+                None => role = Some(item),
+                Some(first) if first.role == item.role => {
+                    cx.error_at(
+                        item.span,
+                        format_args!("{} may only be specified once", item.role),
+                    );
+                }
+                Some(first) => {
+                    cx.error_at(
+                        item.span,
+                        format_args!(
+                            "a field has exactly one role: this field is already {}, put {} on another field",
+                            first.role, item.role
+                        ),
+                    );
+                    refused.push(item.role);
+                }
+            }
+        }
+    }
+    role
+}
+
+/// The attributes of this crate's namespace, `#[dlpack(...)]`.
+fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
+    attrs.iter().filter(|attr| attr.path().is_ident("dlpack"))
+}
