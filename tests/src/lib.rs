@@ -1,0 +1,259 @@
+//! Shared helpers for the integration tests: drop counters and hand-built foreign tensors.
+//!
+//! [`Foreign`] builds managed tensors the way a C producer would (one `Box` holding the header
+//! and its context, a deleter that frees it), so that imports can be tested against any field
+//! value, and every deleter call is counted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dlpack_runtime::ffi::{
+    self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
+};
+use dlpack_runtime::{DataType, Device};
+
+/// Counts drops of the [`DropGuard`]s it hands out.
+#[derive(Debug, Clone, Default)]
+pub struct Counter(Arc<AtomicUsize>);
+
+impl Counter {
+    /// A counter at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A guard that increments this counter when dropped.
+    pub fn guard(&self) -> DropGuard {
+        DropGuard(Some(self.0.clone()))
+    }
+
+    /// Drops counted so far.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Increments its [`Counter`] when dropped. `Default` counts nothing (for import targets).
+#[derive(Debug, Default)]
+pub struct DropGuard(Option<Arc<AtomicUsize>>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        if let Some(count) = &self.0 {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Description of a foreign tensor. `storage` is the whole buffer (8-byte aligned);
+/// `data_offset` is where `data` points inside it, in bytes.
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    /// Backing memory.
+    pub storage: Vec<u64>,
+    /// Bytes from the storage start to `data`; `None` makes `data` NULL.
+    pub data_offset: Option<usize>,
+    /// Element type.
+    pub dtype: DataType,
+    /// Device reported.
+    pub device: Device,
+    /// Extents; `None` makes `shape` NULL (with `ndim` from `ndim`).
+    pub shape: Option<Vec<i64>>,
+    /// `ndim` reported.
+    pub ndim: i32,
+    /// Strides in elements; `None` makes `strides` NULL.
+    pub strides: Option<Vec<i64>>,
+    /// `byte_offset`.
+    pub byte_offset: u64,
+    /// Version of a versioned tensor.
+    pub version: DLPackVersion,
+    /// Flags of a versioned tensor.
+    pub flags: u64,
+}
+
+impl Foreign {
+    /// A compact row-major tensor over `bytes` (copied into aligned storage), version 1.3, with
+    /// its strides filled as DLPack 1.2+ requires.
+    pub fn new(bytes: &[u8], dtype: DataType, shape: &[i64]) -> Self {
+        let mut storage = vec![0u64; bytes.len().div_ceil(8)];
+        // SAFETY: `storage` has at least `bytes.len()` bytes; u64 storage viewed as bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                storage.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        Self {
+            storage,
+            data_offset: Some(0),
+            dtype,
+            device: Device::CPU,
+            shape: Some(shape.to_vec()),
+            ndim: shape.len() as i32,
+            strides: Some(dlpack_runtime::layout::compact_strides(shape)),
+            byte_offset: 0,
+            version: DLPackVersion { major: 1, minor: 3 },
+            flags: 0,
+        }
+    }
+
+    /// Sets strides (elements).
+    pub fn strides(mut self, strides: &[i64]) -> Self {
+        self.strides = Some(strides.to_vec());
+        self
+    }
+
+    /// Makes `strides` NULL.
+    pub fn null_strides(mut self) -> Self {
+        self.strides = None;
+        self
+    }
+
+    /// Points `data` at `offset` bytes into the storage.
+    pub fn data_offset(mut self, offset: usize) -> Self {
+        self.data_offset = Some(offset);
+        self
+    }
+
+    /// Makes `data` NULL.
+    pub fn null_data(mut self) -> Self {
+        self.data_offset = None;
+        self
+    }
+
+    /// Sets `byte_offset`.
+    pub fn byte_offset(mut self, byte_offset: u64) -> Self {
+        self.byte_offset = byte_offset;
+        self
+    }
+
+    /// Sets the version.
+    pub fn version(mut self, major: u32, minor: u32) -> Self {
+        self.version = DLPackVersion { major, minor };
+        self
+    }
+
+    /// Sets the flags.
+    pub fn flags(mut self, flags: u64) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Builds a `DLManagedTensorVersioned` whose deleter drops a guard of `counter`.
+    pub fn versioned(self, counter: &Counter) -> *mut DLManagedTensorVersioned {
+        let (version, flags) = (self.version, self.flags);
+        let mut block = Box::new(VersionedBlock {
+            header: DLManagedTensorVersioned {
+                version,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags,
+                dl_tensor: empty_tensor(),
+            },
+            ctx: Ctx {
+                foreign: self,
+                _guard: counter.guard(),
+            },
+        });
+        block.header.dl_tensor = block.ctx.tensor();
+        Box::into_raw(block).cast()
+    }
+
+    /// Builds a legacy `DLManagedTensor` whose deleter drops a guard of `counter`.
+    pub fn legacy(self, counter: &Counter) -> *mut DLManagedTensor {
+        let mut block = Box::new(LegacyBlock {
+            header: DLManagedTensor {
+                dl_tensor: empty_tensor(),
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            ctx: Ctx {
+                foreign: self,
+                _guard: counter.guard(),
+            },
+        });
+        block.header.dl_tensor = block.ctx.tensor();
+        Box::into_raw(block).cast()
+    }
+}
+
+fn empty_tensor() -> DLTensor {
+    DLTensor {
+        data: std::ptr::null_mut(),
+        device: Device::CPU.to_raw(),
+        ndim: 0,
+        dtype: DataType::U8.to_raw(),
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    }
+}
+
+struct Ctx {
+    foreign: Foreign,
+    _guard: DropGuard,
+}
+
+impl Ctx {
+    fn tensor(&mut self) -> DLTensor {
+        let f = &mut self.foreign;
+        DLTensor {
+            data: match f.data_offset {
+                Some(offset) => f
+                    .storage
+                    .as_mut_ptr()
+                    .cast::<u8>()
+                    .wrapping_add(offset)
+                    .cast(),
+                None => std::ptr::null_mut(),
+            },
+            device: f.device.to_raw(),
+            ndim: f.ndim,
+            dtype: f.dtype.to_raw(),
+            shape: f
+                .shape
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
+            strides: f
+                .strides
+                .as_mut()
+                .map_or(std::ptr::null_mut(), |s| s.as_mut_ptr()),
+            byte_offset: f.byte_offset,
+        }
+    }
+}
+
+#[repr(C)]
+struct VersionedBlock {
+    header: DLManagedTensorVersioned,
+    ctx: Ctx,
+}
+
+#[repr(C)]
+struct LegacyBlock {
+    header: DLManagedTensor,
+    ctx: Ctx,
+}
+
+unsafe extern "C" fn delete_versioned(p: *mut DLManagedTensorVersioned) {
+    // SAFETY: `p` came from `Box::into_raw` of a `VersionedBlock` whose header is at offset 0;
+    // the deleter contract says it is called once.
+    drop(unsafe { Box::from_raw(p.cast::<VersionedBlock>()) });
+}
+
+unsafe extern "C" fn delete_legacy(p: *mut DLManagedTensor) {
+    // SAFETY: as for `delete_versioned`, for a `LegacyBlock`.
+    drop(unsafe { Box::from_raw(p.cast::<LegacyBlock>()) });
+}
+
+/// Bytes of a slice of plain values (native endianness).
+pub fn bytes_of<T: Copy>(values: &[T]) -> Vec<u8> {
+    let len = std::mem::size_of_val(values);
+    // SAFETY: reading `len` bytes of initialized `Copy` values without padding (callers pass
+    // primitives).
+    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), len) }.to_vec()
+}
+
+/// The read-only flag, for readability in tests.
+pub const READ_ONLY: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY;

@@ -1,0 +1,570 @@
+//! Rust-to-Rust exchange through DLPack: derived producers and consumers, hand-built foreign
+//! tensors, deleter counts, and the exchange cases C01, C02, C04, C05, C06, C10.
+
+use std::sync::Arc;
+
+use dlpack_runtime::ffi::{self, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY};
+use dlpack_runtime::{
+    Contiguity, DataType, Device, DlpackExport, DlpackImport, Element, ExportError, ExportRequest,
+    ImportError, ImportedData, LayoutError, ManagedTensor, StreamError,
+};
+use dlpack_tests::{Counter, DropGuard, Foreign, READ_ONLY, bytes_of};
+
+/// A producer with every role, and a guard that counts drops of the owner.
+#[derive(DlpackExport)]
+struct Tensor<T: Element> {
+    #[dlpack(data)]
+    data: Vec<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Option<Vec<isize>>,
+    #[dlpack(byte_offset)]
+    offset: usize,
+    #[dlpack(device)]
+    device: Device,
+    _guard: DropGuard,
+}
+
+impl<T: Element> Tensor<T> {
+    fn new(data: Vec<T>, shape: &[usize], counter: &Counter) -> Self {
+        Self {
+            data,
+            shape: shape.to_vec(),
+            strides: None,
+            offset: 0,
+            device: Device::CPU,
+            _guard: counter.guard(),
+        }
+    }
+}
+
+/// A consumer of any strided layout.
+#[derive(DlpackImport, Debug)]
+struct Strided<T: Element> {
+    #[dlpack(data)]
+    data: ImportedData<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+    #[dlpack(byte_offset)]
+    byte_offset: usize,
+    #[dlpack(device)]
+    device: Device,
+}
+
+/// A consumer that requires C-contiguous data (no strides field).
+#[derive(DlpackImport, Debug)]
+struct Compact<T: Element> {
+    #[dlpack(data)]
+    data: ImportedData<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+fn round_trip<T: Element + PartialEq + std::fmt::Debug>(values: Vec<T>) {
+    let counter = Counter::new();
+    let address = values.as_ptr();
+    let n = values.len();
+    let expected = values.clone();
+    let managed = Tensor::new(values, &[n], &counter).to_dlpack().unwrap();
+    assert_eq!(
+        managed.version(),
+        Some(ffi::DLPackVersion { major: 1, minor: 3 })
+    );
+    assert_eq!(managed.flags(), 0);
+    let view = Strided::<T>::from_managed(managed).unwrap();
+    assert_eq!(view.data.as_ptr(), address, "zero-copy");
+    assert_eq!(view.shape, [n]);
+    assert_eq!(view.strides, [1]);
+    assert_eq!(view.device, Device::CPU);
+    assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
+    assert_eq!(view.data.to_vec().unwrap(), expected);
+    assert_eq!(counter.get(), 0);
+    drop(view);
+    assert_eq!(
+        counter.get(),
+        1,
+        "deleter runs exactly once, when the consumer drops"
+    );
+}
+
+#[test]
+fn round_trips_every_basic_dtype_zero_copy() {
+    round_trip(vec![1.5f32, -2.0, 3.25]);
+    round_trip(vec![1.5f64, -2.0, f64::MAX]);
+    round_trip(vec![i32::MIN, 0, 7]);
+    round_trip(vec![i64::MIN, 0, i64::MAX]);
+    round_trip(vec![0u8, 128, 255]);
+    round_trip(vec![true, false, true]);
+    round_trip(vec![u16::MAX, 1]);
+    round_trip(vec![-1i8, 1]);
+}
+
+#[test]
+fn deleter_runs_once_when_unconsumed() {
+    let counter = Counter::new();
+    let managed = Tensor::new(vec![1.0f32; 6], &[2, 3], &counter)
+        .to_dlpack()
+        .unwrap();
+    assert_eq!(counter.get(), 0);
+    drop(managed);
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn deleter_runs_once_when_refused_by_the_consumer() {
+    let counter = Counter::new();
+    let managed = Tensor::new(vec![1i32, 2, 3], &[3], &counter)
+        .to_dlpack()
+        .unwrap();
+    let err = Strided::<f32>::from_managed(managed).unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::Layout(LayoutError::DtypeMismatch {
+            found: DataType::I32,
+            expected: DataType::F32
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot import: dtype is int32, expected float32"
+    );
+    assert_eq!(
+        counter.get(),
+        1,
+        "refused import still calls the deleter exactly once"
+    );
+}
+
+#[test]
+fn exporting_a_layout_outside_the_buffer_is_refused_and_drops_the_owner_once() {
+    let counter = Counter::new();
+    let err = Tensor::new(vec![0f32; 5], &[2, 3], &counter)
+        .to_dlpack()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::Layout(LayoutError::OutOfBuffer {
+            start: 0,
+            end: 24,
+            len: 20
+        })
+    );
+    assert_eq!(counter.get(), 1);
+
+    let counter = Counter::new();
+    let mut t = Tensor::new(vec![0f32; 6], &[2, 3], &counter);
+    t.strides = Some(vec![3, -1]);
+    let err = t.to_dlpack().unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::Layout(LayoutError::OutOfBuffer {
+            start: -8,
+            end: 16,
+            len: 24
+        })
+    );
+    assert_eq!(counter.get(), 1);
+
+    let mut t = Tensor::new(vec![0f32; 6], &[2, 3], &counter);
+    t.strides = Some(vec![3]);
+    assert_eq!(
+        t.to_dlpack().unwrap_err(),
+        ExportError::Layout(LayoutError::StridesRank {
+            shape: 2,
+            strides: 1
+        })
+    );
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn c01_flipped_then_transposed_exports_signed_strides() {
+    // int32 (3, 4) = 0..12, flipped along axis 1, then transposed: shape (4, 3), strides (-1, 4),
+    // logical element (0, 0) is original (0, 3), i.e. buffer index 3.
+    let counter = Counter::new();
+    let buffer: Vec<i32> = (0..12).collect();
+    let base = buffer.as_ptr();
+    let mut t = Tensor::new(buffer, &[4, 3], &counter);
+    t.strides = Some(vec![-1, 4]);
+    t.offset = 3 * 4;
+    let expected: Vec<i32> = (0..4)
+        .flat_map(|i| (0..3).map(move |j| 3 - i + 4 * j))
+        .collect();
+    let managed = t.to_dlpack().unwrap();
+    let raw = managed.dl_tensor();
+    // SAFETY: the exporter wrote `ndim` (2) strides.
+    let strides = unsafe { std::slice::from_raw_parts(raw.strides, 2) };
+    assert_eq!(strides, [-1, 4], "strides exported exactly, signed");
+    let first = raw.data.cast::<u8>().wrapping_add(raw.byte_offset as usize);
+    assert_eq!(
+        first.cast::<i32>().cast_const(),
+        base.wrapping_add(3),
+        "data + byte_offset is element (0, 0)"
+    );
+    let view = Strided::<i32>::from_managed(managed).unwrap();
+    assert_eq!(view.strides, [-1, 4]);
+    assert_eq!(view.data.to_vec().unwrap(), expected);
+    assert_eq!(view.data.get(&[0, 0]).unwrap(), 3);
+    assert_eq!(view.data.get(&[3, 2]).unwrap(), 8);
+    drop(view);
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn c02_negative_stride_import_and_contiguous_only_refusal() {
+    // float64 arange(12).reshape(3, 4)[:, ::-1]: data at element 3, strides (4, -1).
+    let values: Vec<f64> = (0..12).map(f64::from).collect();
+    let counter = Counter::new();
+    let foreign = Foreign::new(&bytes_of(&values), DataType::F64, &[3, 4])
+        .strides(&[4, -1])
+        .data_offset(3 * 8);
+    // SAFETY: `versioned` returns a valid, owned managed tensor.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.clone().versioned(&counter)) }.unwrap();
+    let view = Strided::<f64>::from_managed(managed).unwrap();
+    assert_eq!(view.data.get(&[0, 0]).unwrap(), 3.0);
+    assert_eq!(view.data.get(&[2, 3]).unwrap(), 8.0);
+    assert_eq!(
+        view.data.to_vec().unwrap(),
+        [3., 2., 1., 0., 7., 6., 5., 4., 11., 10., 9., 8.]
+    );
+    assert_eq!(view.strides, [4, -1]);
+    drop(view);
+    assert_eq!(counter.get(), 1);
+
+    // SAFETY: as above.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let err = Compact::<f64>::from_managed(managed).unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::Layout(LayoutError::NotContiguous {
+            expected: Contiguity::C,
+            shape: vec![3, 4],
+            strides: vec![4, -1]
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot import: tensor of shape [3, 4] and strides [4, -1] (elements) is not C-contiguous (row-major)"
+    );
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn c04_zero_size_tensors_both_ways() {
+    for shape in [&[0usize][..], &[2, 0, 3]] {
+        let counter = Counter::new();
+        let managed = Tensor::new(Vec::<f32>::new(), shape, &counter)
+            .to_dlpack()
+            .unwrap();
+        assert!(
+            managed.dl_tensor().data.is_null(),
+            "zero-size exports carry NULL data"
+        );
+        let view = Strided::<f32>::from_managed(managed).unwrap();
+        assert_eq!(view.shape, shape);
+        assert_eq!(view.data.to_vec().unwrap(), Vec::<f32>::new());
+        assert!(view.data.as_slice().unwrap().is_empty());
+        drop(view);
+        assert_eq!(counter.get(), 1);
+
+        let counter = Counter::new();
+        let shape_i64: Vec<i64> = shape.iter().map(|&e| e as i64).collect();
+        let foreign = Foreign::new(&[], DataType::F32, &shape_i64).null_data();
+        // SAFETY: a valid, owned managed tensor.
+        let managed =
+            unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+        let view = Compact::<f32>::from_managed(managed).unwrap();
+        assert_eq!(view.shape, shape);
+        assert!(view.data.as_slice().unwrap().is_empty());
+        drop(view);
+        assert_eq!(counter.get(), 1);
+    }
+}
+
+#[test]
+fn c05_byte_offset_is_applied() {
+    let values: Vec<f32> = (0..9).map(|v| v as f32).collect();
+    let counter = Counter::new();
+    let foreign = Foreign::new(&bytes_of(&values), DataType::F32, &[8]).byte_offset(4);
+    // SAFETY: a valid, owned managed tensor.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let view = Strided::<f32>::from_managed(managed).unwrap();
+    assert_eq!(view.byte_offset, 4);
+    assert_eq!(view.data.get(&[0]).unwrap(), 1.0);
+    assert_eq!(view.data.get(&[7]).unwrap(), 8.0);
+    assert_eq!(view.data.as_slice().unwrap(), &values[1..]);
+}
+
+#[test]
+fn c06_bool_round_trips_and_invalid_bytes_are_refused() {
+    let counter = Counter::new();
+    let managed = Tensor::new(vec![true, false, true], &[3], &counter)
+        .to_dlpack()
+        .unwrap();
+    let raw = managed.dl_tensor().dtype;
+    assert_eq!((raw.code, raw.bits, raw.lanes), (6, 8, 1));
+    let view = Compact::<bool>::from_managed(managed).unwrap();
+    assert_eq!(view.data.as_slice().unwrap(), [true, false, true]);
+
+    let foreign = Foreign::new(&[1, 2, 0], DataType::BOOL, &[3]);
+    // SAFETY: a valid, owned managed tensor.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let view = Compact::<bool>::from_managed(managed).unwrap();
+    let err = view.data.as_slice().unwrap_err();
+    assert_eq!(
+        err,
+        LayoutError::InvalidValue {
+            index: 1,
+            bytes: vec![2],
+            dtype: DataType::BOOL
+        }
+    );
+    assert!(view.data.get(&[0]).unwrap());
+    assert!(view.data.get(&[1]).is_err());
+}
+
+#[test]
+fn c07_read_only_flag_refuses_mutable_access() {
+    let values = [1i64, 2, 3];
+    let counter = Counter::new();
+    // SAFETY: valid, owned managed tensors.
+    let writable = unsafe {
+        ManagedTensor::from_raw_versioned(
+            Foreign::new(&bytes_of(&values), DataType::I64, &[3]).versioned(&counter),
+        )
+    }
+    .unwrap();
+    let mut view = Compact::<i64>::from_managed(writable).unwrap();
+    assert!(!view.data.is_read_only());
+    view.data.as_slice_mut().unwrap()[0] = 10;
+    view.data.set(&[2], 30).unwrap();
+    assert_eq!(view.data.as_slice().unwrap(), [10, 2, 30]);
+    drop(view);
+
+    let foreign = Foreign::new(&bytes_of(&values), DataType::I64, &[3]).flags(READ_ONLY);
+    // SAFETY: as above.
+    let read_only =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let mut view = Compact::<i64>::from_managed(read_only).unwrap();
+    assert!(view.data.is_read_only());
+    assert_eq!(view.data.as_slice_mut().unwrap_err(), LayoutError::ReadOnly);
+    assert_eq!(view.data.set(&[0], 5).unwrap_err(), LayoutError::ReadOnly);
+    assert_eq!(view.data.as_slice().unwrap(), values);
+    drop(view);
+
+    // A legacy tensor cannot say whether it is writable: treated as read-only.
+    // SAFETY: as above.
+    let legacy = unsafe {
+        ManagedTensor::from_raw_legacy(
+            Foreign::new(&bytes_of(&values), DataType::I64, &[3]).legacy(&counter),
+        )
+    }
+    .unwrap();
+    let mut view = Compact::<i64>::from_managed(legacy).unwrap();
+    assert_eq!(view.data.as_slice_mut().unwrap_err(), LayoutError::ReadOnly);
+    assert_eq!(view.data.as_slice().unwrap(), values);
+    drop(view);
+    assert_eq!(counter.get(), 3);
+}
+
+#[test]
+fn c10_foreign_major_version_is_refused_and_freed() {
+    let counter = Counter::new();
+    let foreign = Foreign::new(&bytes_of(&[1f32, 2.0]), DataType::F32, &[2]).version(2, 0);
+    // SAFETY: a valid managed tensor of major 2 whose deleter is at offset 16.
+    let err =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::UnsupportedVersion {
+            found: ffi::DLPackVersion { major: 2, minor: 0 }
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "DLPack version 2.0 is not supported, expected major version 1"
+    );
+    assert_eq!(counter.get(), 1, "deleter still called");
+
+    // Legacy tensors are read through the legacy layout.
+    // SAFETY: a valid, owned legacy managed tensor.
+    let legacy = unsafe {
+        ManagedTensor::from_raw_legacy(
+            Foreign::new(&bytes_of(&[1f32, 2.0]), DataType::F32, &[2]).legacy(&counter),
+        )
+    }
+    .unwrap();
+    assert!(legacy.is_legacy());
+    assert_eq!(
+        Compact::<f32>::from_managed(legacy)
+            .unwrap()
+            .data
+            .as_slice()
+            .unwrap(),
+        [1.0, 2.0]
+    );
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn null_strides_follow_the_version_rule() {
+    let counter = Counter::new();
+    let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
+    // Version 1.1: NULL strides mean compact row-major.
+    let foreign = Foreign::new(&bytes_of(&values), DataType::F32, &[2, 3])
+        .version(1, 1)
+        .null_strides();
+    // SAFETY: a valid, owned managed tensor.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let view = Strided::<f32>::from_managed(managed).unwrap();
+    assert_eq!(view.strides, [3, 1]);
+    assert_eq!(view.data.get(&[1, 0]).unwrap(), 3.0);
+    // Version 1.3: NULL strides are refused for ndim > 0.
+    let foreign = Foreign::new(&bytes_of(&values), DataType::F32, &[2, 3]).null_strides();
+    // SAFETY: as above.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    assert_eq!(
+        Strided::<f32>::from_managed(managed).unwrap_err(),
+        ImportError::Layout(LayoutError::NullStrides { ndim: 2 })
+    );
+    drop(view);
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn legacy_export_of_a_shared_tensor_is_refused() {
+    let counter = Counter::new();
+    let shared = Arc::new(Tensor::new(vec![1u8, 2], &[2], &counter));
+    let err = shared
+        .clone()
+        .to_dlpack_with(&ExportRequest::new())
+        .unwrap_err();
+    assert_eq!(err, ExportError::ReadOnlyLegacy);
+    let managed = shared.clone().to_dlpack().unwrap();
+    assert_eq!(
+        managed.flags() & DLPACK_FLAG_BITMASK_READ_ONLY,
+        DLPACK_FLAG_BITMASK_READ_ONLY
+    );
+    drop(shared);
+    assert_eq!(counter.get(), 0, "the export keeps the Arc alive");
+    let view = Compact::<u8>::from_managed(managed).unwrap();
+    assert!(view.data.is_read_only());
+    assert_eq!(view.data.as_slice().unwrap(), [1, 2]);
+    drop(view);
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn legacy_export_by_value() {
+    let counter = Counter::new();
+    let managed = Tensor::new(vec![4i16, 5], &[2], &counter)
+        .to_dlpack_with(&ExportRequest::new())
+        .unwrap();
+    assert!(managed.is_legacy());
+    let view = Compact::<i16>::from_managed(managed).unwrap();
+    assert_eq!(view.data.as_slice().unwrap(), [4, 5]);
+    drop(view);
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn copy_true_makes_a_compact_flagged_copy() {
+    let counter = Counter::new();
+    let buffer: Vec<i32> = (0..12).collect();
+    let base = buffer.as_ptr();
+    let mut t = Tensor::new(buffer, &[4, 3], &counter);
+    t.strides = Some(vec![-1, 4]);
+    t.offset = 12;
+    let managed = t
+        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .unwrap();
+    assert_eq!(counter.get(), 1, "the source is released once copied");
+    assert_eq!(managed.flags(), DLPACK_FLAG_BITMASK_IS_COPIED);
+    assert!(managed.is_copied());
+    let view = Strided::<i32>::from_managed(managed).unwrap();
+    assert_ne!(view.data.as_ptr(), base);
+    assert_eq!(view.strides, [3, 1]);
+    assert_eq!(
+        view.data.as_slice().unwrap(),
+        [3, 7, 11, 2, 6, 10, 1, 5, 9, 0, 4, 8]
+    );
+}
+
+#[test]
+fn request_checks() {
+    let counter = Counter::new();
+    let err = Tensor::new(vec![1f32], &[1], &counter)
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(1)))
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ExportError::Stream(StreamError::Invalid { found: Some(1), .. })
+    ));
+    assert_eq!(
+        err.to_string(),
+        "stream=1 is not valid for a cpu:0 tensor, expected None"
+    );
+    let err = Tensor::new(vec![1f32], &[1], &counter)
+        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::UnsupportedDevice {
+            found: Device::CPU,
+            requested: Device::cuda(0)
+        }
+    );
+    let err = Tensor::new(vec![1f32], &[1], &counter)
+        .to_dlpack_with(
+            &ExportRequest::versioned()
+                .dl_device(Device::cuda(0))
+                .copy(Some(false)),
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::CopyRequired {
+            requested: Device::cuda(0)
+        }
+    );
+    let ok = Tensor::new(vec![1f32], &[1], &counter).to_dlpack_with(
+        &ExportRequest::versioned()
+            .dl_device(Device::CPU)
+            .copy(Some(false)),
+    );
+    assert!(ok.is_ok());
+    let mut t = Tensor::new(vec![1f32], &[1], &counter);
+    t.device = Device::cuda(0);
+    assert_eq!(
+        t.to_dlpack().unwrap_err(),
+        ExportError::DeviceMismatch {
+            field: Device::cuda(0),
+            buffer: Device::CPU
+        }
+    );
+    drop(ok);
+    assert_eq!(counter.get(), 5);
+}
+
+#[test]
+fn from_dlpack_exchanges_rust_to_rust() {
+    let counter = Counter::new();
+    let view = Compact::<f64>::from_dlpack(Tensor::new(vec![0.5f64, 1.5], &[2], &counter)).unwrap();
+    assert_eq!(view.data.as_slice().unwrap(), [0.5, 1.5]);
+    let err = Compact::<f64>::from_dlpack(Tensor::new(vec![0.5f64], &[2], &counter)).unwrap_err();
+    assert!(matches!(
+        err,
+        ImportError::Export(ExportError::Layout(LayoutError::OutOfBuffer { .. }))
+    ));
+    drop(view);
+    assert_eq!(counter.get(), 2);
+}

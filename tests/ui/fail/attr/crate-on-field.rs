@@ -1,0 +1,11 @@
+use dlpack_runtime::DlpackExport;
+
+#[derive(DlpackExport)]
+struct Matrix {
+    #[dlpack(data, crate = "dlpack_runtime")]
+    values: Vec<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 2],
+}
+
+fn main() {}

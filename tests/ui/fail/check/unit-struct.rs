@@ -1,0 +1,6 @@
+use dlpack_runtime::DlpackExport;
+
+#[derive(DlpackExport)]
+struct Empty;
+
+fn main() {}
