@@ -277,7 +277,10 @@ impl fmt::Display for DataType {
 /// A Rust type that is one DLPack element: its size, alignment and bit layout match
 /// [`Element::DTYPE`].
 ///
-/// Implemented for `bool`, `i8`..`i64`, `u8`..`u64`, `f32` and `f64`.
+/// Implemented for `bool`, `i8`..`i64`, `u8`..`u64`, `f32` and `f64`; for `half::f16` and
+/// `half::bf16` (feature `half`); for `num_complex::Complex<f32>` (complex64) and
+/// `Complex<f64>` (complex128) (feature `num-complex`); and for `[T; N]`, the vector element of
+/// `N` lanes (`lanes > 1` is accessible only through such an array type).
 ///
 /// # Safety
 ///
@@ -288,7 +291,7 @@ impl fmt::Display for DataType {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a DLPack element type",
     label = "no DLPack dtype for `{Self}`",
-    note = "element types are bool, i8..i64, u8..u64, f32, f64; implement `dlpack_runtime::Element` for others"
+    note = "element types are bool, i8..i64, u8..u64, f32, f64, [T; N] (lanes), half::f16/bf16 (feature `half`), num_complex::Complex<f32/f64> (feature `num-complex`); implement `dlpack_runtime::Element` for others"
 )]
 pub unsafe trait Element: Copy + Send + Sync + 'static {
     /// The DLPack dtype of this element type.
@@ -336,13 +339,50 @@ unsafe impl Element for bool {
     }
 }
 
+#[cfg(feature = "half")]
+impl_element!(half::f16 => F16, half::bf16 => BF16);
+
+#[cfg(feature = "num-complex")]
+impl_element!(num_complex::Complex<f32> => C64, num_complex::Complex<f64> => C128);
+
+// SAFETY: `[T; N]` is `N` consecutive `T` without padding (array layout), which is DLPack's
+// vector element of `N` lanes (`dlpack.h`: float4 = code 2, bits 32, lanes 4). `T` is a one-lane
+// element (asserted when `DTYPE` is evaluated), so `size_of * 8 == bits * lanes`, and a lane
+// pattern is valid exactly when `T` accepts it.
+unsafe impl<T: Element, const N: usize> Element for [T; N] {
+    const DTYPE: DataType = {
+        assert!(
+            T::DTYPE.lanes == 1,
+            "vector elements are arrays of one-lane elements"
+        );
+        assert!(
+            N >= 1 && N <= u16::MAX as usize,
+            "vector elements have 1 to 65535 lanes"
+        );
+        DataType::new(T::DTYPE.code, T::DTYPE.bits, N as u16)
+    };
+    const ALL_BIT_PATTERNS_VALID: bool = T::ALL_BIT_PATTERNS_VALID;
+
+    fn is_valid_bit_pattern(bytes: &[u8]) -> bool {
+        bytes
+            .chunks(core::mem::size_of::<T>())
+            .all(T::is_valid_bit_pattern)
+    }
+}
+
 const _: () = {
     macro_rules! check_size {
         ($($t:ty),*) => {$(
             assert!(core::mem::size_of::<$t>() as u32 * 8 == <$t as Element>::DTYPE.element_bits());
         )*};
     }
-    check_size!(bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+    check_size!(
+        bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, [f32; 4], [bool; 3]
+    );
+    #[cfg(feature = "half")]
+    check_size!(half::f16, half::bf16);
+    #[cfg(feature = "num-complex")]
+    check_size!(num_complex::Complex<f32>, num_complex::Complex<f64>);
 };
 
 #[cfg(test)]
@@ -431,6 +471,59 @@ mod tests {
         assert_eq!(
             DataType::scalar(DataTypeCode::Unknown(99), 8).to_string(),
             "unknown dtype (code=99 bits=8 lanes=1)"
+        );
+    }
+
+    #[test]
+    fn vector_elements_are_lanes() {
+        assert_eq!(
+            <[f32; 4] as Element>::DTYPE,
+            DataType::new(DataTypeCode::Float, 32, 4)
+        );
+        assert!(<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 0]));
+        assert!(!<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 7]));
+        assert!(!<[bool; 2] as Element>::ALL_BIT_PATTERNS_VALID);
+    }
+
+    #[cfg(feature = "half")]
+    #[test]
+    fn half_types() {
+        assert_eq!(
+            <half::f16 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 2,
+                bits: 16,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <half::bf16 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 4,
+                bits: 16,
+                lanes: 1
+            }
+        );
+    }
+
+    #[cfg(feature = "num-complex")]
+    #[test]
+    fn complex_types() {
+        assert_eq!(
+            <num_complex::Complex<f32> as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 5,
+                bits: 64,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <num_complex::Complex<f64> as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: 5,
+                bits: 128,
+                lanes: 1
+            }
         );
     }
 

@@ -279,6 +279,18 @@ pub enum ImportError {
         /// The version found.
         found: DLPackVersion,
     },
+    /// `flags` has bits this crate does not know; the tensor was handed back to its deleter.
+    #[error(
+        "flags {flags:#x} are not defined by DLPack 1.3 (tensor version {}.{}), expected only READ_ONLY (0x1), IS_COPIED (0x2) and IS_SUBBYTE_TYPE_PADDED (0x4)",
+        version.major,
+        version.minor
+    )]
+    UnknownFlags {
+        /// The unknown bits.
+        flags: u64,
+        /// The tensor's version.
+        version: DLPackVersion,
+    },
     /// The layout is invalid or does not meet the consumer's constraints.
     #[error("cannot import: {0}")]
     Layout(#[from] LayoutError),

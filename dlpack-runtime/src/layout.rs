@@ -339,8 +339,10 @@ impl<'a> TensorLayout<'a> {
                     "axis {axis} out of range for ndim {}",
                     self.ndim()
                 );
-                // Cannot overflow: the element count was checked to fit in isize.
-                self.shape[axis + 1..].iter().product()
+                // Saturates only for zero-size tensors, whose strides are never used to step.
+                self.shape[axis + 1..]
+                    .iter()
+                    .fold(1i64, |acc, &e| acc.saturating_mul(e))
             }
         }
     }
@@ -493,9 +495,14 @@ impl<'a> TensorLayout<'a> {
             return Ok(());
         }
         let ndim = self.ndim();
+        // Only axes of extent > 1 move: their reach `(extent - 1) * stride * size` is inside
+        // the validated span, so these products and the running offset fit in `isize`. Axes of
+        // extent 1 may carry any stride, even one that would overflow, and are never stepped.
         let mut byte_strides = [0isize; MAX_NDIM];
         for (axis, s) in byte_strides.iter_mut().enumerate().take(ndim) {
-            *s = self.stride(axis) as isize * size;
+            if self.shape[axis] > 1 {
+                *s = self.stride(axis) as isize * size;
+            }
         }
         let mut index = [0i64; MAX_NDIM];
         let mut offset: isize = 0;
@@ -503,12 +510,12 @@ impl<'a> TensorLayout<'a> {
             f(offset);
             // Odometer step, innermost axis fastest.
             for axis in (0..ndim).rev() {
-                index[axis] += 1;
-                offset += byte_strides[axis];
-                if index[axis] < self.shape[axis] {
+                if index[axis] + 1 < self.shape[axis] {
+                    index[axis] += 1;
+                    offset += byte_strides[axis];
                     break;
                 }
-                offset -= byte_strides[axis] * self.shape[axis] as isize;
+                offset -= byte_strides[axis] * index[axis] as isize;
                 index[axis] = 0;
             }
         }
@@ -709,6 +716,31 @@ mod tests {
         assert!(layout.is_contiguous(Contiguity::C));
         assert!(!layout.is_contiguous(Contiguity::F));
         assert_eq!(layout.strides_vec(), [3, 1]);
+    }
+
+    #[test]
+    fn extent_one_axes_with_huge_strides_are_never_stepped() {
+        let mut x = [1u16, 2];
+        let mut shape = [2i64, 1, 1];
+        let mut strides = [1i64, i64::MAX, i64::MIN];
+        let t = tensor(
+            x.as_mut_ptr().cast(),
+            &mut shape,
+            Some(&mut strides),
+            DataType::U16,
+        );
+        let layout = check(&t).unwrap();
+        assert_eq!(layout.span(), ByteSpan { start: 0, end: 4 });
+        let mut offsets = vec![];
+        layout.for_each_offset(|o| offsets.push(o)).unwrap();
+        assert_eq!(offsets, [0, 2]);
+        assert_eq!(layout.offset_of(&[1, 0, 0]).unwrap(), 2);
+        // A zero-size tensor with NULL strides and huge extents: strides saturate, no overflow.
+        let mut shape = [0i64, 1 << 40, 1 << 40];
+        let t = tensor(ptr::null_mut(), &mut shape, None, DataType::U16);
+        let layout = check(&t).unwrap();
+        assert_eq!(layout.stride(0), i64::MAX);
+        assert!(layout.is_contiguous(Contiguity::C));
     }
 
     #[test]

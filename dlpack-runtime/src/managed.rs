@@ -10,6 +10,11 @@ use crate::error::{ImportError, LayoutError};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 use crate::layout::{self, NullStrides, TensorLayout};
 
+/// The flag bits DLPack 1.3 defines (spec section 1.9).
+const KNOWN_FLAGS: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY
+    | ffi::DLPACK_FLAG_BITMASK_IS_COPIED
+    | ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+
 /// Whether a consumer may write to a tensor's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writability {
@@ -60,7 +65,8 @@ impl ManagedTensor {
     ///
     /// [`ImportError::NullTensor`] for NULL (nothing to free). [`ImportError::UnsupportedVersion`]
     /// when `version.major != 1`: the deleter (at the layout-stable offset 16) has then already
-    /// been called and no other field was read.
+    /// been called and no other field was read. [`ImportError::UnknownFlags`] when `flags` has
+    /// bits DLPack 1.3 does not define; the deleter has then been called too.
     ///
     /// # Safety
     ///
@@ -79,6 +85,19 @@ impl ManagedTensor {
             // caller handed us the duty to call it once, and we do so here, exactly once.
             unsafe { call_versioned_deleter(ptr) };
             return Err(ImportError::UnsupportedVersion { found: version });
+        }
+        // SAFETY: major version 1, so `flags` is at offset 24 (spec section 1.10).
+        let flags = unsafe { (*ptr.as_ptr()).flags };
+        let unknown = flags & !KNOWN_FLAGS;
+        if unknown != 0 {
+            // A flag from a newer minor version may change how the data must be read (as
+            // IS_SUBBYTE_TYPE_PADDED did): refuse rather than misread.
+            // SAFETY: as above, the deleter is called exactly once, here.
+            unsafe { call_versioned_deleter(ptr) };
+            return Err(ImportError::UnknownFlags {
+                flags: unknown,
+                version,
+            });
         }
         Ok(Self {
             raw: RawManagedTensor::Versioned(ptr),

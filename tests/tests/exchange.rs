@@ -414,6 +414,43 @@ fn c10_foreign_major_version_is_refused_and_freed() {
 }
 
 #[test]
+fn unknown_flags_are_refused_and_freed() {
+    let counter = Counter::new();
+    let foreign = Foreign::new(&bytes_of(&[1f32]), DataType::F32, &[1]).flags(READ_ONLY | 0x10);
+    // SAFETY: a valid, owned managed tensor.
+    let err =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap_err();
+    assert_eq!(
+        err,
+        ImportError::UnknownFlags {
+            flags: 0x10,
+            version: ffi::DLPackVersion { major: 1, minor: 3 }
+        }
+    );
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn minor_versions_zero_to_three_are_accepted() {
+    let counter = Counter::new();
+    for minor in 0..=3 {
+        let foreign = Foreign::new(&bytes_of(&[5u32, 6]), DataType::U32, &[2]).version(1, minor);
+        // SAFETY: a valid, owned managed tensor.
+        let managed =
+            unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+        assert_eq!(
+            Compact::<u32>::from_managed(managed)
+                .unwrap()
+                .data
+                .as_slice()
+                .unwrap(),
+            [5, 6]
+        );
+    }
+    assert_eq!(counter.get(), 4);
+}
+
+#[test]
 fn null_strides_follow_the_version_rule() {
     let counter = Counter::new();
     let values: Vec<f32> = (0..6).map(|v| v as f32).collect();

@@ -124,3 +124,112 @@ proptest! {
         prop_assert_eq!(counter.get(), 1);
     }
 }
+
+mod raw_validation {
+    use dlpack_runtime::ffi::{DLDataType, DLDevice, DLTensor};
+    use dlpack_runtime::layout::{self, NullStrides};
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    struct Raw {
+        ndim: i32,
+        shape: Option<Vec<i64>>,
+        strides: Option<Vec<i64>>,
+        byte_offset: u64,
+        dtype: DLDataType,
+        data: usize,
+        refuse_null_strides: bool,
+        padded: bool,
+    }
+
+    fn extent() -> impl Strategy<Value = i64> {
+        prop_oneof![8 => -2i64..6, 1 => any::<i64>(), 1 => Just(i64::MAX), 1 => Just(1 << 40)]
+    }
+
+    fn stride() -> impl Strategy<Value = i64> {
+        prop_oneof![8 => -9i64..9, 1 => any::<i64>(), 1 => Just(i64::MIN), 1 => Just(i64::MAX)]
+    }
+
+    fn raw() -> impl Strategy<Value = Raw> {
+        (0usize..6, -2i32..=1, any::<bool>(), any::<bool>())
+            .prop_flat_map(|(len, ndim_delta, null_shape, null_strides)| {
+                (
+                    Just(len as i32 + if len == 0 { ndim_delta.min(0) } else { 0 }),
+                    prop::collection::vec(extent(), len)
+                        .prop_map(move |s| (!null_shape).then_some(s)),
+                    prop::collection::vec(stride(), len)
+                        .prop_map(move |s| (!null_strides).then_some(s)),
+                    prop_oneof![4 => 0u64..64, 1 => any::<u64>()],
+                    (
+                        any::<u8>(),
+                        prop_oneof![4 => Just(8u8), 4 => Just(32u8), 1 => any::<u8>()],
+                        prop_oneof![4 => Just(1u16), 1 => any::<u16>()],
+                    ),
+                    prop_oneof![
+                        Just(0usize),
+                        Just(0x1000usize),
+                        Just(usize::MAX - 64),
+                        Just(64usize)
+                    ],
+                    any::<bool>(),
+                    any::<bool>(),
+                )
+            })
+            .prop_map(
+                |(ndim, shape, strides, byte_offset, (code, bits, lanes), data, refuse, padded)| {
+                    Raw {
+                        ndim,
+                        shape,
+                        strides,
+                        byte_offset,
+                        dtype: DLDataType { code, bits, lanes },
+                        data,
+                        refuse_null_strides: refuse,
+                        padded,
+                    }
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// Validation never panics, and an accepted layout's every element lies inside the span
+        /// it reports, which fits the address space.
+        #[test]
+        fn validation_is_total_and_sound(mut r in raw()) {
+            let ndim = r.ndim;
+            let t = DLTensor {
+                data: r.data as *mut core::ffi::c_void,
+                device: DLDevice { device_type: 1, device_id: 0 },
+                ndim,
+                dtype: r.dtype,
+                shape: r.shape.as_mut().map_or(core::ptr::null_mut(), |s| s.as_mut_ptr()),
+                strides: r.strides.as_mut().map_or(core::ptr::null_mut(), |s| s.as_mut_ptr()),
+                byte_offset: r.byte_offset,
+            };
+            let rule = if r.refuse_null_strides { NullStrides::Refuse } else { NullStrides::MeanCompact };
+            // SAFETY: `shape`/`strides` are NULL or point to `ndim` live entries (`len` entries,
+            // and `ndim == len` whenever `len > 0`).
+            let Ok(l) = (unsafe { layout::validate(&t, rule, r.padded) }) else { return Ok(()) };
+            let numel: i128 = l.shape().iter().map(|&e| e as i128).product();
+            prop_assert_eq!(l.numel() as i128, numel);
+            let span = l.span();
+            prop_assert!(span.start <= span.end);
+            if numel > 0 {
+                prop_assert!(r.data != 0);
+                let base = r.data as i128;
+                prop_assert!(base + span.start as i128 >= 0 && base + span.end as i128 <= usize::MAX as i128);
+            }
+            if let Some(size) = l.dtype().element_bytes().filter(|_| numel <= 4096) {
+                let (start, end) = (span.start - l.byte_offset() as isize, span.end - l.byte_offset() as isize);
+                let mut count = 0usize;
+                l.for_each_offset(|offset| {
+                    count += 1;
+                    assert!(offset >= start && offset + size as isize <= end, "element at {offset} outside {start}..{end}");
+                }).unwrap();
+                prop_assert_eq!(count as i128, numel);
+            }
+        }
+    }
+}

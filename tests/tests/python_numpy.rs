@@ -1,6 +1,6 @@
 //! Interop with real NumPy through the Python protocol (feature `python`): derived Rust tensors
 //! consumed by `numpy.from_dlpack`, NumPy arrays consumed by `python::from_dlpack`, deleter
-//! counts, and the exchange cases C02, C04, C06, C07, C08 through NumPy.
+//! counts, and the exchange cases C02, C03, C04, C06, C07, C08, C10 through NumPy.
 //!
 //! Needs NumPy importable by the embedded interpreter: `scripts/test.sh` sets up `.venv`.
 #![cfg(feature = "python")]
@@ -652,4 +652,230 @@ fn foreign_capsule(py: Python<'_>) -> Bound<'_, PyAny> {
     PyCapsule::new_with_value(py, 5u32, c"not_dlpack")
         .unwrap()
         .into_any()
+}
+
+#[test]
+fn c03_step_broadcast_and_fortran_slices() {
+    Python::attach(|py| {
+        let locals = PyDict::new(py);
+        locals.set_item("np", numpy(py)).unwrap();
+        // (a) arange(10)[::2]: stride 2.
+        let arr = eval(py, "result = np.arange(10, dtype=np.int64)[::2]", &locals);
+        let view: Strided<i64> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(view.strides, [2]);
+        assert_eq!(view.data.to_vec().unwrap(), [0, 2, 4, 6, 8]);
+        // (b) a broadcast of one value: stride 0 is legal.
+        let arr = eval(py, "result = np.broadcast_to(np.int64(9), (10,))", &locals);
+        let view: Strided<i64> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(view.strides, [0]);
+        assert_eq!(view.data.to_vec().unwrap(), [9; 10]);
+        assert!(
+            view.data.is_read_only(),
+            "NumPy exports broadcasts read-only"
+        );
+        // (c) Fortran-order (3, 4) sliced [::2, :]: NumPy's rows 0 and 2.
+        let arr = eval(
+            py,
+            "result = np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4))[::2, :]",
+            &locals,
+        );
+        let view: Strided<i64> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(view.strides, [2, 3]);
+        assert_eq!(view.data.to_vec().unwrap(), [0, 1, 2, 3, 8, 9, 10, 11]);
+        assert!(python::from_dlpack::<Compact<i64>>(&arr).is_err());
+    });
+}
+
+unsafe extern "C" fn test_capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
+    let name = dlpack_runtime::ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr();
+    // SAFETY: CPython calls this with the capsule and the GIL; the pointer of an unconsumed
+    // "dltensor_versioned" capsule is a managed tensor whose deleter is at offset 16.
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(capsule, name) == 1 {
+            let p = pyo3::ffi::PyCapsule_GetPointer(capsule, name)
+                .cast::<dlpack_runtime::ffi::DLManagedTensorVersioned>();
+            if let Some(deleter) = (*p).deleter {
+                deleter(p);
+            }
+        }
+    }
+}
+
+#[test]
+fn c10_versioned_capsules_and_a_foreign_major() {
+    Python::attach(|py| {
+        let locals = PyDict::new(py);
+        locals.set_item("np", numpy(py)).unwrap();
+        // NumPy's versioned capsule (max_version=(1, 0)) is read through the versioned layout.
+        let capsule = eval(
+            py,
+            "result = np.arange(4.0).__dlpack__(max_version=(1, 0))",
+            &locals,
+        );
+        let view: Compact<f64> = python::from_dlpack(&capsule).unwrap();
+        let version = view.data.managed().version().unwrap();
+        assert_eq!(version.major, 1);
+        assert_eq!(view.data.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+
+        // A capsule of major 2 is refused untouched; its producer's destructor frees it.
+        let counter = Counter::new();
+        let raw = dlpack_tests::Foreign::new(
+            &dlpack_tests::bytes_of(&[1f32]),
+            dlpack_runtime::DataType::F32,
+            &[1],
+        )
+        .version(2, 0)
+        .versioned(&counter);
+        // SAFETY: `raw` is a live managed tensor; the destructor frees it once under the
+        // unconsumed name.
+        let capsule = unsafe {
+            PyCapsule::new_with_pointer_and_destructor(
+                py,
+                std::ptr::NonNull::new(raw.cast()).unwrap(),
+                dlpack_runtime::ffi::DLTENSOR_VERSIONED_CAPSULE_NAME,
+                Some(test_capsule_destructor),
+            )
+        }
+        .unwrap();
+        let err = python::from_dlpack::<Compact<f32>>(capsule.as_any())
+            .err()
+            .unwrap();
+        assert!(err.is_instance_of::<PyBufferError>(py));
+        assert_eq!(
+            err.value(py).to_string(),
+            "DLPack version 2.0 is not supported, expected major version 1"
+        );
+        assert_eq!(
+            capsule.name().unwrap().map(capsule_name).as_deref(),
+            Some("dltensor_versioned")
+        );
+        assert_eq!(counter.get(), 0);
+        drop(capsule);
+        assert_eq!(
+            counter.get(),
+            1,
+            "the producer's destructor called the deleter"
+        );
+    });
+}
+
+#[test]
+fn numpy_dtypes_without_a_basic_rust_type() {
+    use half::{bf16, f16};
+    use num_complex::Complex;
+    Python::attach(|py| {
+        let locals = PyDict::new(py);
+        locals.set_item("np", numpy(py)).unwrap();
+        let arr = eval(
+            py,
+            "result = np.array([0.5, -2.0], dtype=np.float16)",
+            &locals,
+        );
+        let view: Compact<f16> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(
+            view.data.as_slice().unwrap(),
+            [f16::from_f32(0.5), f16::from_f32(-2.0)]
+        );
+        let arr = eval(
+            py,
+            "result = np.array([1+2j, -3j], dtype=np.complex64)",
+            &locals,
+        );
+        let view: Compact<Complex<f32>> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(
+            view.data.as_slice().unwrap(),
+            [Complex::new(1.0, 2.0), Complex::new(0.0, -3.0)]
+        );
+        let arr = eval(
+            py,
+            "result = np.array([1+2j, -3j], dtype=np.complex128)[::-1]",
+            &locals,
+        );
+        let view: Strided<Complex<f64>> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(
+            view.data.to_vec().unwrap(),
+            [Complex::new(0.0, -3.0), Complex::new(1.0, 2.0)]
+        );
+        for (dtype, rust) in [
+            ("uint16", "u16"),
+            ("int8", "i8"),
+            ("uint32", "u32"),
+            ("uint64", "u64"),
+            ("int16", "i16"),
+        ] {
+            let arr = eval(
+                py,
+                &format!("result = np.arange(3, dtype=np.{dtype})"),
+                &locals,
+            );
+            let values: Vec<i128> = match rust {
+                "u16" => python::from_dlpack::<Compact<u16>>(&arr)
+                    .unwrap()
+                    .data
+                    .to_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                "i8" => python::from_dlpack::<Compact<i8>>(&arr)
+                    .unwrap()
+                    .data
+                    .to_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                "u32" => python::from_dlpack::<Compact<u32>>(&arr)
+                    .unwrap()
+                    .data
+                    .to_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                "u64" => python::from_dlpack::<Compact<u64>>(&arr)
+                    .unwrap()
+                    .data
+                    .to_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                _ => python::from_dlpack::<Compact<i16>>(&arr)
+                    .unwrap()
+                    .data
+                    .to_vec()
+                    .unwrap()
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+            };
+            assert_eq!(values, [0, 1, 2], "{dtype}");
+        }
+        // Rust-produced half and complex tensors read by NumPy.
+        let counter = Counter::new();
+        let obj =
+            export_once(py, tensor(vec![Complex::new(1.0f64, -1.0)], &[1], &counter)).unwrap();
+        let arr = numpy(py).call_method1("from_dlpack", (obj,)).unwrap();
+        assert_eq!(
+            arr.getattr("dtype").unwrap().str().unwrap().to_string(),
+            "complex128"
+        );
+        assert_eq!(
+            arr.call_method0("tolist")
+                .unwrap()
+                .str()
+                .unwrap()
+                .to_string(),
+            "[(1-1j)]"
+        );
+        let obj = export_once(py, tensor(vec![bf16::from_f32(1.5)], &[1], &counter)).unwrap();
+        let err = numpy(py).call_method1("from_dlpack", (obj,)).err().unwrap();
+        // NumPy has no bfloat16: it refuses (with its own RuntimeError), and the tensor is
+        // still freed once.
+        assert!(err.to_string().contains("Unsupported dtype"), "{err}");
+        drop(arr);
+        collect(py);
+        assert_eq!(counter.get(), 2);
+    });
 }
