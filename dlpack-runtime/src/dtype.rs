@@ -482,7 +482,7 @@ mod tests {
         );
         assert!(<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 0]));
         assert!(!<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 7]));
-        assert!(!<[bool; 2] as Element>::ALL_BIT_PATTERNS_VALID);
+        const { assert!(!<[bool; 2] as Element>::ALL_BIT_PATTERNS_VALID) };
     }
 
     #[cfg(feature = "half")]
