@@ -1,6 +1,6 @@
 # Sourced by the other scripts: creates the project-local virtualenv ./.venv (once), installs
 # requirements-dev.txt into it, and exports what pyo3 needs to build against it and to embed it.
-# Uses `python3` from PATH (3.9 or newer, with a shared libpython), or $PYTHON if set.
+# Uses `python3` from PATH (3.11 or newer, with a shared libpython), or $PYTHON if set.
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"

@@ -14,5 +14,13 @@ echo "==> cargo test (default features)"
 cargo test --workspace --locked
 echo "==> cargo test (all features: python)"
 cargo test --workspace --all-features --locked
+echo "==> leak and memory-error check: Rust-only tests under valgrind"
+if command -v valgrind >/dev/null 2>&1; then
+    PROPTEST_CASES=256 \
+    CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect" \
+        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties
+else
+    echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
+fi
 echo "==> cargo test (no default features)"
 cargo test -p dlpack-runtime --no-default-features --locked --lib

@@ -160,6 +160,38 @@ pub enum LayoutError {
         /// Buffer length in bytes.
         len: usize,
     },
+    /// A mutable view was asked of a layout in which two indices reach the same element.
+    #[error(
+        "tensor of shape {shape:?} and strides {strides:?} (elements) has overlapping elements, expected a layout without aliasing for mutable access"
+    )]
+    Overlapping {
+        /// Shape found, in elements.
+        shape: Vec<i64>,
+        /// Strides found, in elements.
+        strides: Vec<i64>,
+    },
+    /// A copy of the elements cannot be allocated: a stride-0 broadcast, say, describes more
+    /// elements than memory can hold.
+    #[error(
+        "copying {numel} elements of {element_bytes} bytes cannot be allocated, expected a copy that fits in memory"
+    )]
+    CopyTooLarge {
+        /// Elements to copy.
+        numel: usize,
+        /// Bytes per element.
+        element_bytes: usize,
+    },
+    /// An exported `byte_offset` is not a multiple of the element size, so it would split the
+    /// buffer's elements (export side).
+    #[error(
+        "byte_offset is {byte_offset} bytes, expected a multiple of the element size ({element_bytes} bytes); is it given in elements?"
+    )]
+    OffsetNotElementAligned {
+        /// The offset given, in bytes.
+        byte_offset: usize,
+        /// Size of one element in bytes.
+        element_bytes: usize,
+    },
     /// A producer described a different `ndim` on a second call (export side).
     #[error("the producer described {before} axes, then {after}, expected a stable shape")]
     ShapeChanged {

@@ -42,7 +42,7 @@ use crate::stream::parse_stream;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the `#[dlpack(data)]` of an exported tensor",
     label = "not an `ExportBuffer`",
-    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>` or `Arc<Vec<T>>` with `T: dlpack_runtime::Element`; other types implement `dlpack_runtime::ExportBuffer`"
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`; other types implement `dlpack_runtime::ExportBuffer`"
 )]
 pub unsafe trait ExportBuffer {
     /// Element type of the buffer.
@@ -395,6 +395,30 @@ impl ExportRequest {
         self
     }
 
+    /// Checks what can be checked before exporting a tensor on `device`: `stream` must be legal
+    /// for the device the consumer will use (spec section 2.4), and `dl_device` must be
+    /// `device` itself or, for host-accessible memory, `cpu:0` (spec section 2.7).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Stream`], [`ExportError::CopyRequired`] (`copy=False` but the device
+    /// differs), [`ExportError::UnsupportedDevice`].
+    pub fn check(&self, device: Device) -> Result<(), ExportError> {
+        let target = self.dl_device.unwrap_or(device);
+        parse_stream(target, self.stream)?;
+        let same_memory = target == device || target == Device::CPU && device.is_host_accessible();
+        if !same_memory && self.copy == Some(false) {
+            return Err(ExportError::CopyRequired { requested: target });
+        }
+        if !same_memory {
+            return Err(ExportError::UnsupportedDevice {
+                found: device,
+                requested: target,
+            });
+        }
+        Ok(())
+    }
+
     fn wants_versioned(&self) -> bool {
         self.max_version.is_some_and(|v| v.major >= 1)
     }
@@ -424,22 +448,8 @@ where
     } else {
         build::<DLManagedTensor, O, F>(owner, &parts_of)?
     };
-    let device = Device::from_raw(managed.dl_tensor().device);
-    let target = request.dl_device.unwrap_or(device);
-    // The stream must be legal for the device the consumer will use (spec section 2.4).
-    parse_stream(target, request.stream)?;
+    request.check(Device::from_raw(managed.dl_tensor().device))?;
     // A producer without stream fields has no pending work on any stream: nothing to order.
-    let needs_device_change =
-        !(target == device || target == Device::CPU && device.is_host_accessible());
-    if needs_device_change && request.copy == Some(false) {
-        return Err(ExportError::CopyRequired { requested: target });
-    }
-    if needs_device_change {
-        return Err(ExportError::UnsupportedDevice {
-            found: device,
-            requested: target,
-        });
-    }
     if request.copy == Some(true) {
         // The copy is fresh and writable, whatever the source was.
         return copy_of(&managed, request.wants_versioned());
@@ -616,15 +626,23 @@ where
     }
     // SAFETY: `arrays_offset` is inside the allocation (`Layout::extend`), aligned for `i64`.
     let arrays = unsafe { raw.add(arrays_offset) }.cast::<i64>();
+    // Frees the block if `fill` fails or `parts_of` panics; disarmed on success.
+    let guard = BlockGuard::<H, O>(block);
     // SAFETY: `block` is initialized and exclusively ours; `arrays` has `arrays_len` slots.
-    match unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of) } {
-        // SAFETY: `fill` succeeded, so the block is finished and owned by nobody else.
-        Ok(()) => Ok(unsafe { H::into_managed(block.cast::<H>()) }),
-        Err(err) => {
-            // SAFETY: the block is initialized, not handed out, and freed once, here.
-            unsafe { free_block::<H, O>(block) };
-            Err(err)
-        }
+    unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of) }?;
+    core::mem::forget(guard);
+    // SAFETY: `fill` succeeded, so the block is finished and owned by nobody else.
+    Ok(unsafe { H::into_managed(block.cast::<H>()) })
+}
+
+/// Frees an unfinished block when dropped: on an error return or an unwinding panic.
+struct BlockGuard<H, O>(NonNull<Block<H, O>>);
+
+impl<H, O> Drop for BlockGuard<H, O> {
+    fn drop(&mut self) {
+        // SAFETY: the guard lives only between the block's initialization and its hand-out
+        // (where it is forgotten), so the block is initialized and freed once, here.
+        unsafe { free_block::<H, O>(self.0) };
     }
 }
 
@@ -658,6 +676,17 @@ where
     }
     let buffer = parts.buffer();
     let (dtype, device, byte_len) = (buffer.dtype(), buffer.device(), buffer.byte_len());
+    if let Some(size) = dtype.element_bytes() {
+        if parts.byte_offset % size != 0 {
+            // Elements of the buffer start at multiples of their size: any other offset splits
+            // them (an offset given in elements instead of bytes, say).
+            return Err(LayoutError::OffsetNotElementAligned {
+                byte_offset: parts.byte_offset,
+                element_bytes: size,
+            }
+            .into());
+        }
+    }
     if let Some(field) = parts.device {
         if field != device {
             return Err(ExportError::DeviceMismatch {
@@ -852,8 +881,20 @@ pub(crate) fn copy_of(
     let size = dtype
         .element_bytes()
         .ok_or(LayoutError::SubByteAccess { dtype })?;
-    let byte_len = layout.numel() * size;
-    let mut chunks = vec![Align64([0; 64]); byte_len.div_ceil(64)];
+    let too_large = LayoutError::CopyTooLarge {
+        numel: layout.numel(),
+        element_bytes: size,
+    };
+    let byte_len = layout
+        .numel()
+        .checked_mul(size)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(too_large.clone())?;
+    let mut chunks = Vec::new();
+    chunks
+        .try_reserve_exact(byte_len.div_ceil(64))
+        .map_err(|_| too_large)?;
+    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
     let dst = chunks.as_mut_ptr().cast::<u8>();
     let src = layout.first_element_ptr();
     let mut written = 0usize;

@@ -300,6 +300,11 @@ impl<T: Element> ImportedData<T> {
     /// The elements as a slice, for a C-contiguous tensor in host-accessible memory. `bool`
     /// elements are checked to be 0 or 1 (one pass over the data).
     ///
+    /// The memory is shared with its producer. While the slice is borrowed, nothing may write
+    /// to it: do not call back into code that writes the producer's array (Python code writing
+    /// the NumPy array this came from, say) while holding the slice. [`ImportedData::get`] and
+    /// [`ImportedData::to_vec`] read values at the time of the call instead.
+    ///
     /// # Errors
     ///
     /// [`LayoutError::NotContiguous`], [`LayoutError::NotHostAccessible`],
@@ -350,9 +355,14 @@ impl<T: Element> ImportedData<T> {
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
         let layout = self.host_layout()?;
         let offset = layout.offset_of(index)?;
+        // The row-major position of `index`, for error messages; in range (checked above).
+        let linear = index
+            .iter()
+            .zip(layout.shape())
+            .fold(0usize, |acc, (&i, &e)| acc * e as usize + i);
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
         // `offset_of`), aligned and host-accessible (`check_typed`).
-        unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), 0) }
+        unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), linear) }
     }
 
     /// Writes the element at `index`, for a writable tensor.
@@ -383,11 +393,23 @@ impl<T: Element> ImportedData<T> {
     ///
     /// # Errors
     ///
-    /// The host-access errors, and [`LayoutError::InvalidValue`] for a bad `bool` byte.
+    /// The host-access errors, [`LayoutError::InvalidValue`] for a bad `bool` byte, and
+    /// [`LayoutError::CopyTooLarge`] when the copy cannot be allocated (a broadcast with stride 0
+    /// can describe far more elements than its memory holds).
     pub fn to_vec(&self) -> Result<Vec<T>, LayoutError> {
         let layout = self.host_layout()?;
         let base = layout.first_element_ptr();
-        let mut out = Vec::with_capacity(layout.numel());
+        let mut out = Vec::new();
+        let too_large = LayoutError::CopyTooLarge {
+            numel: layout.numel(),
+            element_bytes: core::mem::size_of::<T>(),
+        };
+        layout
+            .numel()
+            .checked_mul(core::mem::size_of::<T>())
+            .ok_or(too_large.clone())?;
+        out.try_reserve_exact(layout.numel())
+            .map_err(|_| too_large)?;
         let mut failure = None;
         layout.for_each_offset(|offset| {
             if failure.is_some() {
@@ -404,6 +426,27 @@ impl<T: Element> ImportedData<T> {
             Some(e) => Err(e),
             None => Ok(out),
         }
+    }
+}
+
+impl<T: Element> ImportedData<T> {
+    /// Checks the bit pattern of every element of `layout` (host-accessible, typed-checked).
+    #[cfg_attr(not(feature = "ndarray"), allow(dead_code))]
+    pub(crate) fn check_all_elements(&self, layout: &TensorLayout<'_>) -> Result<(), LayoutError> {
+        let base = layout.first_element_ptr();
+        let mut failure = None;
+        let mut index = 0usize;
+        layout.for_each_offset(|offset| {
+            if failure.is_none() {
+                // SAFETY: every offset addresses an element of the validated layout, aligned
+                // and host-accessible (checked by the caller with `check_typed`).
+                if let Err(e) = unsafe { read_element::<T>(base.offset(offset), index) } {
+                    failure = Some(e);
+                }
+            }
+            index += 1;
+        })?;
+        failure.map_or(Ok(()), Err)
     }
 }
 

@@ -55,6 +55,9 @@
 //! |---|---|---|
 //! | `derive` | yes | `#[derive(DlpackExport)]`, `#[derive(DlpackImport)]` |
 //! | `python` | no | pyo3 glue: `__dlpack__`, `__dlpack_device__`, `from_dlpack`, capsules |
+//! | `ndarray` | no | `ImportedData::as_array(_mut)` views; `ndarray::Array` as a producer |
+//! | `half` | no | `Element` for `half::f16`, `half::bf16` |
+//! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
 //!
 //! # Safety model
 //!
@@ -71,6 +74,10 @@
 //! - **Writes.** An export by value is writable; a shared export (`Arc<T>`, a Python object) is
 //!   read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`). Imports refuse mutable access to read-only
 //!   tensors and to legacy tensors, which cannot say (spec section 1.12).
+//! - **Shared memory.** Zero-copy means the producer and the consumer see the same memory.
+//!   References handed out by imports ([`ImportedData::as_slice`], ndarray views) assume that
+//!   nothing writes the memory while they are borrowed; writes through the producer's own
+//!   handle (a NumPy array, say) must not overlap such a borrow.
 //! - **Streams.** The `stream` argument is parsed by the table of spec section 2.4 and illegal
 //!   values are refused ([`stream::parse_stream`]). Types without stream fields have no pending
 //!   work on any stream, so there is nothing to order.
@@ -88,6 +95,8 @@ pub mod ffi;
 pub mod import;
 pub mod layout;
 pub mod managed;
+#[cfg(feature = "ndarray")]
+pub mod ndarray;
 #[cfg(feature = "python")]
 pub mod python;
 pub mod stream;

@@ -57,6 +57,12 @@
 //! taken ownership, and leaves the capsule untouched when it refuses it (a foreign major
 //! version), so the producer frees it.
 //!
+//! # Threads and the GIL
+//!
+//! A tensor imported from Python (a NumPy array, say) is freed by its producer's deleter, which
+//! takes the GIL. Dropping such an import on a thread other than the one holding the GIL blocks
+//! until the GIL is released; drop it while attached, or from a thread that can wait.
+//!
 //! # Exceptions
 //!
 //! | error | Python exception |
@@ -433,6 +439,9 @@ impl ExportOnce {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let request = export_request(stream, max_version, dl_device, copy);
+        // Refuse bad arguments before taking the tensor, so that a corrected call can still
+        // export it.
+        request.check(self.device)?;
         let tensor = self
             .inner
             .lock()

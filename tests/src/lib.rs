@@ -257,3 +257,12 @@ pub fn bytes_of<T: Copy>(values: &[T]) -> Vec<u8> {
 
 /// The read-only flag, for readability in tests.
 pub const READ_ONLY: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY;
+
+/// Cases per property test: `PROPTEST_CASES` from the environment when set (the leak check
+/// under valgrind lowers it), else `default`.
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

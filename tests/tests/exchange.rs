@@ -605,3 +605,110 @@ fn from_dlpack_exchanges_rust_to_rust() {
     drop(view);
     assert_eq!(counter.get(), 2);
 }
+
+#[test]
+fn huge_broadcasts_give_errors_not_aborts() {
+    // 2^40 elements, all the same 4 bytes: a valid stride-0 layout whose copy cannot fit.
+    let counter = Counter::new();
+    let mut t = Tensor::new(vec![7i32], &[1 << 40], &counter);
+    t.strides = Some(vec![0]);
+    let view = Strided::<i32>::from_managed(t.to_dlpack().unwrap()).unwrap();
+    assert_eq!(view.data.get(&[(1 << 40) - 1]).unwrap(), 7);
+    assert!(
+        matches!(view.data.to_vec(), Err(LayoutError::CopyTooLarge { numel, element_bytes: 4 }) if numel == 1 << 40)
+    );
+    let mut t = Tensor::new(vec![7i32], &[1 << 62], &counter);
+    t.strides = Some(vec![0]);
+    let err = t
+        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::Layout(LayoutError::CopyTooLarge {
+            numel: 1 << 62,
+            element_bytes: 4
+        })
+    );
+    drop(view);
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn invalid_bool_errors_name_the_logical_index() {
+    let counter = Counter::new();
+    let foreign = Foreign::new(&[1, 1, 2, 1], DataType::BOOL, &[2, 2]);
+    // SAFETY: a valid, owned managed tensor.
+    let managed =
+        unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
+    let view = Strided::<bool>::from_managed(managed).unwrap();
+    assert_eq!(
+        view.data.get(&[1, 0]).unwrap_err(),
+        LayoutError::InvalidValue {
+            index: 2,
+            bytes: vec![2],
+            dtype: DataType::BOOL
+        }
+    );
+    assert_eq!(
+        view.data.to_vec().unwrap_err(),
+        LayoutError::InvalidValue {
+            index: 2,
+            bytes: vec![2],
+            dtype: DataType::BOOL
+        }
+    );
+}
+
+/// A hand-written producer whose description panics on its second call (inside the export
+/// block): the owner must still be dropped exactly once.
+struct Flaky {
+    data: Vec<f32>,
+    shape: Vec<usize>,
+    calls: std::cell::Cell<usize>,
+    _guard: DropGuard,
+}
+
+impl DlpackExport for Flaky {
+    fn export_parts(&self) -> dlpack_runtime::ExportParts<'_> {
+        dlpack_runtime::ExportParts::shared(&self.data, &self.shape)
+    }
+    fn export_parts_mut(&mut self) -> dlpack_runtime::ExportParts<'_> {
+        self.calls.set(self.calls.get() + 1);
+        assert!(self.calls.get() < 2, "second description panics");
+        dlpack_runtime::ExportParts::unique(&mut self.data, &self.shape)
+    }
+}
+
+#[test]
+fn a_panicking_producer_is_still_dropped_once() {
+    let counter = Counter::new();
+    let flaky = Flaky {
+        data: vec![1.0],
+        shape: vec![1],
+        calls: std::cell::Cell::new(0),
+        _guard: counter.guard(),
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flaky.to_dlpack()));
+    assert!(result.is_err());
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn byte_offsets_that_split_elements_are_refused() {
+    let counter = Counter::new();
+    let mut t = Tensor::new(vec![1.0f32, 2.0, 3.0], &[2], &counter);
+    t.offset = 2;
+    let err = t.to_dlpack().unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::Layout(LayoutError::OffsetNotElementAligned {
+            byte_offset: 2,
+            element_bytes: 4
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot export: byte_offset is 2 bytes, expected a multiple of the element size (4 bytes); is it given in elements?"
+    );
+    assert_eq!(counter.get(), 1);
+}

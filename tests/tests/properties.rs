@@ -63,7 +63,7 @@ fn layout() -> impl Strategy<Value = (Vec<usize>, Vec<isize>)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2048))]
+    #![proptest_config(ProptestConfig::with_cases(dlpack_tests::proptest_cases(2048)))]
 
     #[test]
     fn round_trip_preserves_every_element((shape, strides) in layout(), slack in 0usize..3) {
@@ -192,7 +192,7 @@ mod raw_validation {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4096))]
+        #![proptest_config(ProptestConfig::with_cases(dlpack_tests::proptest_cases(4096)))]
 
         /// Validation never panics, and an accepted layout's every element lies inside the span
         /// it reports, which fits the address space.

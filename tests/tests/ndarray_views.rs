@@ -1,0 +1,174 @@
+//! `ndarray` views of imported tensors and export of owned arrays (feature `ndarray`).
+
+use dlpack_runtime::{
+    DataType, DlpackExport, DlpackImport, ImportedData, LayoutError, ManagedTensor,
+};
+use dlpack_tests::{Counter, Foreign, READ_ONLY, bytes_of};
+use ndarray::{Array, ArrayD, Ix2, IxDyn, array, s};
+
+#[derive(DlpackImport)]
+struct View<T: dlpack_runtime::Element> {
+    #[dlpack(data)]
+    data: ImportedData<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+}
+
+fn import<T: dlpack_runtime::Element>(foreign: Foreign, counter: &Counter) -> View<T> {
+    // SAFETY: `versioned` returns a valid, owned managed tensor.
+    let managed = unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(counter)) }.unwrap();
+    View::from_managed(managed).unwrap()
+}
+
+#[test]
+fn negative_strides_view() {
+    // C02: arange(12).reshape(3, 4)[:, ::-1].
+    let values: Vec<f64> = (0..12).map(f64::from).collect();
+    let counter = Counter::new();
+    let mut view = import::<f64>(
+        Foreign::new(&bytes_of(&values), DataType::F64, &[3, 4])
+            .strides(&[4, -1])
+            .data_offset(3 * 8),
+        &counter,
+    );
+    let expected = Array::from_shape_vec((3, 4), values)
+        .unwrap()
+        .slice_move(s![.., ..;-1]);
+    let a = view
+        .data
+        .as_array()
+        .unwrap()
+        .into_dimensionality::<Ix2>()
+        .unwrap();
+    assert_eq!(a, expected);
+    assert_eq!(a.strides(), [4, -1]);
+    assert_eq!(a.as_ptr(), view.data.as_ptr(), "zero-copy");
+    let mut m = view.data.as_array_mut().unwrap();
+    m[[0, 0]] = -1.0;
+    assert_eq!(view.data.get(&[0, 0]).unwrap(), -1.0);
+    drop(view);
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+fn broadcast_views_read_and_refuse_mutation() {
+    let counter = Counter::new();
+    let mut view = import::<i64>(
+        Foreign::new(&bytes_of(&[9i64]), DataType::I64, &[4, 3]).strides(&[0, 0]),
+        &counter,
+    );
+    assert_eq!(
+        view.data.as_array().unwrap(),
+        ArrayD::from_elem(IxDyn(&[4, 3]), 9)
+    );
+    let err = view.data.as_array_mut().unwrap_err();
+    assert_eq!(
+        err,
+        LayoutError::Overlapping {
+            shape: vec![4, 3],
+            strides: vec![0, 0]
+        }
+    );
+    // Overlap without a zero stride: rows of 3 elements advancing by 2.
+    let mut view = import::<i64>(
+        Foreign::new(&bytes_of(&[0i64, 1, 2, 3, 4, 5, 6]), DataType::I64, &[3, 3]).strides(&[2, 1]),
+        &counter,
+    );
+    assert_eq!(
+        view.data
+            .as_array()
+            .unwrap()
+            .into_dimensionality::<Ix2>()
+            .unwrap(),
+        array![[0, 1, 2], [2, 3, 4], [4, 5, 6]]
+    );
+    assert!(matches!(
+        view.data.as_array_mut(),
+        Err(LayoutError::Overlapping { .. })
+    ));
+}
+
+#[test]
+fn read_only_zero_size_and_bool_checks() {
+    let counter = Counter::new();
+    let mut view = import::<u8>(
+        Foreign::new(&[1, 2, 3], DataType::U8, &[3]).flags(READ_ONLY),
+        &counter,
+    );
+    assert_eq!(view.data.as_array().unwrap().as_slice().unwrap(), [1, 2, 3]);
+    assert_eq!(view.data.as_array_mut().unwrap_err(), LayoutError::ReadOnly);
+
+    let view = import::<f32>(
+        Foreign::new(&[], DataType::F32, &[2, 0, 3]).null_data(),
+        &counter,
+    );
+    assert_eq!(view.data.as_array().unwrap().shape(), [2, 0, 3]);
+
+    let view = import::<bool>(Foreign::new(&[1, 0, 5], DataType::BOOL, &[3]), &counter);
+    assert_eq!(
+        view.data.as_array().unwrap_err(),
+        LayoutError::InvalidValue {
+            index: 2,
+            bytes: vec![5],
+            dtype: DataType::BOOL
+        }
+    );
+    let view = import::<bool>(Foreign::new(&[1, 0, 1], DataType::BOOL, &[3]), &counter);
+    assert_eq!(
+        view.data.as_array().unwrap().as_slice().unwrap(),
+        [true, false, true]
+    );
+}
+
+#[test]
+fn fortran_sliced_view() {
+    // C03 (c): Fortran-order (3, 4) sliced [::2, :], strides (2, 3).
+    let values: Vec<i64> = (0..12).collect();
+    let counter = Counter::new();
+    let fortran: Vec<i64> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| i * 4 + j))
+        .collect();
+    let view = import::<i64>(
+        Foreign::new(&bytes_of(&fortran), DataType::I64, &[2, 4]).strides(&[2, 3]),
+        &counter,
+    );
+    let a = view
+        .data
+        .as_array()
+        .unwrap()
+        .into_dimensionality::<Ix2>()
+        .unwrap();
+    assert_eq!(a, array![[0, 1, 2, 3], [8, 9, 10, 11]]);
+    assert_eq!(values.len(), 12);
+}
+
+#[test]
+fn owned_arrays_export_zero_copy_with_their_strides() {
+    let a = Array::from_shape_vec((3, 4), (0..12).map(|v| v as f32).collect()).unwrap();
+    let flipped = a.slice_move(s![..;-1, 1..;2]);
+    let expected = flipped.clone();
+    let first = flipped.as_ptr();
+    let managed = flipped.to_dlpack().unwrap();
+    assert!(!managed.is_read_only());
+    let view = View::<f32>::from_managed(managed).unwrap();
+    assert_eq!(view.shape, [3, 2]);
+    assert_eq!(view.strides, [-4, 2]);
+    assert_eq!(view.data.as_ptr(), first, "zero-copy");
+    assert_eq!(
+        view.data
+            .as_array()
+            .unwrap()
+            .into_dimensionality::<Ix2>()
+            .unwrap(),
+        expected
+    );
+
+    let empty = Array::<f64, _>::zeros((0, 5));
+    let view = View::<f64>::from_managed(empty.to_dlpack().unwrap()).unwrap();
+    assert_eq!(view.shape, [0, 5]);
+    let scalar = ndarray::arr0(2.5f64);
+    let view = View::<f64>::from_managed(scalar.to_dlpack().unwrap()).unwrap();
+    assert_eq!(view.data.get(&[]).unwrap(), 2.5);
+}
