@@ -1,1 +1,2 @@
-//! Runnable examples; see `quickstart/main.rs`.
+//! Runnable examples: `quickstart/main.rs` and `candle_style/main.rs` (feature `python`), and the
+//! Python extension module in `python-ext/` (built with maturin).

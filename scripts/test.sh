@@ -14,11 +14,14 @@ echo "==> cargo test (default features)"
 cargo test --workspace --locked
 echo "==> cargo test (all features: python)"
 cargo test --workspace --all-features --locked
+echo "==> example extension module: maturin develop into .venv, then pytest"
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --manifest-path examples/python-ext/Cargo.toml
+.venv/bin/python -m pytest -q examples/python-ext/tests
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect" \
-        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties
+        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles
 else
     echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
 fi

@@ -1,13 +1,14 @@
 //! The typed front end: the struct, its fields and their roles, read from `syn`'s tree.
 //!
 //! Reading records every attribute error in the [`Ctxt`] and goes on, so that one run reports
-//! them all; the rules between fields (each role once, `data` and `shape` present) are in
-//! [`crate::check`].
+//! them all; the rules between fields and options (each role once, `data` and `shape` present,
+//! one kind of offset, constraints that agree) are in [`crate::check`].
 
+use proc_macro2::Span;
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, Member, Token, Type};
 
-use crate::attr::{ContainerAttr, FieldAttr, Role};
+use crate::attr::{Constraint, ConstraintKind, ContainerAttr, FieldAttr, Role};
 use crate::ctxt::Ctxt;
 
 /// Which derive is running.
@@ -27,6 +28,24 @@ impl Derive {
             Derive::Import => "DlpackImport",
         }
     }
+
+    /// The derive that turns an enum of buffers into a `#[dlpack(data)]` type for this one.
+    fn storage_derive(self) -> &'static str {
+        match self {
+            Derive::Export => "DlpackStorage",
+            Derive::Import => "DlpackImportStorage",
+        }
+    }
+}
+
+/// The container's `#[dlpack(...)]` options, read and checked for duplicates.
+pub struct Options {
+    /// Path of the runtime crate: `#[dlpack(crate = "...")]`, or `::dlpack_runtime`.
+    pub krate: syn::Path,
+    /// `#[dlpack(readonly)]`: the keyword's span.
+    pub readonly: Option<Span>,
+    /// Consumer constraints, in the order written.
+    pub constraints: Vec<Constraint>,
 }
 
 /// A struct with fields, as the derives see it.
@@ -37,6 +56,12 @@ pub struct Container<'a> {
     pub generics: &'a Generics,
     /// Path of the runtime crate: `#[dlpack(crate = "...")]`, or `::dlpack_runtime`.
     pub krate: syn::Path,
+    /// `#[dlpack(readonly)]` on the struct: the keyword's span.
+    pub readonly: Option<Span>,
+    /// Consumer constraints on the struct, in the order written.
+    pub constraints: Vec<Constraint>,
+    /// Which derive is reading.
+    pub derive: Derive,
     /// Every field, in declaration order.
     pub fields: Vec<Field<'a>>,
     /// Whether every `#[dlpack(...)]` on the fields could be read. When one could not, the
@@ -60,13 +85,22 @@ pub struct Field<'a> {
 impl<'a> Container<'a> {
     /// Reads `input`. `None` when it is not a struct with fields; the reason is in `cx`.
     pub fn from_ast(cx: &Ctxt, input: &'a DeriveInput, derive: Derive) -> Option<Self> {
-        let krate = crate_path(cx, &input.attrs);
+        let Options {
+            krate,
+            readonly,
+            constraints,
+        } = options(cx, &input.attrs);
         let fields = match &input.data {
             Data::Struct(data) => &data.fields,
             Data::Enum(data) => {
                 cx.error_spanned_by(
                     data.enum_token,
-                    format_args!("`{}` cannot be derived for enums", derive.trait_name()),
+                    format_args!(
+                        "`{}` cannot be derived for enums: a storage enum derives `{}` and is the `#[dlpack(data)]` field of a struct that derives `{}`",
+                        derive.trait_name(),
+                        derive.storage_derive(),
+                        derive.trait_name()
+                    ),
                 );
                 return None;
             }
@@ -100,6 +134,9 @@ impl<'a> Container<'a> {
             ident: &input.ident,
             generics: &input.generics,
             krate,
+            readonly,
+            constraints,
+            derive,
             fields,
             attrs_complete,
             refused_roles,
@@ -115,9 +152,20 @@ impl Field<'_> {
 }
 
 /// The runtime crate's path from the container's `#[dlpack(...)]`, or `::dlpack_runtime`.
-/// Also reports every other mistake in those attributes.
-pub fn crate_path(cx: &Ctxt, attrs: &[Attribute]) -> syn::Path {
+/// Errors in those attributes are reported by [`options`]; this is for stand-in impls.
+pub fn crate_path(attrs: &[Attribute]) -> syn::Path {
+    let cx = Ctxt::new();
+    let krate = options(&cx, attrs).krate;
+    // Reported by whoever read the options for real.
+    let _ = cx.check();
+    krate
+}
+
+/// The container's `#[dlpack(...)]` options. Reports unreadable items and options given twice.
+pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
     let mut krate = None;
+    let mut readonly = None;
+    let mut constraints: Vec<Constraint> = Vec::new();
     for attr in dlpack_attrs(attrs) {
         let items =
             match attr.parse_args_with(Punctuated::<ContainerAttr, Token![,]>::parse_terminated) {
@@ -129,20 +177,43 @@ pub fn crate_path(cx: &Ctxt, attrs: &[Attribute]) -> syn::Path {
             };
         for item in items {
             match item {
-                ContainerAttr::Crate { token, path } => {
+                ContainerAttr::Crate { span, path } => {
                     if krate.is_some() {
-                        cx.error_spanned_by(
-                            token,
-                            "`#[dlpack(crate = ...)]` may only be specified once",
-                        );
+                        cx.error_at(span, "`#[dlpack(crate = ...)]` may only be specified once");
                     } else {
                         krate = Some(path);
+                    }
+                }
+                ContainerAttr::Readonly { span } => {
+                    if readonly.is_some() {
+                        cx.error_at(span, "`#[dlpack(readonly)]` may only be specified once");
+                    } else {
+                        readonly = Some(span);
+                    }
+                }
+                ContainerAttr::Constraint(constraint) => {
+                    let key = constraint.kind.key();
+                    if constraints.iter().any(|c| c.kind.key() == key) {
+                        let written = match constraint.kind {
+                            ConstraintKind::Writable => key.to_owned(),
+                            _ => format!("{key} = ..."),
+                        };
+                        cx.error_at(
+                            constraint.key,
+                            format_args!("`#[dlpack({written})]` may only be specified once"),
+                        );
+                    } else {
+                        constraints.push(constraint);
                     }
                 }
             }
         }
     }
-    krate.unwrap_or_else(|| syn::parse_quote!(::dlpack_runtime))
+    Options {
+        krate: krate.unwrap_or_else(|| syn::parse_quote!(::dlpack_runtime)),
+        readonly,
+        constraints,
+    }
 }
 
 /// The role given by a field's `#[dlpack(...)]`; a second role is an error, and is added to
@@ -190,6 +261,6 @@ fn field_role(
 }
 
 /// The attributes of this crate's namespace, `#[dlpack(...)]`.
-fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
+pub fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
     attrs.iter().filter(|attr| attr.path().is_ident("dlpack"))
 }

@@ -1,16 +1,19 @@
 //! The grammar of `#[dlpack(...)]`: field roles and container options.
 //!
 //! Both lists are comma-separated. A field's list holds role keywords ([`FieldAttr`]); the
-//! container's holds `key = value` options ([`ContainerAttr`]). An unknown key is answered by
-//! [`syn::parse::Lookahead1`], which lists what was expected; a key written in the wrong place
-//! gets an error saying where it belongs.
+//! container's holds options ([`ContainerAttr`]): `crate = "path"`, the flag `readonly`, and the
+//! consumer constraints `dtype = T`, `ndim = N`, `shape = [_, 3]`, `contiguous = "C"`,
+//! `device = "cpu"` and `writable`. An unknown key is answered by [`syn::parse::Lookahead1`],
+//! which lists what was expected; a key written in the wrong place gets an error saying where it
+//! belongs; a bad value gets an error saying what to write instead.
 
 use std::fmt;
 
 use proc_macro2::Span;
 use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
-use syn::{LitStr, Token, token};
+use syn::spanned::Spanned;
+use syn::{LitInt, LitStr, Token, token};
 
 /// The keywords of `#[dlpack(...)]` (`crate` is Rust's own keyword, `Token![crate]`).
 pub mod kw {
@@ -18,7 +21,13 @@ pub mod kw {
     syn::custom_keyword!(shape);
     syn::custom_keyword!(strides);
     syn::custom_keyword!(byte_offset);
+    syn::custom_keyword!(offset);
+    syn::custom_keyword!(dtype);
     syn::custom_keyword!(device);
+    syn::custom_keyword!(readonly);
+    syn::custom_keyword!(ndim);
+    syn::custom_keyword!(contiguous);
+    syn::custom_keyword!(writable);
 }
 
 /// What a field is to the tensor. A field has at most one role; `data` and `shape` are
@@ -33,18 +42,27 @@ pub enum Role {
     Strides,
     /// `byte_offset`: bytes from the buffer start to element `(0, ..., 0)`.
     ByteOffset,
+    /// `offset`: elements from the buffer start to element `(0, ..., 0)`.
+    Offset,
+    /// `dtype`: the element type, as a runtime `DataType`.
+    Dtype,
     /// `device`: where the memory lives.
     Device,
+    /// `readonly`: whether the memory may not be written.
+    Readonly,
 }
 
 impl Role {
     /// Every role, in the order the generated code handles them.
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 8] = [
         Role::Data,
         Role::Shape,
         Role::Strides,
         Role::ByteOffset,
+        Role::Offset,
+        Role::Dtype,
         Role::Device,
+        Role::Readonly,
     ];
 
     /// The keyword, as written in `#[dlpack(...)]`.
@@ -54,7 +72,33 @@ impl Role {
             Role::Shape => "shape",
             Role::Strides => "strides",
             Role::ByteOffset => "byte_offset",
+            Role::Offset => "offset",
+            Role::Dtype => "dtype",
             Role::Device => "device",
+            Role::Readonly => "readonly",
+        }
+    }
+
+    /// The role whose keyword comes next, without consuming it.
+    fn peek(input: ParseStream<'_>) -> Option<Role> {
+        if input.peek(kw::data) {
+            Some(Role::Data)
+        } else if input.peek(kw::shape) {
+            Some(Role::Shape)
+        } else if input.peek(kw::strides) {
+            Some(Role::Strides)
+        } else if input.peek(kw::byte_offset) {
+            Some(Role::ByteOffset)
+        } else if input.peek(kw::offset) {
+            Some(Role::Offset)
+        } else if input.peek(kw::dtype) {
+            Some(Role::Dtype)
+        } else if input.peek(kw::device) {
+            Some(Role::Device)
+        } else if input.peek(kw::readonly) {
+            Some(Role::Readonly)
+        } else {
+            None
         }
     }
 }
@@ -76,35 +120,70 @@ pub struct FieldAttr {
 
 impl Parse for FieldAttr {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        if input.peek(Token![crate]) {
-            let token: Token![crate] = input.parse()?;
+        if let Some(key) = peek_container_only_key(input) {
             return Err(syn::Error::new(
-                token.span,
-                "`#[dlpack(crate = ...)]` is a container option: write it on the struct, not on a field",
+                input.span(),
+                format_args!(
+                    "`{key}` is a container option: write `#[dlpack({key}{})]` on the struct, not on a field",
+                    if key == "writable" { "" } else { " = ..." }
+                ),
             ));
         }
         let lookahead = input.lookahead1();
-        let (role, span) = if lookahead.peek(kw::data) {
-            (Role::Data, input.parse::<kw::data>()?.span)
+        let role = if lookahead.peek(kw::data) {
+            Role::Data
         } else if lookahead.peek(kw::shape) {
-            (Role::Shape, input.parse::<kw::shape>()?.span)
+            Role::Shape
         } else if lookahead.peek(kw::strides) {
-            (Role::Strides, input.parse::<kw::strides>()?.span)
+            Role::Strides
         } else if lookahead.peek(kw::byte_offset) {
-            (Role::ByteOffset, input.parse::<kw::byte_offset>()?.span)
+            Role::ByteOffset
+        } else if lookahead.peek(kw::offset) {
+            Role::Offset
+        } else if lookahead.peek(kw::dtype) {
+            Role::Dtype
         } else if lookahead.peek(kw::device) {
-            (Role::Device, input.parse::<kw::device>()?.span)
+            Role::Device
+        } else if lookahead.peek(kw::readonly) {
+            Role::Readonly
         } else {
             return Err(lookahead.error());
         };
+        let span = input.parse::<proc_macro2::Ident>()?.span();
         if input.peek(Token![=]) || input.peek(token::Paren) {
-            let value = input.span();
-            return Err(syn::Error::new(
-                value,
-                format_args!("`{}` takes no value: write {role}", role.keyword()),
-            ));
+            let key = role.keyword();
+            let error = match role {
+                Role::Shape | Role::Dtype | Role::Device if input.peek(Token![=]) => {
+                    syn::Error::new(
+                        span,
+                        format_args!(
+                            "`{key} = ...` is a consumer constraint: write it on the struct; on a field, write `#[dlpack({key})]` with no value"
+                        ),
+                    )
+                }
+                _ => syn::Error::new(
+                    input.span(),
+                    format_args!("`{key}` takes no value: write {role}"),
+                ),
+            };
+            return Err(error);
         }
         Ok(FieldAttr { role, span })
+    }
+}
+
+/// Keys that are container options only, never field roles, when one comes next.
+fn peek_container_only_key(input: ParseStream<'_>) -> Option<&'static str> {
+    if input.peek(Token![crate]) {
+        Some("crate")
+    } else if input.peek(kw::ndim) {
+        Some("ndim")
+    } else if input.peek(kw::contiguous) {
+        Some("contiguous")
+    } else if input.peek(kw::writable) {
+        Some("writable")
+    } else {
+        None
     }
 }
 
@@ -113,30 +192,168 @@ pub enum ContainerAttr {
     /// `crate = "path"`: the path of `dlpack_runtime` when it is renamed.
     Crate {
         /// The `crate` keyword, for errors about this option.
-        token: Token![crate],
+        span: Span,
         /// The path, parsed from the string; its tokens carry the string's span.
         path: syn::Path,
     },
+    /// `readonly`: every export of the type is read-only.
+    Readonly {
+        /// The keyword.
+        span: Span,
+    },
+    /// A consumer constraint, checked at import.
+    Constraint(Constraint),
+}
+
+/// A consumer constraint: `key = value`, or the flag `writable`.
+pub struct Constraint {
+    /// The key's span, for errors about the constraint as a whole.
+    pub key: Span,
+    /// The value's span (the key's for `writable`), for errors about the value.
+    pub value_span: Span,
+    /// What it requires.
+    pub kind: ConstraintKind,
+}
+
+/// What a consumer constraint requires.
+pub enum ConstraintKind {
+    /// `dtype = T`: elements of the Rust element type `T`.
+    Dtype(syn::Type),
+    /// `ndim = N`.
+    Ndim(usize),
+    /// `shape = [_, 3]`: one entry per axis, `None` for `_`.
+    Shape(Vec<Option<usize>>),
+    /// `contiguous = "C" | "F" | "any"`.
+    Contiguous(Order),
+    /// `device = "cpu" | "cuda"`.
+    Device(DeviceKind),
+    /// `writable`.
+    Writable,
+}
+
+impl ConstraintKind {
+    /// The key, as written.
+    pub fn key(&self) -> &'static str {
+        match self {
+            ConstraintKind::Dtype(_) => "dtype",
+            ConstraintKind::Ndim(_) => "ndim",
+            ConstraintKind::Shape(_) => "shape",
+            ConstraintKind::Contiguous(_) => "contiguous",
+            ConstraintKind::Device(_) => "device",
+            ConstraintKind::Writable => "writable",
+        }
+    }
+}
+
+/// The memory order of `contiguous = "..."`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// `"C"`: row-major.
+    C,
+    /// `"F"`: column-major.
+    F,
+    /// `"any"`: either.
+    Any,
+}
+
+/// The device of `device = "..."`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// `"cpu"`: `kDLCPU`.
+    Cpu,
+    /// `"cuda"`: `kDLCUDA`.
+    Cuda,
 }
 
 impl Parse for ContainerAttr {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        if let Some(role) = peek_role(input) {
-            return Err(syn::Error::new(
-                input.span(),
-                format_args!("{role} is a field role: write it on a field, not on the struct"),
-            ));
+        if let Some(role) = Role::peek(input) {
+            let is_option =
+                matches!(role, Role::Shape | Role::Dtype | Role::Device) && input.peek2(Token![=]);
+            if !is_option && role != Role::Readonly {
+                let hint = match role {
+                    Role::Shape => "; as a consumer constraint, write `shape = [_, 3]`",
+                    Role::Dtype => "; as a consumer constraint, write `dtype = f32`",
+                    Role::Device => "; as a consumer constraint, write `device = \"cpu\"`",
+                    _ => "",
+                };
+                return Err(syn::Error::new(
+                    input.span(),
+                    format_args!(
+                        "{role} is a field role: write it on a field, not on the struct{hint}"
+                    ),
+                ));
+            }
         }
         let lookahead = input.lookahead1();
         if lookahead.peek(Token![crate]) {
             let token: Token![crate] = input.parse()?;
             input.parse::<Token![=]>()?;
             let path = parse_crate_path(input)?;
-            Ok(ContainerAttr::Crate { token, path })
+            Ok(ContainerAttr::Crate {
+                span: token.span,
+                path,
+            })
+        } else if lookahead.peek(kw::readonly) {
+            let span = input.parse::<kw::readonly>()?.span;
+            no_value(input, "readonly")?;
+            Ok(ContainerAttr::Readonly { span })
+        } else if lookahead.peek(kw::dtype) {
+            let key = input.parse::<kw::dtype>()?.span;
+            input.parse::<Token![=]>()?;
+            let (value_span, kind) = parse_dtype(input)?;
+            Ok(constraint(key, value_span, kind))
+        } else if lookahead.peek(kw::ndim) {
+            let key = input.parse::<kw::ndim>()?.span;
+            input.parse::<Token![=]>()?;
+            let (value_span, kind) = parse_ndim(input)?;
+            Ok(constraint(key, value_span, kind))
+        } else if lookahead.peek(kw::shape) {
+            let key = input.parse::<kw::shape>()?.span;
+            input.parse::<Token![=]>()?;
+            let (value_span, kind) = parse_shape(input)?;
+            Ok(constraint(key, value_span, kind))
+        } else if lookahead.peek(kw::contiguous) {
+            let key = input.parse::<kw::contiguous>()?.span;
+            input.parse::<Token![=]>()?;
+            let (value_span, kind) = parse_contiguous(input)?;
+            Ok(constraint(key, value_span, kind))
+        } else if lookahead.peek(kw::device) {
+            let key = input.parse::<kw::device>()?.span;
+            input.parse::<Token![=]>()?;
+            let (value_span, kind) = parse_device(input)?;
+            Ok(constraint(key, value_span, kind))
+        } else if lookahead.peek(kw::writable) {
+            let key = input.parse::<kw::writable>()?.span;
+            no_value(input, "writable")?;
+            Ok(ContainerAttr::Constraint(Constraint {
+                key,
+                value_span: key,
+                kind: ConstraintKind::Writable,
+            }))
         } else {
             Err(lookahead.error())
         }
     }
+}
+
+fn constraint(key: Span, value_span: Span, kind: ConstraintKind) -> ContainerAttr {
+    ContainerAttr::Constraint(Constraint {
+        key,
+        value_span,
+        kind,
+    })
+}
+
+/// A flag (`readonly`, `writable`) given a value.
+fn no_value(input: ParseStream<'_>, key: &str) -> syn::Result<()> {
+    if input.peek(Token![=]) || input.peek(token::Paren) {
+        return Err(syn::Error::new(
+            input.span(),
+            format_args!("`{key}` is a flag and takes no value: write `#[dlpack({key})]`"),
+        ));
+    }
+    Ok(())
 }
 
 /// The value of `crate = "path"`: a path, written as a string like serde's.
@@ -163,19 +380,143 @@ fn parse_crate_path(input: ParseStream<'_>) -> syn::Result<syn::Path> {
     })
 }
 
-/// The role whose keyword comes next, without consuming it.
-fn peek_role(input: ParseStream<'_>) -> Option<Role> {
-    if input.peek(kw::data) {
-        Some(Role::Data)
-    } else if input.peek(kw::shape) {
-        Some(Role::Shape)
-    } else if input.peek(kw::strides) {
-        Some(Role::Strides)
-    } else if input.peek(kw::byte_offset) {
-        Some(Role::ByteOffset)
-    } else if input.peek(kw::device) {
-        Some(Role::Device)
-    } else {
-        None
+/// `dtype = f32`: a Rust element type, not a string.
+fn parse_dtype(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    if input.peek(LitStr) {
+        let literal: LitStr = input.parse()?;
+        let message = match rust_element_type(&literal.value()) {
+            Some(ty) => {
+                format!("expected a Rust element type, not a string: write `dtype = {ty}`")
+            }
+            None => "expected a Rust element type such as `f32`, not a string".to_owned(),
+        };
+        return Err(syn::Error::new(literal.span(), message));
     }
+    let ty: syn::Type = input.parse().map_err(|error| {
+        syn::Error::new(
+            error.span(),
+            "expected a Rust element type, as in `dtype = f32`",
+        )
+    })?;
+    Ok((ty.span(), ConstraintKind::Dtype(ty)))
+}
+
+/// The Rust element type for a dtype written as a string, in Rust's or NumPy's spelling.
+fn rust_element_type(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "bool" => "bool",
+        "i8" | "int8" => "i8",
+        "i16" | "int16" => "i16",
+        "i32" | "int32" => "i32",
+        "i64" | "int64" => "i64",
+        "u8" | "uint8" => "u8",
+        "u16" | "uint16" => "u16",
+        "u32" | "uint32" => "u32",
+        "u64" | "uint64" => "u64",
+        "f16" | "float16" => "half::f16",
+        "bf16" | "bfloat16" => "half::bf16",
+        "f32" | "float32" => "f32",
+        "f64" | "float64" => "f64",
+        "complex64" => "num_complex::Complex<f32>",
+        "complex128" => "num_complex::Complex<f64>",
+        _ => return None,
+    })
+}
+
+/// `ndim = 2`.
+fn parse_ndim(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    let expected = "expected a number of axes, as in `ndim = 2`";
+    let literal: LitInt = input
+        .parse()
+        .map_err(|error| syn::Error::new(error.span(), expected))?;
+    let ndim = literal
+        .base10_parse::<usize>()
+        .map_err(|_| syn::Error::new(literal.span(), expected))?;
+    Ok((literal.span(), ConstraintKind::Ndim(ndim)))
+}
+
+/// `shape = [_, 3]`.
+fn parse_shape(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    if !input.peek(token::Bracket) {
+        return Err(syn::Error::new(
+            input.span(),
+            "expected a list of extents in brackets, `_` for any, as in `shape = [_, 3]`",
+        ));
+    }
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let mut pattern = Vec::new();
+    while !content.is_empty() {
+        if content.peek(Token![_]) {
+            content.parse::<Token![_]>()?;
+            pattern.push(None);
+        } else if content.peek(LitInt) {
+            let literal: LitInt = content.parse()?;
+            let extent = literal.base10_parse::<usize>().map_err(|_| {
+                syn::Error::new(literal.span(), "expected an extent that fits in `usize`")
+            })?;
+            pattern.push(Some(extent));
+        } else {
+            return Err(syn::Error::new(
+                content.span(),
+                "expected an extent or `_` (any extent), as in `shape = [_, 3]`",
+            ));
+        }
+        if content.is_empty() {
+            break;
+        }
+        content.parse::<Token![,]>()?;
+    }
+    Ok((brackets.span.join(), ConstraintKind::Shape(pattern)))
+}
+
+/// `contiguous = "C" | "F" | "any"`.
+fn parse_contiguous(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    let expected = "expected `\"C\"` (row-major), `\"F\"` (column-major) or `\"any\"` (either)";
+    let literal = string_value(input, "contiguous", expected)?;
+    let order = match literal.value().as_str() {
+        "C" => Order::C,
+        "F" => Order::F,
+        "any" => Order::Any,
+        other => {
+            return Err(syn::Error::new(
+                literal.span(),
+                format_args!("{expected}, found `{other:?}`"),
+            ));
+        }
+    };
+    Ok((literal.span(), ConstraintKind::Contiguous(order)))
+}
+
+/// `device = "cpu" | "cuda"`.
+fn parse_device(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    let expected = "expected `\"cpu\"` or `\"cuda\"`";
+    let literal = string_value(input, "device", expected)?;
+    let device = match literal.value().as_str() {
+        "cpu" => DeviceKind::Cpu,
+        "cuda" => DeviceKind::Cuda,
+        other => {
+            return Err(syn::Error::new(
+                literal.span(),
+                format_args!("{expected}, found `{other:?}`"),
+            ));
+        }
+    };
+    Ok((literal.span(), ConstraintKind::Device(device)))
+}
+
+/// A string value; anything else gets "`expected`: write `key = "..."`".
+fn string_value(input: ParseStream<'_>, key: &str, expected: &str) -> syn::Result<LitStr> {
+    if input.peek(LitStr) {
+        return input.parse();
+    }
+    let found = input
+        .fork()
+        .parse::<proc_macro2::TokenTree>()
+        .map(|token| token.to_string());
+    let message = match found {
+        Ok(word) => format!("{expected} as a string: write `{key} = \"{word}\"`"),
+        Err(_) => format!("{expected} as a string"),
+    };
+    Err(syn::Error::new(input.span(), message))
 }

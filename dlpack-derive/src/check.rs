@@ -1,7 +1,11 @@
-//! The rules between fields: each role at most once, `data` and `shape` exactly once.
+//! The rules between fields and options: each role at most once, `data` and `shape` exactly
+//! once, one kind of offset, a read-only flag given once, and consumer constraints that agree
+//! with each other and with the fields.
 
-use crate::ast::{Container, Field};
-use crate::attr::Role;
+use proc_macro2::Span;
+
+use crate::ast::{Container, Derive, Field};
+use crate::attr::{ConstraintKind, Order, Role};
 use crate::ctxt::Ctxt;
 
 /// Roles every tensor needs.
@@ -15,12 +19,8 @@ pub struct Roles<'c, 'a> {
     pub data: &'c Field<'a>,
     /// `#[dlpack(shape)]`.
     pub shape: &'c Field<'a>,
-    /// `#[dlpack(strides)]`, if any.
-    pub strides: Option<&'c Field<'a>>,
-    /// `#[dlpack(byte_offset)]`, if any.
-    pub byte_offset: Option<&'c Field<'a>>,
-    /// `#[dlpack(device)]`, if any.
-    pub device: Option<&'c Field<'a>>,
+    /// The optional roles, by [`Role`], in [`Role::ALL`] order.
+    optional: Vec<(Role, &'c Field<'a>)>,
 }
 
 impl<'c, 'a> Roles<'c, 'a> {
@@ -29,9 +29,11 @@ impl<'c, 'a> Roles<'c, 'a> {
         match role {
             Role::Data => Some(self.data),
             Role::Shape => Some(self.shape),
-            Role::Strides => self.strides,
-            Role::ByteOffset => self.byte_offset,
-            Role::Device => self.device,
+            _ => self
+                .optional
+                .iter()
+                .find(|(r, _)| *r == role)
+                .map(|(_, field)| *field),
         }
     }
 }
@@ -60,13 +62,143 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
             );
         }
     }
+    one_offset(cx, cont);
+    if cont.derive == Derive::Export {
+        readonly_once(cx, cont);
+    }
+    if cont.derive == Derive::Import {
+        constraints_agree(cx, cont);
+    }
     let find = |role| cont.fields.iter().find(|field| field.role() == Some(role));
+    let optional = Role::ALL
+        .into_iter()
+        .filter(|role| !REQUIRED.contains(role))
+        .filter_map(|role| Some((role, find(role)?)))
+        .collect();
     Some(Roles {
         cont,
         data: find(Role::Data)?,
         shape: find(Role::Shape)?,
-        strides: find(Role::Strides),
-        byte_offset: find(Role::ByteOffset),
-        device: find(Role::Device),
+        optional,
     })
+}
+
+/// `offset` (elements) and `byte_offset` (bytes) say the same thing: one of them, at most.
+fn one_offset(cx: &Ctxt, cont: &Container<'_>) {
+    let mut offsets = cont
+        .fields
+        .iter()
+        .filter_map(|field| field.role.as_ref())
+        .filter(|attr| matches!(attr.role, Role::Offset | Role::ByteOffset));
+    let Some(first) = offsets.next() else {
+        return;
+    };
+    if let Some(second) = offsets.find(|attr| attr.role != first.role) {
+        cx.error_at(
+            second.span,
+            format_args!(
+                "a tensor has one start offset, and this struct already has {}: keep `#[dlpack(offset)]` (in elements) or `#[dlpack(byte_offset)]` (in bytes), not both",
+                first.role
+            ),
+        );
+    }
+}
+
+/// A struct marked `#[dlpack(readonly)]` is always exported read-only: a read-only field would
+/// say nothing more.
+fn readonly_once(cx: &Ctxt, cont: &Container<'_>) {
+    if cont.readonly.is_none() {
+        return;
+    }
+    let field = cont
+        .fields
+        .iter()
+        .filter_map(|field| field.role.as_ref())
+        .find(|attr| attr.role == Role::Readonly);
+    if let Some(attr) = field {
+        cx.error_at(
+            attr.span,
+            "the struct is marked `#[dlpack(readonly)]`, so every export is read-only: remove the flag to decide per value with this field, or remove the field's role",
+        );
+    }
+}
+
+/// Consumer constraints that contradict each other or the fields.
+fn constraints_agree(cx: &Ctxt, cont: &Container<'_>) {
+    let has_strides = cont
+        .fields
+        .iter()
+        .any(|field| field.role() == Some(Role::Strides));
+    let shape_pattern = cont.constraints.iter().find_map(|c| match &c.kind {
+        ConstraintKind::Shape(pattern) => Some(pattern.len()),
+        _ => None,
+    });
+    let fixed_rank = cont
+        .fields
+        .iter()
+        .find(|field| field.role() == Some(Role::Shape))
+        .and_then(|field| array_len(field.ty));
+    for constraint in &cont.constraints {
+        match &constraint.kind {
+            ConstraintKind::Contiguous(order @ (Order::F | Order::Any)) if !has_strides => {
+                let written = if *order == Order::F { "F" } else { "any" };
+                cx.error_at(
+                    constraint.value_span,
+                    format_args!(
+                        "`contiguous = \"{written}\"` accepts column-major data, which a type without strides cannot describe: add a field marked `#[dlpack(strides)]`, or write `contiguous = \"C\"` (what a type without strides requires anyway)"
+                    ),
+                );
+            }
+            ConstraintKind::Ndim(ndim) => {
+                if let Some(axes) = shape_pattern.filter(|&axes| axes != *ndim) {
+                    cx.error_at(
+                        constraint.value_span,
+                        format_args!(
+                            "`ndim = {ndim}` contradicts the `shape` constraint, which has {axes} axes: remove `ndim`, the shape implies it"
+                        ),
+                    );
+                } else {
+                    rank_agrees(cx, constraint.value_span, "ndim", *ndim, fixed_rank);
+                }
+            }
+            ConstraintKind::Shape(pattern) => {
+                rank_agrees(
+                    cx,
+                    constraint.value_span,
+                    "shape",
+                    pattern.len(),
+                    fixed_rank,
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A rank constraint against a shape field of fixed rank, `[usize; N]`.
+fn rank_agrees(cx: &Ctxt, span: Span, key: &str, ndim: usize, fixed_rank: Option<usize>) {
+    if let Some(len) = fixed_rank.filter(|&len| len != ndim) {
+        cx.error_at(
+            span,
+            format_args!(
+                "the `{key}` constraint asks for {ndim} axes, but the shape field `[usize; {len}]` holds {len}: make them agree"
+            ),
+        );
+    }
+}
+
+/// `N` of an array type `[T; N]` written with a literal length.
+fn array_len(ty: &syn::Type) -> Option<usize> {
+    match ty {
+        syn::Type::Array(array) => match &array.len {
+            syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Int(len),
+                ..
+            }) => len.base10_parse().ok(),
+            _ => None,
+        },
+        syn::Type::Paren(inner) => array_len(&inner.elem),
+        syn::Type::Group(inner) => array_len(&inner.elem),
+        _ => None,
+    }
 }

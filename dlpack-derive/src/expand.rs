@@ -12,7 +12,7 @@ use quote::{ToTokens, format_ident, quote};
 use syn::DeriveInput;
 
 use crate::ast::{Container, Derive, Field};
-use crate::attr::Role;
+use crate::attr::{Constraint, ConstraintKind, DeviceKind, Order, Role};
 use crate::check::{self, Roles};
 use crate::ctxt::Ctxt;
 
@@ -43,10 +43,7 @@ pub fn derive(input: &DeriveInput, derive: Derive) -> syn::Result<TokenStream> {
 /// producer or consumer then compiles, and the user sees the derive's errors only.
 pub fn fallback(input: &DeriveInput, derive: Derive, errors: syn::Error) -> TokenStream {
     let errors = errors.into_compile_error();
-    let cx = Ctxt::new();
-    let krate = crate::ast::crate_path(&cx, &input.attrs);
-    // Already reported by `derive`.
-    let _ = cx.check();
+    let krate = crate::ast::crate_path(&input.attrs);
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let (trait_name, items) = match derive {
@@ -89,12 +86,20 @@ fn export(roles: &Roles<'_, '_>) -> TokenStream {
     let (krate, ident) = (&cont.krate, cont.ident);
     let (impl_generics, ty_generics, _) = cont.generics.split_for_impl();
     let where_clause = where_clause(roles, Derive::Export);
-    let shared = export_parts(roles, quote!(shared), quote!(&));
-    let unique = export_parts(roles, quote!(unique), quote!(&mut));
+    // Consumer constraints on a producer: an error at each, unless the type is also a consumer.
+    let needs_import = cont.constraints.iter().map(|constraint| {
+        respan(
+            quote!(#krate::__private::constraint_needs_import::<Self>();),
+            constraint.key,
+        )
+    });
+    let shared = export_parts(roles, false);
+    let unique = export_parts(roles, true);
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackExport for #ident #ty_generics #where_clause {
             fn export_parts(&self) -> #krate::__private::ExportParts<'_> {
+                #(#needs_import)*
                 #shared
             }
             fn export_parts_mut(&mut self) -> #krate::__private::ExportParts<'_> {
@@ -104,54 +109,80 @@ fn export(roles: &Roles<'_, '_>) -> TokenStream {
     }
 }
 
-/// `ExportParts::#constructor(#borrow self.data, shape)`, then a builder call per optional
-/// role. The where clause guarantees the trait calls; the plain-typed fields are spanned at
-/// their type, where a type mismatch is reported.
-fn export_parts(
-    roles: &Roles<'_, '_>,
-    constructor: TokenStream,
-    borrow: TokenStream,
-) -> TokenStream {
+/// `ExportParts` of the data and shape fields, borrowed shared or uniquely, then a builder call
+/// per optional role. The where clause guarantees the trait calls; the plain-typed fields are
+/// spanned at their type, where a type mismatch is reported.
+fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
     let krate = &roles.cont.krate;
     let data = &roles.data.member;
     let shape = &roles.shape.member;
-    let strides = roles.strides.map(|field| {
-        let member = &field.member;
-        quote!(.with_strides(#krate::__private::AsStrides::as_strides(&self.#member)))
-    });
-    let byte_offset = roles.byte_offset.map(|field| {
+    let shape = quote!(#krate::__private::AsShape::as_shape(&self.#shape));
+    let head = if unique {
+        quote! {
+            #krate::__private::ExportParts::new(
+                #krate::__private::AsExportBuffer::as_export_buffer_mut(&mut self.#data),
+                #shape,
+            )
+        }
+    } else {
+        quote! {
+            #krate::__private::ExportParts::shared(
+                #krate::__private::AsExportBuffer::as_export_buffer(&self.#data),
+                #shape,
+            )
+        }
+    };
+    let builders = Role::ALL.into_iter().filter_map(|role| {
+        let field = roles.get(role)?;
         let member = &field.member;
         let value = TypeSpan::of(field).across(quote!(self.#member));
-        quote!(.with_byte_offset(#value))
+        match role {
+            Role::Data | Role::Shape => None,
+            Role::Strides => {
+                Some(quote!(.with_strides(#krate::__private::AsStrides::as_strides(&self.#member))))
+            }
+            Role::ByteOffset => Some(quote!(.with_byte_offset(#value))),
+            Role::Offset => Some(quote!(.with_offset(#value))),
+            Role::Dtype => Some(quote!(.with_dtype(#value))),
+            Role::Device => Some(quote!(.with_device(#value))),
+            Role::Readonly => Some(quote!(.with_read_only(#value))),
+        }
     });
-    let device = roles.device.map(|field| {
-        let member = &field.member;
-        let value = TypeSpan::of(field).across(quote!(self.#member));
-        quote!(.with_device(#value))
-    });
+    let readonly = roles
+        .cont
+        .readonly
+        .map(|span| respan(quote!(.with_read_only(true)), span));
     quote! {
-        #krate::__private::ExportParts::#constructor(
-            #borrow self.#data,
-            #krate::__private::AsShape::as_shape(&self.#shape),
-        )
-        #strides
-        #byte_offset
-        #device
+        #head
+        #(#builders)*
+        #readonly
     }
 }
 
-/// `impl DlpackImport`: validate once, read the layout into the role fields, then move the
-/// managed tensor into the data field. Other fields get `Default::default()`.
+/// `impl DlpackImport`: check the constraints and validate once, read the layout into the role
+/// fields, then move the managed tensor into the data field. Other fields get
+/// `Default::default()`.
 fn import(roles: &Roles<'_, '_>) -> TokenStream {
     let cont = roles.cont;
     let (krate, ident) = (&cont.krate, cont.ident);
     let (impl_generics, ty_generics, _) = cont.generics.split_for_impl();
     let where_clause = where_clause(roles, Derive::Import);
     // Without a strides field the type cannot describe a strided layout: require C order.
-    let contiguity = match roles.strides {
+    let contiguity = match roles.get(Role::Strides) {
         None => quote!(.contiguous(#krate::__private::Contiguity::C)),
         Some(_) => TokenStream::new(),
     };
+    let constraints = cont
+        .constraints
+        .iter()
+        .map(|constraint| constraint_builder(krate, constraint));
+    // The producer-side flag on a consumer: an error, unless the type is also a producer.
+    let needs_export = cont.readonly.map(|span| {
+        respan(
+            quote!(#krate::__private::readonly_needs_export::<Self>();),
+            span,
+        )
+    });
     // Every role but `data` is read from the layout, which borrows the managed tensor, before
     // `data` takes it. Trait calls are guaranteed by the where clause; the plain-typed values
     // are spanned at their field's type, where a type mismatch is reported.
@@ -161,6 +192,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         .filter_map(|field| {
             let role = field.role()?;
             let ty = field.ty;
+            let span = TypeSpan::of(field);
             let read = match role {
                 Role::Data => return None,
                 Role::Shape => quote! {
@@ -169,10 +201,13 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                 Role::Strides => quote! {
                     <#ty as #krate::__private::FromStrides>::from_strides(&__dlpack_layout)?
                 },
-                Role::ByteOffset => {
-                    TypeSpan::of(field).across(quote!(__dlpack_layout.byte_offset()))
-                }
-                Role::Device => TypeSpan::of(field).across(quote!(__dlpack_layout.device())),
+                Role::ByteOffset => span.across(quote!(__dlpack_layout.byte_offset())),
+                Role::Offset => span.across(quote!(
+                    #krate::__private::element_offset(&__dlpack_layout)?
+                )),
+                Role::Dtype => span.across(quote!(__dlpack_layout.dtype())),
+                Role::Device => span.across(quote!(__dlpack_layout.device())),
+                Role::Readonly => span.across(quote!(__dlpack_managed.is_read_only())),
             };
             Some((local(role), read))
         })
@@ -192,7 +227,10 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
             fn from_managed(
                 __dlpack_managed: #krate::__private::ManagedTensor,
             ) -> ::core::result::Result<Self, #krate::__private::ImportError> {
-                let __dlpack_constraints = #krate::__private::ImportConstraints::new() #contiguity;
+                #needs_export
+                let __dlpack_constraints = #krate::__private::ImportConstraints::new()
+                    #contiguity
+                    #(#constraints)*;
                 let (#(#locals,)*) = {
                     let __dlpack_layout = #krate::__private::import_layout(&__dlpack_managed, &__dlpack_constraints)?;
                     (#(#reads,)*)
@@ -201,6 +239,42 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                 ::core::result::Result::Ok(Self { #(#inits,)* })
             }
         }
+    }
+}
+
+/// The `ImportConstraints` builder call of one consumer constraint. `dtype = T` is spanned at
+/// `T`, so a type that is not an element type is reported there.
+fn constraint_builder(krate: &syn::Path, constraint: &Constraint) -> TokenStream {
+    let private = quote!(#krate::__private);
+    match &constraint.kind {
+        ConstraintKind::Dtype(ty) => {
+            let element = TypeSpan::of_type(ty).across(quote!(<#ty as #private::Element>::DTYPE));
+            quote!(.dtype(#element))
+        }
+        ConstraintKind::Ndim(ndim) => quote!(.ndim(#ndim)),
+        ConstraintKind::Shape(pattern) => {
+            let axes = pattern.iter().map(|axis| match axis {
+                Some(extent) => quote!(::core::option::Option::Some(#extent)),
+                None => quote!(::core::option::Option::None),
+            });
+            quote!(.shape(&[#(#axes),*]))
+        }
+        ConstraintKind::Contiguous(order) => {
+            let order = match order {
+                Order::C => quote!(C),
+                Order::F => quote!(F),
+                Order::Any => quote!(Any),
+            };
+            quote!(.contiguous(#private::Contiguity::#order))
+        }
+        ConstraintKind::Device(device) => {
+            let device = match device {
+                DeviceKind::Cpu => quote!(Cpu),
+                DeviceKind::Cuda => quote!(Cuda),
+            };
+            quote!(.device(#private::DeviceType::#device))
+        }
+        ConstraintKind::Writable => quote!(.writable(true)),
     }
 }
 
@@ -224,27 +298,30 @@ fn where_clause(roles: &Roles<'_, '_>, derive: Derive) -> TokenStream {
     let bounds = Role::ALL.into_iter().filter_map(|role| {
         let field = roles.get(role)?;
         let bound = bound_trait(role, derive)?;
-        let ty = field.ty;
-        let colon_bound = respan(
-            quote!(: #krate::__private::#bound),
-            TypeSpan::of(field).last,
-        );
-        Some(quote!(#ty #colon_bound))
+        Some(spanned_bound(field.ty, quote!(#krate::__private::#bound)))
     });
     quote!(where #(#existing,)* #(#bounds,)*)
+}
+
+/// `#ty: #bound`, the bound spanned at the type's last token, so that rustc reports an unfit
+/// type at the type, with the trait's `#[diagnostic::on_unimplemented]` message.
+pub fn spanned_bound(ty: &syn::Type, bound: TokenStream) -> TokenStream {
+    let colon_bound = respan(quote!(: #bound), TypeSpan::of_type(ty).last);
+    quote!(#ty #colon_bound)
 }
 
 /// The runtime trait a role field's type must implement, for roles with one.
 fn bound_trait(role: Role, derive: Derive) -> Option<TokenStream> {
     match (derive, role) {
-        (Derive::Export, Role::Data) => Some(quote!(ExportBuffer)),
+        (Derive::Export, Role::Data) => Some(quote!(AsExportBuffer)),
         (Derive::Export, Role::Shape) => Some(quote!(AsShape)),
         (Derive::Export, Role::Strides) => Some(quote!(AsStrides)),
         (Derive::Import, Role::Data) => Some(quote!(ImportBuffer)),
         (Derive::Import, Role::Shape) => Some(quote!(FromShape)),
         (Derive::Import, Role::Strides) => Some(quote!(FromStrides)),
-        // Plain types (`usize` or `u64`, `Device`): a mismatch is a type error at the field.
-        (_, Role::ByteOffset | Role::Device) => None,
+        // Plain types (`usize`, `DataType`, `Device`, `bool`): a mismatch is a type error at
+        // the field.
+        (_, Role::ByteOffset | Role::Offset | Role::Dtype | Role::Device | Role::Readonly) => None,
     }
 }
 
@@ -252,18 +329,19 @@ fn bound_trait(role: Role, derive: Derive) -> Option<TokenStream> {
 /// tokens spanned from the first to the last make rustc underline the whole type (a
 /// proc-macro span cannot cover several tokens by itself on stable).
 #[derive(Clone, Copy)]
-struct TypeSpan {
+pub struct TypeSpan {
     first: Span,
     last: Span,
 }
 
 impl TypeSpan {
     fn of(field: &Field<'_>) -> Self {
-        let mut tokens = field
-            .ty
-            .to_token_stream()
-            .into_iter()
-            .map(|token| token.span());
+        Self::of_type(field.ty)
+    }
+
+    /// The first and last token of `ty`.
+    pub fn of_type(ty: &syn::Type) -> Self {
+        let mut tokens = ty.to_token_stream().into_iter().map(|token| token.span());
         let first = tokens.next().unwrap_or_else(Span::call_site);
         let last = tokens.last().unwrap_or(first);
         TypeSpan { first, last }
@@ -271,7 +349,7 @@ impl TypeSpan {
 
     /// `tokens` spanned across the type: the first token at its first token, the others at
     /// its last, so that errors about the expression point at the field's type.
-    fn across(self, tokens: TokenStream) -> TokenStream {
+    pub fn across(self, tokens: TokenStream) -> TokenStream {
         let mut tokens = tokens.into_iter();
         let head: TokenStream = tokens.next().into_iter().collect();
         let mut out = respan(head, self.first);
@@ -281,7 +359,7 @@ impl TypeSpan {
 }
 
 /// `tokens` with every span set to `span`, so that errors in them point at the user's field.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut token| {

@@ -4,12 +4,17 @@ pub use core::default::Default;
 pub use core::option::Option::{self, None, Some};
 pub use core::result::Result::{self, Err, Ok};
 
-pub use crate::device::Device;
+pub use crate::device::{Device, DeviceType};
+pub use crate::dtype::Element;
 pub use crate::error::ImportError;
-pub use crate::export::{AsShape, AsStrides, DlpackExport, ExportBuffer, ExportParts};
+pub use crate::export::{
+    AsExportBuffer, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer, ExportParts,
+};
 pub use crate::import::{DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints};
 pub use crate::layout::{Contiguity, TensorLayout};
 pub use crate::managed::ManagedTensor;
+
+use crate::error::LayoutError;
 
 /// Generated `DlpackImport` code: the validated layout under `constraints`.
 pub fn import_layout<'a>(
@@ -18,3 +23,69 @@ pub fn import_layout<'a>(
 ) -> Result<TensorLayout<'a>, ImportError> {
     constraints.check(managed)
 }
+
+/// Generated `DlpackImport` code, `#[dlpack(offset)]`: `byte_offset` in elements.
+///
+/// # Errors
+///
+/// [`LayoutError::SubByteAccess`] for a non-zero offset of a dtype whose elements are not whole
+/// bytes, [`LayoutError::OffsetNotElementAligned`] when the offset splits an element.
+pub fn element_offset(layout: &TensorLayout<'_>) -> Result<usize, ImportError> {
+    let byte_offset = layout.byte_offset();
+    if byte_offset == 0 {
+        return Ok(0);
+    }
+    let dtype = layout.dtype();
+    let size = dtype
+        .element_bytes()
+        .ok_or(LayoutError::SubByteAccess { dtype })?;
+    if byte_offset % size != 0 {
+        return Err(LayoutError::OffsetNotElementAligned {
+            byte_offset,
+            element_bytes: size,
+        }
+        .into());
+    }
+    Ok(byte_offset / size)
+}
+
+/// Generated `DlpackImportStorage` code: the error when no variant accepts the tensor.
+pub fn no_variant<const N: usize>(
+    storage: &'static str,
+    reasons: [(&'static str, ImportError); N],
+) -> ImportError {
+    ImportError::NoVariant {
+        storage,
+        reasons: reasons.into(),
+    }
+}
+
+/// The bound generated where a consumer constraint (`dtype = ...`, `shape = [...]`, ...) is
+/// written on a type that derives `DlpackExport`: it holds when the type also derives
+/// `DlpackImport`, where the constraint applies.
+#[diagnostic::on_unimplemented(
+    message = "consumer constraints apply to `DlpackImport`, and `{Self}` is not a consumer",
+    label = "checked when importing, so it needs `#[derive(DlpackImport)]`",
+    note = "a producer describes its tensor with field roles; remove the constraint, or derive `DlpackImport` for `{Self}` too"
+)]
+pub trait ConstraintNeedsImport {}
+
+impl<T: DlpackImport> ConstraintNeedsImport for T {}
+
+/// Generated where a consumer constraint is written on a `DlpackExport` type.
+pub fn constraint_needs_import<T: ConstraintNeedsImport>() {}
+
+/// The bound generated where the container flag `#[dlpack(readonly)]` is written on a type that
+/// derives `DlpackImport`: it holds when the type also derives `DlpackExport`, where the flag
+/// applies.
+#[diagnostic::on_unimplemented(
+    message = "`#[dlpack(readonly)]` on the struct makes exports read-only, and `{Self}` is not a producer",
+    label = "applies to `DlpackExport`",
+    note = "a consumer requires writable memory with `#[dlpack(writable)]`, or receives the read-only flag in a `bool` field marked `#[dlpack(readonly)]`"
+)]
+pub trait ReadonlyNeedsExport {}
+
+impl<T: DlpackExport> ReadonlyNeedsExport for T {}
+
+/// Generated where the container flag `#[dlpack(readonly)]` is written on a `DlpackImport` type.
+pub fn readonly_needs_export<T: ReadonlyNeedsExport>() {}

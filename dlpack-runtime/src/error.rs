@@ -287,6 +287,11 @@ pub enum ExportError {
         /// The tensor's device.
         device: Device,
     },
+    /// A legacy tensor was asked of a tensor that exists only as a versioned one.
+    #[error(
+        "this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0)"
+    )]
+    VersionedOnly,
     /// The device field of the tensor disagrees with the buffer's own device.
     #[error("the device field says {field} but the buffer lives on {buffer}")]
     DeviceMismatch {
@@ -345,10 +350,56 @@ pub enum ImportError {
         /// `ndim` required.
         expected: usize,
     },
+    /// The consumer's dtype constraint (`dtype = ...`) fails.
+    #[error("tensor has dtype {found}, expected {expected}")]
+    Dtype {
+        /// The tensor's dtype.
+        found: DataType,
+        /// The dtype required.
+        expected: DataType,
+    },
+    /// The consumer's shape constraint (`shape = [...]`) fails.
+    #[error(
+        "tensor has shape {found:?}, expected {}",
+        display_shape_pattern(expected)
+    )]
+    Shape {
+        /// Extents found, in elements.
+        found: Vec<usize>,
+        /// Extents required, one per axis; `None` accepts any extent (written `_`).
+        expected: Vec<Option<usize>>,
+    },
+    /// No variant of a storage enum (`#[derive(DlpackImportStorage)]`) accepts the tensor.
+    #[error(
+        "no variant of `{storage}` accepts the tensor: {}",
+        display_reasons(reasons)
+    )]
+    NoVariant {
+        /// The storage enum's name.
+        storage: &'static str,
+        /// Each variant's name and why it refused, in declaration order.
+        reasons: Vec<(&'static str, ImportError)>,
+    },
     /// The producer failed to export.
     #[error(transparent)]
     Export(#[from] ExportError),
     /// A Python-side failure (capsule, protocol) with its message.
     #[error("{0}")]
     Protocol(String),
+}
+
+fn display_shape_pattern(pattern: &[Option<usize>]) -> String {
+    let axes: Vec<String> = pattern
+        .iter()
+        .map(|axis| axis.map_or_else(|| "_".to_owned(), |extent| extent.to_string()))
+        .collect();
+    format!("[{}]", axes.join(", "))
+}
+
+fn display_reasons(reasons: &[(&'static str, ImportError)]) -> String {
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|(variant, error)| format!("`{variant}` refuses it ({error})"))
+        .collect();
+    reasons.join("; ")
 }

@@ -2,7 +2,8 @@
 //!
 //! A type becomes a producer by implementing [`DlpackExport`] (usually with
 //! `#[derive(DlpackExport)]`): it describes its memory as [`ExportParts`], a borrowed
-//! [`ExportBuffer`] plus shape, strides, byte offset and device. [`DlpackExport::to_dlpack_with`]
+//! [`ExportBuffer`] plus shape, strides, offset, dtype, device and writability.
+//! [`DlpackExport::to_dlpack_with`]
 //! then moves the owner into **one heap block** that holds the `DLManagedTensorVersioned` (or
 //! legacy `DLManagedTensor`) header, the `shape` and `strides` arrays and the owner itself; the
 //! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds.
@@ -10,6 +11,11 @@
 //! Before anything is handed out, the described layout is validated with the same rules a
 //! consumer applies ([`crate::layout::validate`]) and its byte span is checked to lie inside the
 //! buffer, so safe code cannot describe memory it does not own.
+//!
+//! Buffers are reached through the safe trait [`AsExportBuffer`]: every [`ExportBuffer`] is one,
+//! an `Arc` of one is one (exported writable while the `Arc` is unique, read-only otherwise), and
+//! a storage enum over buffers (`enum Storage { F32(Vec<f32>), F64(Vec<f64>) }`) becomes one
+//! with `#[derive(DlpackStorage)]` or a hand-written `impl`, without `unsafe`.
 
 use core::ffi::c_void;
 use core::mem::ManuallyDrop;
@@ -28,8 +34,13 @@ use crate::stream::parse_stream;
 /// A contiguous buffer that can be exported: a base pointer, a length in bytes, a dtype and a
 /// device.
 ///
-/// Implemented for `Vec<T>`, `Box<[T]>`, `Arc<[T]>` and `Arc<Vec<T>>` with `T:`[`Element`]
-/// (host memory). `Arc` buffers are exported writable only while the `Arc` is unique.
+/// Implemented for `Vec<T>`, `Box<[T]>` and `Arc<[T]>` with `T:`[`Element`] (host memory), and
+/// for `ndarray::Array<T, D>` (feature `ndarray`). `Arc<[T]>` is exported writable only while the
+/// `Arc` is unique. An `Arc` of a buffer (`Arc<Vec<T>>`) or of a storage enum is not an
+/// `ExportBuffer` itself but an [`AsExportBuffer`], which is what `#[dlpack(data)]` asks for.
+///
+/// This trait is `unsafe` because exports hand its pointer to foreign code. Types that merely
+/// *hold* buffers (storage enums, wrappers) implement the safe [`AsExportBuffer`] instead.
 ///
 /// # Safety
 ///
@@ -40,9 +51,10 @@ use crate::stream::parse_stream;
 ///   readable and writable, and no other alias is used while the export lives;
 /// - the bytes hold values of [`dtype`](Self::dtype), and the pointer is aligned for it.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be the `#[dlpack(data)]` of an exported tensor",
+    message = "`{Self}` is not an exportable buffer",
     label = "not an `ExportBuffer`",
-    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`; other types implement `dlpack_runtime::ExportBuffer`"
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`",
+    note = "an enum or wrapper holding buffers derives `dlpack_runtime::DlpackStorage` or implements the safe trait `dlpack_runtime::AsExportBuffer`"
 )]
 pub unsafe trait ExportBuffer {
     /// Element type of the buffer.
@@ -111,19 +123,109 @@ unsafe impl<T: Element> ExportBuffer for Arc<[T]> {
     }
 }
 
-// SAFETY: as for `Arc<[T]>`.
-unsafe impl<T: Element> ExportBuffer for Arc<Vec<T>> {
-    fn dtype(&self) -> DataType {
-        T::DTYPE
+/// How an export borrows its buffer: shared (the export is read-only) or unique (writable, unless
+/// the buffer itself says it is shared: see [`ExportBuffer::as_mut_ptr`]).
+pub enum BufferAccess<'a> {
+    /// A shared borrow: the export is read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`).
+    Shared(&'a dyn ExportBuffer),
+    /// A unique borrow: the export may be writable.
+    Unique(&'a mut dyn ExportBuffer),
+}
+
+impl BufferAccess<'_> {
+    /// The buffer, whichever the borrow.
+    pub fn buffer(&self) -> &dyn ExportBuffer {
+        match self {
+            BufferAccess::Shared(b) => *b,
+            BufferAccess::Unique(b) => &**b,
+        }
     }
-    fn byte_len(&self) -> usize {
-        core::mem::size_of_val::<[T]>(self.as_slice())
+}
+
+/// A type that holds an exportable buffer: what `#[dlpack(data)]` of `#[derive(DlpackExport)]`
+/// accepts. A safe trait: implementing it only *selects* a buffer, whose own [`ExportBuffer`]
+/// implementation vouches for the memory.
+///
+/// Implemented for
+/// - every [`ExportBuffer`] (`Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `ndarray::Array<T, D>`, user
+///   buffers), borrowed as itself;
+/// - `Arc<S>` for every `S: AsExportBuffer` (so `Arc<Vec<T>>` and `Arc<Storage>`): the export is
+///   writable while the `Arc` is unique (no other `Arc` or `Weak`), read-only otherwise;
+/// - storage enums and wrappers, with `#[derive(DlpackStorage)]` or by hand:
+///
+/// ```
+/// use dlpack_runtime::{AsExportBuffer, BufferAccess, ExportBuffer};
+///
+/// /// A storage enum over element types, as tensor libraries keep it.
+/// enum Storage {
+///     F32(Vec<f32>),
+///     I64(Vec<i64>),
+/// }
+///
+/// impl AsExportBuffer for Storage {
+///     fn as_export_buffer(&self) -> &dyn ExportBuffer {
+///         match self {
+///             Storage::F32(v) => v,
+///             Storage::I64(v) => v,
+///         }
+///     }
+///     // Optional: without it, exports by value are read-only.
+///     fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
+///         match self {
+///             Storage::F32(v) => v.as_export_buffer_mut(),
+///             Storage::I64(v) => v.as_export_buffer_mut(),
+///         }
+///     }
+/// }
+///
+/// let storage = Storage::I64(vec![1, 2, 3]);
+/// assert_eq!(storage.as_export_buffer().byte_len(), 24);
+/// ```
+///
+/// Both methods are called once per export, and what they return is used for the whole export,
+/// so an implementation cannot mix up two buffers.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold the data of an exported tensor",
+    label = "not an exportable buffer",
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`, and `Arc<S>` of any of them",
+    note = "a storage enum whose variants each hold one buffer derives `dlpack_runtime::DlpackStorage`; other types implement the safe trait `dlpack_runtime::AsExportBuffer`"
+)]
+pub trait AsExportBuffer {
+    /// The buffer, borrowed shared, for a read-only export.
+    fn as_export_buffer(&self) -> &dyn ExportBuffer;
+
+    /// The buffer for an export by value: [`BufferAccess::Unique`] allows a writable export,
+    /// [`BufferAccess::Shared`] makes it read-only. The default is `Shared`, so implementing
+    /// [`as_export_buffer`](Self::as_export_buffer) alone gives read-only exports.
+    fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
+        BufferAccess::Shared(self.as_export_buffer())
     }
-    fn as_ptr(&self) -> *const c_void {
-        self.as_slice().as_ptr().cast()
+}
+
+impl<B: ExportBuffer> AsExportBuffer for B {
+    fn as_export_buffer(&self) -> &dyn ExportBuffer {
+        self
     }
-    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
-        Arc::get_mut(self).map(|v| v.as_mut_ptr().cast())
+    fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
+        BufferAccess::Unique(self)
+    }
+}
+
+/// A shared storage: writable while this is the only `Arc` (and no `Weak` exists), read-only
+/// otherwise, as `Arc::get_mut` decides.
+impl<S: AsExportBuffer> AsExportBuffer for Arc<S> {
+    fn as_export_buffer(&self) -> &dyn ExportBuffer {
+        S::as_export_buffer(self)
+    }
+    fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
+        if Arc::get_mut(self).is_none() {
+            return BufferAccess::Shared(S::as_export_buffer(self));
+        }
+        match Arc::get_mut(self) {
+            Some(storage) => storage.as_export_buffer_mut(),
+            // `&mut self` excludes new clones between the two calls.
+            None => unreachable!("an `Arc` found unique stays unique while borrowed mutably"),
+        }
     }
 }
 
@@ -184,48 +286,86 @@ impl<S: AsStrides> AsStrides for Option<S> {
     }
 }
 
-enum BufferAccess<'a> {
-    Shared(&'a dyn ExportBuffer),
-    Unique(&'a mut dyn ExportBuffer),
-}
-
 /// What a producer exports: a borrowed buffer and the layout of the tensor inside it.
 ///
-/// Units: `shape` in elements; `strides` in elements, signed (`None`: compact row-major);
-/// `byte_offset` in bytes from the buffer start to logical element `(0, ..., 0)`.
+/// Units: `shape` in elements; `strides` in elements, signed (`None`: compact row-major); the
+/// offset from the buffer start to logical element `(0, ..., 0)` in bytes
+/// ([`with_byte_offset`](Self::with_byte_offset)) or in elements
+/// ([`with_offset`](Self::with_offset)).
+///
+/// ```
+/// use dlpack_runtime::{DataType, DlpackExport, ExportParts};
+///
+/// /// Float16 values kept as raw bytes, with a start offset in elements.
+/// struct Halves {
+///     bytes: Vec<u8>,
+///     shape: [usize; 1],
+///     start: usize,
+/// }
+///
+/// impl DlpackExport for Halves {
+///     fn export_parts(&self) -> ExportParts<'_> {
+///         ExportParts::shared(&self.bytes, &self.shape)
+///             .with_dtype(DataType::F16)
+///             .with_offset(self.start)
+///     }
+///     fn export_parts_mut(&mut self) -> ExportParts<'_> {
+///         ExportParts::unique(&mut self.bytes, &self.shape)
+///             .with_dtype(DataType::F16)
+///             .with_offset(self.start)
+///     }
+/// }
+///
+/// // 0x3c00 is 1.0 in float16 (little-endian bytes `00 3c`): skip one element, keep two.
+/// let h = Halves { bytes: vec![0, 0, 0x00, 0x3c, 0x00, 0x3c], shape: [2], start: 1 };
+/// let managed = h.to_dlpack()?;
+/// assert_eq!(DataType::from_raw(managed.dl_tensor().dtype), DataType::F16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ExportParts<'a> {
     buffer: BufferAccess<'a>,
     shape: &'a [usize],
     strides: Option<&'a [isize]>,
-    byte_offset: usize,
+    offset: Offset,
+    dtype: Option<DataType>,
     device: Option<Device>,
     read_only: bool,
 }
 
+/// Where element `(0, ..., 0)` starts, in the unit the producer keeps.
+#[derive(Clone, Copy)]
+enum Offset {
+    Bytes(usize),
+    Elements(usize),
+}
+
 impl<'a> ExportParts<'a> {
+    /// Parts borrowing `buffer` as `access` says: [`BufferAccess::Unique`] as
+    /// [`ExportParts::unique`], [`BufferAccess::Shared`] as [`ExportParts::shared`]. This is how
+    /// an [`AsExportBuffer`] is exported by value:
+    /// `ExportParts::new(storage.as_export_buffer_mut(), shape)`.
+    pub fn new(access: BufferAccess<'a>, shape: &'a [usize]) -> Self {
+        let read_only = matches!(access, BufferAccess::Shared(_));
+        Self {
+            buffer: access,
+            shape,
+            strides: None,
+            offset: Offset::Bytes(0),
+            dtype: None,
+            device: None,
+            read_only,
+        }
+    }
+
     /// Parts borrowing `buffer` uniquely: the export is writable unless marked read-only or the
     /// buffer is shared (see [`ExportBuffer::as_mut_ptr`]).
     pub fn unique(buffer: &'a mut dyn ExportBuffer, shape: &'a [usize]) -> Self {
-        Self {
-            buffer: BufferAccess::Unique(buffer),
-            shape,
-            strides: None,
-            byte_offset: 0,
-            device: None,
-            read_only: false,
-        }
+        Self::new(BufferAccess::Unique(buffer), shape)
     }
 
     /// Parts borrowing `buffer` shared: the export is read-only.
     pub fn shared(buffer: &'a dyn ExportBuffer, shape: &'a [usize]) -> Self {
-        Self {
-            buffer: BufferAccess::Shared(buffer),
-            shape,
-            strides: None,
-            byte_offset: 0,
-            device: None,
-            read_only: true,
-        }
+        Self::new(BufferAccess::Shared(buffer), shape)
     }
 
     /// Sets the strides, in elements (`None`: compact row-major).
@@ -234,9 +374,27 @@ impl<'a> ExportParts<'a> {
         self
     }
 
-    /// Sets the offset in bytes from the buffer start to element `(0, ..., 0)`.
+    /// Sets the offset in **bytes** from the buffer start to element `(0, ..., 0)`. It must be a
+    /// multiple of the element size. Replaces an offset set by [`with_offset`](Self::with_offset).
     pub fn with_byte_offset(mut self, byte_offset: usize) -> Self {
-        self.byte_offset = byte_offset;
+        self.offset = Offset::Bytes(byte_offset);
+        self
+    }
+
+    /// Sets the offset in **elements** from the buffer start to element `(0, ..., 0)` (a start
+    /// offset, as tensor libraries keep in their layouts). The export converts it to bytes with
+    /// the exported dtype's element size, refusing an overflow and dtypes whose elements are not
+    /// whole bytes. Replaces an offset set by [`with_byte_offset`](Self::with_byte_offset).
+    pub fn with_offset(mut self, elements: usize) -> Self {
+        self.offset = Offset::Elements(elements);
+        self
+    }
+
+    /// Exports the memory as `dtype` instead of the buffer's own dtype, for storage whose
+    /// element type is erased (bytes holding float16 values, say). Extents, strides and offsets
+    /// count elements of `dtype`; the layout is checked against the buffer's length in bytes.
+    pub fn with_dtype(mut self, dtype: DataType) -> Self {
+        self.dtype = Some(dtype);
         self
     }
 
@@ -247,16 +405,14 @@ impl<'a> ExportParts<'a> {
     }
 
     /// Marks the export read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) when `read_only` is true.
+    /// `false` does not make a shared export writable.
     pub fn with_read_only(mut self, read_only: bool) -> Self {
         self.read_only |= read_only;
         self
     }
 
     fn buffer(&self) -> &dyn ExportBuffer {
-        match &self.buffer {
-            BufferAccess::Shared(b) => *b,
-            BufferAccess::Unique(b) => &**b,
-        }
+        self.buffer.buffer()
     }
 
     /// The device of the export: the buffer's device.
@@ -264,14 +420,37 @@ impl<'a> ExportParts<'a> {
         self.buffer().device()
     }
 
-    /// The element type: the buffer's dtype.
+    /// The element type: the one set by [`with_dtype`](Self::with_dtype), else the buffer's.
     pub fn dtype(&self) -> DataType {
-        self.buffer().dtype()
+        self.dtype.unwrap_or_else(|| self.buffer().dtype())
     }
 
     /// Extents in elements.
     pub fn shape(&self) -> &[usize] {
         self.shape
+    }
+
+    /// Whether the export will be read-only: a shared borrow, or marked read-only. (A unique
+    /// borrow of a shared buffer, an `Arc<[T]>` with clones, is also exported read-only.)
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The offset from the buffer start to element `(0, ..., 0)` in bytes, for elements of
+    /// `dtype`.
+    fn byte_offset(&self, dtype: DataType) -> Result<usize, LayoutError> {
+        match self.offset {
+            Offset::Bytes(bytes) => Ok(bytes),
+            Offset::Elements(0) => Ok(0),
+            Offset::Elements(elements) => {
+                let size = dtype
+                    .element_bytes()
+                    .ok_or(LayoutError::SubByteAccess { dtype })?;
+                elements.checked_mul(size).ok_or(LayoutError::Overflow {
+                    what: "offset in elements, converted to bytes",
+                })
+            }
+        }
     }
 }
 
@@ -419,7 +598,7 @@ impl ExportRequest {
         Ok(())
     }
 
-    fn wants_versioned(&self) -> bool {
+    pub(crate) fn wants_versioned(&self) -> bool {
         self.max_version.is_some_and(|v| v.major >= 1)
     }
 }
@@ -675,13 +854,17 @@ where
         .into());
     }
     let buffer = parts.buffer();
-    let (dtype, device, byte_len) = (buffer.dtype(), buffer.device(), buffer.byte_len());
+    let (device, byte_len) = (buffer.device(), buffer.byte_len());
+    // A dtype field overrides the buffer's (type-erased storage); the layout is checked against
+    // the buffer's length in bytes all the same.
+    let dtype = parts.dtype();
+    let byte_offset = parts.byte_offset(dtype)?;
     if let Some(size) = dtype.element_bytes() {
-        if parts.byte_offset % size != 0 {
+        if byte_offset % size != 0 {
             // Elements of the buffer start at multiples of their size: any other offset splits
             // them (an offset given in elements instead of bytes, say).
             return Err(LayoutError::OffsetNotElementAligned {
-                byte_offset: parts.byte_offset,
+                byte_offset,
                 element_bytes: size,
             }
             .into());
@@ -742,7 +925,7 @@ where
         dtype: dtype.to_raw(),
         shape: shape_ptr,
         strides: strides_ptr,
-        byte_offset: parts.byte_offset as u64,
+        byte_offset: byte_offset as u64,
     };
     // SAFETY: `shape`/`strides` point to `ndim` initialized `i64` each, in the block.
     let checked = unsafe { layout::validate_unaddressed(&dl_tensor, NullStrides::Refuse, false) }?;
@@ -765,7 +948,7 @@ where
         if has_address_data(device.device_type) {
             // Fold the offset into `data`: consumers that drop `byte_offset` (spec section 6,
             // corner 2) then still read the right element. In bounds: `byte_offset <= span.end`.
-            dl_tensor.data = data.cast::<u8>().wrapping_add(parts.byte_offset).cast();
+            dl_tensor.data = data.cast::<u8>().wrapping_add(byte_offset).cast();
             dl_tensor.byte_offset = 0;
         }
     }
@@ -867,6 +1050,44 @@ struct Copied {
 }
 
 /// A compact row-major copy of a host-accessible tensor, flagged `IS_COPIED` when versioned.
+/// A zeroed, compact row-major host tensor of `dtype` and `shape` (in elements), versioned,
+/// writable: what a producer's allocator hands out (spec section 5.3).
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn allocate_host(
+    dtype: DataType,
+    shape: Vec<usize>,
+) -> Result<ManagedTensor, ExportError> {
+    let size = dtype
+        .element_bytes()
+        .ok_or(LayoutError::SubByteAccess { dtype })?;
+    let numel = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e));
+    let too_large = LayoutError::CopyTooLarge {
+        numel: numel.unwrap_or(usize::MAX),
+        element_bytes: size,
+    };
+    let byte_len = numel
+        .and_then(|n| n.checked_mul(size))
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or(too_large.clone())?;
+    let mut chunks = Vec::new();
+    chunks
+        .try_reserve_exact(byte_len.div_ceil(64))
+        .map_err(|_| too_large)?;
+    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    let owner = Copied {
+        buffer: CopiedBuffer {
+            chunks,
+            byte_len,
+            dtype,
+        },
+        shape,
+    };
+    fn parts(c: &mut Copied) -> ExportParts<'_> {
+        ExportParts::unique(&mut c.buffer, &c.shape)
+    }
+    build::<DLManagedTensorVersioned, _, _>(owner, &parts)
+}
+
 pub(crate) fn copy_of(
     source: &ManagedTensor,
     versioned: bool,

@@ -10,14 +10,29 @@
 
 use core::marker::PhantomData;
 
-use crate::device::Device;
+use crate::device::{Device, DeviceType};
 use crate::dtype::{DataType, Element};
 use crate::error::{ImportError, LayoutError};
 use crate::export::DlpackExport;
 use crate::layout::{Contiguity, TensorLayout};
 use crate::managed::ManagedTensor;
 
-/// What a consumer requires of a tensor, checked once at import.
+/// What a consumer requires of a tensor, checked once at import, in the spirit of nanobind's
+/// `ndarray<float, shape<-1, 3>, c_contig, device::cuda>`.
+///
+/// `#[derive(DlpackImport)]` builds one from its container options (`dtype = f32`, `ndim = 2`,
+/// `shape = [_, 3]`, `contiguous = "C"`, `device = "cpu"`, `writable`); by hand:
+///
+/// ```
+/// use dlpack_runtime::{Contiguity, DataType, DeviceType, ImportConstraints};
+///
+/// const POINTS: ImportConstraints = ImportConstraints::new()
+///     .dtype(DataType::F32)
+///     .shape(&[None, Some(3)])
+///     .contiguous(Contiguity::C)
+///     .device(DeviceType::Cpu);
+/// assert_eq!(POINTS.ndim, Some(2));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ImportConstraints {
@@ -27,6 +42,13 @@ pub struct ImportConstraints {
     pub writable: bool,
     /// Required `ndim`.
     pub ndim: Option<usize>,
+    /// Required dtype.
+    pub dtype: Option<DataType>,
+    /// Required extents, one entry per axis: `Some(n)` requires extent `n`, `None` accepts any
+    /// (`shape = [_, 3]` is `[None, Some(3)]`). Implies `ndim`.
+    pub shape: Option<&'static [Option<usize>]>,
+    /// Required device type (any ordinal).
+    pub device: Option<DeviceType>,
 }
 
 impl ImportConstraints {
@@ -36,6 +58,9 @@ impl ImportConstraints {
             contiguous: None,
             writable: false,
             ndim: None,
+            dtype: None,
+            shape: None,
+            device: None,
         }
     }
 
@@ -57,19 +82,71 @@ impl ImportConstraints {
         self
     }
 
-    /// Validates `managed` and checks the constraints.
+    /// Requires elements of `dtype`.
+    pub const fn dtype(mut self, dtype: DataType) -> Self {
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// Requires extents matching `pattern`, one entry per axis (`None`: any extent); sets
+    /// `ndim` to the pattern's length.
+    pub const fn shape(mut self, pattern: &'static [Option<usize>]) -> Self {
+        self.shape = Some(pattern);
+        self.ndim = Some(pattern.len());
+        self
+    }
+
+    /// Requires memory on a device of type `device_type`, whatever its ordinal.
+    pub const fn device(mut self, device_type: DeviceType) -> Self {
+        self.device = Some(device_type);
+        self
+    }
+
+    /// Validates `managed` and checks the constraints, in this order: layout, dtype, device,
+    /// `ndim`, shape, contiguity, writability.
     ///
     /// # Errors
     ///
-    /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch,
-    /// [`ImportError::Ndim`] and [`ImportError::ReadOnly`] for the other constraints.
+    /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch;
+    /// [`ImportError::Dtype`], [`ImportError::Device`], [`ImportError::Ndim`],
+    /// [`ImportError::Shape`] and [`ImportError::ReadOnly`] for the other constraints.
     pub fn check<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
         let layout = managed.layout()?;
+        if let Some(expected) = self.dtype {
+            if layout.dtype() != expected {
+                return Err(ImportError::Dtype {
+                    found: layout.dtype(),
+                    expected,
+                });
+            }
+        }
+        if let Some(expected) = self.device {
+            if layout.device().device_type != expected {
+                return Err(ImportError::Device {
+                    found: layout.device(),
+                    expected: device_type_name(expected),
+                });
+            }
+        }
         if let Some(expected) = self.ndim {
             if layout.ndim() != expected {
                 return Err(ImportError::Ndim {
                     found: layout.ndim(),
                     expected,
+                });
+            }
+        }
+        if let Some(pattern) = self.shape {
+            let matches = layout.ndim() == pattern.len()
+                && layout
+                    .shape()
+                    .iter()
+                    .zip(pattern)
+                    .all(|(&extent, want)| want.is_none_or(|want| extent as usize == want));
+            if !matches {
+                return Err(ImportError::Shape {
+                    found: layout.shape().iter().map(|&e| e as usize).collect(),
+                    expected: pattern.to_vec(),
                 });
             }
         }
@@ -80,6 +157,29 @@ impl ImportConstraints {
             return Err(ImportError::ReadOnly);
         }
         Ok(layout)
+    }
+}
+
+/// The name a consumer constraint gives a device type, for [`ImportError::Device`].
+fn device_type_name(device_type: DeviceType) -> &'static str {
+    match device_type {
+        DeviceType::Cpu => "cpu memory (kDLCPU)",
+        DeviceType::Cuda => "cuda memory (kDLCUDA)",
+        DeviceType::CudaHost => "cuda_host memory (kDLCUDAHost)",
+        DeviceType::CudaManaged => "cuda_managed memory (kDLCUDAManaged)",
+        DeviceType::Rocm => "rocm memory (kDLROCM)",
+        DeviceType::RocmHost => "rocm_host memory (kDLROCMHost)",
+        DeviceType::OpenCl => "opencl memory (kDLOpenCL)",
+        DeviceType::Vulkan => "vulkan memory (kDLVulkan)",
+        DeviceType::Metal => "metal memory (kDLMetal)",
+        DeviceType::Vpi => "vpi memory (kDLVPI)",
+        DeviceType::ExtDev => "ext_dev memory (kDLExtDev)",
+        DeviceType::OneApi => "oneapi memory (kDLOneAPI)",
+        DeviceType::WebGpu => "webgpu memory (kDLWebGPU)",
+        DeviceType::Hexagon => "hexagon memory (kDLHexagon)",
+        DeviceType::Maia => "maia memory (kDLMAIA)",
+        DeviceType::Trn => "trn memory (kDLTrn)",
+        DeviceType::Unknown(_) => "memory of the device type the consumer declared",
     }
 }
 
@@ -109,9 +209,9 @@ pub trait DlpackImport: Sized {
 /// A type usable as the `#[dlpack(data)]` field of an imported tensor: it takes ownership of the
 /// managed tensor.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be the `#[dlpack(data)]` of an imported tensor",
+    message = "`{Self}` cannot hold the data of an imported tensor",
     label = "not an `ImportBuffer`",
-    note = "imported data is held by `dlpack_runtime::ImportedData<T>` or `dlpack_runtime::ManagedTensor`"
+    note = "imported data is held by `dlpack_runtime::ImportedData<T>` or `dlpack_runtime::ManagedTensor`, or by an enum of them that derives `dlpack_runtime::DlpackImportStorage`"
 )]
 pub trait ImportBuffer: Sized {
     /// Takes ownership of `managed`, whose layout has been validated.
@@ -121,6 +221,18 @@ pub trait ImportBuffer: Sized {
     /// [`ImportError`] when the tensor does not suit the buffer (for example its dtype);
     /// `managed` is dropped.
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError>;
+
+    /// Whether [`from_managed`](Self::from_managed) would accept `managed`, asked without taking
+    /// it: a storage enum (`#[derive(DlpackImportStorage)]`) tries its variants with it. The
+    /// default accepts every tensor.
+    ///
+    /// # Errors
+    ///
+    /// The error `from_managed` would return.
+    fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
+        let _ = managed;
+        Ok(())
+    }
 }
 
 impl ImportBuffer for ManagedTensor {
@@ -231,6 +343,15 @@ impl<T: Element> core::fmt::Debug for ImportedData<T> {
 
 impl<T: Element> ImportBuffer for ImportedData<T> {
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {
+        Self::accepts(&managed)?;
+        Ok(Self {
+            managed,
+            _element: PhantomData,
+        })
+    }
+
+    /// Accepts tensors of dtype `T::DTYPE`.
+    fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
         let found = DataType::from_raw(managed.dl_tensor().dtype);
         if found != T::DTYPE {
             return Err(LayoutError::DtypeMismatch {
@@ -239,10 +360,7 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
             }
             .into());
         }
-        Ok(Self {
-            managed,
-            _element: PhantomData,
-        })
+        Ok(())
     }
 }
 

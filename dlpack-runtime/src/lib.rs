@@ -49,6 +49,12 @@
 //! With the `python` feature, the same types speak `__dlpack__` / `from_dlpack` to NumPy and
 //! friends: see the `python` module.
 //!
+//! Tensor libraries that keep a storage enum over element types (`enum Storage { F32(Vec<f32>),
+//! ... }`, shared in an `Arc`, with a start offset in elements) derive `DlpackStorage` for it;
+//! consumers declare what they accept as constraints (`#[dlpack(dtype = f32, shape = [_, 3])]`).
+//! The derives' attribute tables are on the re-exported derives `DlpackExport`, `DlpackImport`,
+//! `DlpackStorage` and `DlpackImportStorage` (feature `derive`).
+//!
 //! # Features
 //!
 //! | feature | default | what it adds |
@@ -71,8 +77,10 @@
 //!   access adds dtype, host accessibility, alignment, read-only and `bool` bit patterns.
 //!   Exports validate the layout they describe against the buffer's length, so safe code cannot
 //!   lend memory it does not own.
-//! - **Writes.** An export by value is writable; a shared export (`Arc<T>`, a Python object) is
-//!   read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`). Imports refuse mutable access to read-only
+//! - **Writes.** An export by value is writable unless its buffer is shared (an `Arc` storage
+//!   with other clones) or it is marked read-only (a `readonly` field, the `#[dlpack(readonly)]`
+//!   flag); a shared export (`Arc<T>`, a Python object) is read-only
+//!   (`DLPACK_FLAG_BITMASK_READ_ONLY`). Imports refuse mutable access to read-only
 //!   tensors and to legacy tensors, which cannot say (spec section 1.12).
 //! - **Shared memory.** Zero-copy means the producer and the consumer see the same memory.
 //!   References handed out by imports ([`ImportedData::as_slice`], ndarray views) assume that
@@ -104,7 +112,10 @@ pub mod stream;
 pub use device::{Device, DeviceType};
 pub use dtype::{DataType, DataTypeCode, Element};
 pub use error::{ExportError, ImportError, LayoutError, StreamError};
-pub use export::{AsShape, AsStrides, DlpackExport, ExportBuffer, ExportParts, ExportRequest};
+pub use export::{
+    AsExportBuffer, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer, ExportParts,
+    ExportRequest,
+};
 pub use import::{
     DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportedData,
 };
@@ -113,34 +124,222 @@ pub use managed::{ManagedTensor, RawManagedTensor, Writability};
 
 /// Derives [`DlpackExport`](trait@DlpackExport): the type becomes a DLPack producer.
 ///
-/// Field roles, each a bare keyword in `#[dlpack(...)]`:
+/// Field roles, each a bare keyword in `#[dlpack(...)]` on one field:
 ///
-/// | attribute | meaning | accepted types |
+/// | attribute | meaning | accepted types | example |
+/// |---|---|---|---|
+/// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
+/// | `shape` | extents in elements (required, once) | [`AsShape`]: `Vec<usize>`, `[usize; N]`, `Box<[usize]>` | `#[dlpack(shape)] dims: Vec<usize>` |
+/// | `strides` | strides in elements, signed; compact row-major when absent or `None` | [`AsStrides`]: `Vec<isize>`, `[isize; N]`, `Box<[isize]>`, `Option<_>` of those | `#[dlpack(strides)] stride: Vec<isize>` |
+/// | `offset` | start offset in **elements** from the buffer start to element `(0, ..., 0)`; converted to bytes with overflow checks | `usize` | `#[dlpack(offset)] start_offset: usize` |
+/// | `byte_offset` | the same offset in **bytes** (a multiple of the element size); not together with `offset` | `usize` | `#[dlpack(byte_offset)] byte_offset: usize` |
+/// | `dtype` | the exported dtype, for storage whose element type is erased (bytes holding float16, say); the layout is checked against the buffer's length in bytes | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
+/// | `device` | the device; must agree with the buffer's (checked at export) | [`Device`] | `#[dlpack(device)] device: Device` |
+/// | `readonly` | `true` exports read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) | `bool` | `#[dlpack(readonly)] frozen: bool` |
+///
+/// Container options, on the struct:
+///
+/// | attribute | meaning | example |
 /// |---|---|---|
-/// | `data` | the buffer (required, once); the dtype is its element type | [`ExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` |
-/// | `shape` | extents in elements (required, once) | [`AsShape`]: `Vec<usize>`, `[usize; N]`, `Box<[usize]>` |
-/// | `strides` | strides in elements, signed; compact row-major when absent | [`AsStrides`]: `Vec<isize>`, `[isize; N]`, `Box<[isize]>`, `Option<_>` |
-/// | `byte_offset` | bytes from the buffer start to element `(0, ..., 0)` | `usize` |
-/// | `device` | the device; must agree with the buffer's | [`Device`] |
+/// | `crate = "path"` | the path of `dlpack_runtime` when it is renamed or re-exported | `#[dlpack(crate = "dl")]` |
+/// | `readonly` | every export is read-only (no `readonly` field then) | `#[dlpack(readonly)]` |
 ///
-/// Container option: `#[dlpack(crate = "path")]` when `dlpack_runtime` is renamed.
+/// Consumer constraints (`dtype = ...`, `shape = [...]`, ...) belong to [`DlpackImport`]
+/// (derive): on a type that only derives `DlpackExport` they are a compile error.
+///
+/// Exports: [`DlpackExport::to_dlpack`] moves the value into the managed tensor (writable unless
+/// a shared buffer, a `readonly` field or the flag says otherwise); an `Arc` of the value is a
+/// shared export, read-only, that keeps the `Arc` alive while any consumer holds the tensor.
+/// Generics, lifetimes, where clauses and tuple structs (`#[dlpack(data)] Vec<f32>` on field
+/// `.0`) are supported; the generated code holds no `unsafe`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use dlpack_runtime::{Device, DlpackExport, DlpackImport, DlpackStorage, ImportedData};
+///
+/// #[derive(DlpackStorage)]
+/// enum Storage {
+///     F32(Vec<f32>),
+///     F64(Vec<f64>),
+/// }
+///
+/// /// A candle-like tensor: shared storage, a layout with a start offset, a device.
+/// #[derive(DlpackExport)]
+/// struct Tensor {
+///     #[dlpack(data)]
+///     storage: Arc<Storage>,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+///     #[dlpack(strides)]
+///     stride: Vec<isize>,
+///     #[dlpack(offset)]
+///     start_offset: usize,
+///     #[dlpack(device)]
+///     device: Device,
+/// }
+///
+/// // Row 1 of a 2x3 matrix: start offset 3 elements.
+/// let t = Tensor {
+///     storage: Arc::new(Storage::F64(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0])),
+///     shape: vec![3],
+///     stride: vec![1],
+///     start_offset: 3,
+///     device: Device::CPU,
+/// };
+///
+/// #[derive(DlpackImport)]
+/// struct Row {
+///     #[dlpack(data)]
+///     data: ImportedData<f64>,
+///     #[dlpack(shape)]
+///     shape: [usize; 1],
+/// }
+///
+/// let row = Row::from_dlpack(t)?;
+/// assert_eq!(row.data.as_slice()?, [3.0, 4.0, 5.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[cfg(feature = "derive")]
 pub use dlpack_derive::DlpackExport;
 
 /// Derives [`DlpackImport`](trait@DlpackImport): the type becomes a DLPack consumer.
 ///
-/// | attribute | meaning | accepted types |
-/// |---|---|---|
-/// | `data` | owns the imported tensor (required, once); fixes the dtype | [`ImportBuffer`]: [`ImportedData<T>`], [`ManagedTensor`] |
-/// | `shape` | receives the extents (required, once) | [`FromShape`]: `Vec<usize>`, `Box<[usize]>`, `[usize; N]` (fixes `ndim`) |
-/// | `strides` | receives the strides in elements; **when absent the import requires C-contiguous data** | [`FromStrides`]: `Vec<isize>`, `Box<[isize]>`, `[isize; N]`, `Option<_>` |
-/// | `byte_offset` | receives `DLTensor::byte_offset` in bytes (informational: the data field already applies it) | `usize` |
-/// | `device` | receives the device | [`Device`] |
+/// Field roles (other fields are filled with `Default::default()`):
 ///
-/// Other fields are filled with `Default::default()`. Container option:
-/// `#[dlpack(crate = "path")]`.
+/// | attribute | meaning | accepted types | example |
+/// |---|---|---|---|
+/// | `data` | owns the imported tensor (required, once); fixes the dtype | [`ImportBuffer`]: [`ImportedData<T>`], [`ManagedTensor`] (any dtype), an enum of those deriving [`DlpackImportStorage`] | `#[dlpack(data)] data: ImportedData<f32>` |
+/// | `shape` | receives the extents (required, once) | [`FromShape`]: `Vec<usize>`, `Box<[usize]>`, `[usize; N]` (fixes `ndim`) | `#[dlpack(shape)] shape: [usize; 2]` |
+/// | `strides` | receives the strides in elements; **when absent the import requires C-contiguous data** | [`FromStrides`]: `Vec<isize>`, `Box<[isize]>`, `[isize; N]`, `Option<_>` | `#[dlpack(strides)] strides: Vec<isize>` |
+/// | `offset` | receives `byte_offset` in elements (informational: the data field already applies it; a split element is refused) | `usize` | `#[dlpack(offset)] start: usize` |
+/// | `byte_offset` | receives `DLTensor::byte_offset` in bytes (informational, as `offset`) | `usize` | `#[dlpack(byte_offset)] byte_offset: usize` |
+/// | `dtype` | receives the dtype (useful with `data: ManagedTensor`) | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
+/// | `device` | receives the device | [`Device`] | `#[dlpack(device)] device: Device` |
+/// | `readonly` | receives whether the tensor is read-only (flagged, or legacy) | `bool` | `#[dlpack(readonly)] read_only: bool` |
+///
+/// Container options: `crate = "path"` as for `DlpackExport`, and **consumer constraints**,
+/// checked once at import, before any data is read, each failing with a typed [`ImportError`]
+/// that names what was found and what was expected (in the spirit of nanobind's
+/// `ndarray<float, shape<-1, 3>, c_contig, device::cpu>`):
+///
+/// | constraint | requires | error | example |
+/// |---|---|---|---|
+/// | `dtype = T` | elements of the Rust element type `T` ([`Element`]) | [`ImportError::Dtype`] | `#[dlpack(dtype = f32)]` |
+/// | `ndim = N` | `N` axes | [`ImportError::Ndim`] | `#[dlpack(ndim = 2)]` |
+/// | `shape = [..]` | one entry per axis, an extent or `_` for any; implies `ndim` | [`ImportError::Shape`] | `#[dlpack(shape = [_, 3])]` |
+/// | `contiguous = "C" \| "F" \| "any"` | compact row-major, column-major, or either; `"F"` and `"any"` need a `strides` field | [`ImportError::Layout`] | `#[dlpack(contiguous = "F")]` |
+/// | `device = "cpu" \| "cuda"` | memory of that device type, any ordinal | [`ImportError::Device`] | `#[dlpack(device = "cpu")]` |
+/// | `writable` | a writable tensor (versioned, not flagged read-only) | [`ImportError::ReadOnly`] | `#[dlpack(writable)]` |
+///
+/// Contradictions are compile errors: `ndim` against `shape`, either against a `[usize; N]`
+/// shape field, `contiguous = "F"` without a strides field, and the export flag
+/// `#[dlpack(readonly)]` on a type that does not also derive `DlpackExport`.
+///
+/// ```
+/// use dlpack_runtime::{DataType, DlpackExport, DlpackImport, ImportError, ManagedTensor};
+///
+/// #[derive(DlpackExport)]
+/// struct Matrix {
+///     #[dlpack(data)]
+///     values: Vec<f32>,
+///     #[dlpack(shape)]
+///     shape: [usize; 2],
+/// }
+///
+/// /// Float32 points in 3-d, row-major, on the host.
+/// #[derive(DlpackImport)]
+/// #[dlpack(dtype = f32, shape = [_, 3], device = "cpu")]
+/// struct Points {
+///     #[dlpack(data)]
+///     managed: ManagedTensor,
+///     #[dlpack(shape)]
+///     shape: [usize; 2],
+///     #[dlpack(dtype)]
+///     dtype: DataType,
+/// }
+///
+/// let points = Points::from_dlpack(Matrix { values: vec![0.0; 6], shape: [2, 3] })?;
+/// assert_eq!((points.shape, points.dtype), ([2, 3], DataType::F32));
+///
+/// let err = Points::from_dlpack(Matrix { values: vec![0.0; 6], shape: [3, 2] }).err().unwrap();
+/// assert_eq!(err.to_string(), "tensor has shape [3, 2], expected [_, 3]");
+/// # Ok::<(), ImportError>(())
+/// ```
 #[cfg(feature = "derive")]
 pub use dlpack_derive::DlpackImport;
+
+/// Derives [`AsExportBuffer`] for a storage enum whose variants each hold one buffer (or for a
+/// struct with one field), so that it, or an `Arc` of it, can be the `#[dlpack(data)]` of a
+/// [`DlpackExport`] (derive) type. The generated impl is safe code: it matches on the variant and
+/// lends that variant's buffer.
+///
+/// | input | meaning | accepted variant types | example |
+/// |---|---|---|---|
+/// | `enum` with one field per variant | each variant is one way to hold the data | [`AsExportBuffer`]: any buffer, `Arc` of one, another storage | `F32(Vec<f32>)`, `Shared { values: Arc<[f64]> }` |
+/// | `struct` with one field | a wrapper around one buffer | as above | `struct Bytes(Vec<u8>);` |
+/// | `#[dlpack(crate = "path")]` | the runtime's path, as for the tensor derives | | `#[dlpack(crate = "dl")]` |
+///
+/// Exports by value are writable when the variant's buffer allows it (`Arc`: while unique).
+/// A variant for device memory needs a buffer type whose [`ExportBuffer::device`] says so.
+///
+/// ```
+/// use dlpack_runtime::{AsExportBuffer, DataType, DlpackStorage};
+///
+/// #[derive(DlpackStorage)]
+/// enum Storage {
+///     F32(Vec<f32>),
+///     I64(Vec<i64>),
+/// }
+///
+/// assert_eq!(Storage::I64(vec![1, 2]).as_export_buffer().dtype(), DataType::I64);
+/// ```
+#[cfg(feature = "derive")]
+pub use dlpack_derive::DlpackStorage;
+
+/// Derives [`ImportBuffer`] for an enum whose variants each hold one imported buffer (or for a
+/// struct with one field): importing asks each variant's buffer, in declaration order, whether it
+/// accepts the tensor ([`ImportBuffer::accepts`]: `ImportedData<f32>` accepts float32), and
+/// builds the first that does. When none does, the error is [`ImportError::NoVariant`], naming
+/// each variant's reason, and the tensor's deleter has run.
+///
+/// | input | meaning | accepted variant types | example |
+/// |---|---|---|---|
+/// | `enum` with one field per variant | one variant per accepted dtype | [`ImportBuffer`]: [`ImportedData<T>`], [`ManagedTensor`] (accepts all: put it last) | `F16(ImportedData<half::f16>)` |
+/// | `struct` with one field | a wrapper around one imported buffer | as above | `struct Floats(ImportedData<f32>);` |
+/// | `#[dlpack(crate = "path")]` | the runtime's path | | `#[dlpack(crate = "dl")]` |
+///
+/// ```
+/// use dlpack_runtime::{DlpackExport, DlpackImport, DlpackImportStorage, ImportedData};
+///
+/// #[derive(DlpackImportStorage)]
+/// enum Floats {
+///     F32(ImportedData<f32>),
+///     F64(ImportedData<f64>),
+/// }
+///
+/// #[derive(DlpackImport)]
+/// struct View {
+///     #[dlpack(data)]
+///     data: Floats,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+/// }
+///
+/// #[derive(DlpackExport)]
+/// struct Column {
+///     #[dlpack(data)]
+///     values: Vec<f64>,
+///     #[dlpack(shape)]
+///     shape: [usize; 1],
+/// }
+///
+/// let view = View::from_dlpack(Column { values: vec![0.5, 1.5], shape: [2] })?;
+/// let Floats::F64(data) = view.data else { unreachable!("float64 data") };
+/// assert_eq!(data.to_vec()?, [0.5, 1.5]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(feature = "derive")]
+pub use dlpack_derive::DlpackImportStorage;
 
 #[doc(hidden)]
 pub mod __private;

@@ -47,7 +47,14 @@
 //!
 //! [`from_dlpack`] builds any [`DlpackImport`] type from a Python object that has `__dlpack__`
 //! (calling `__dlpack_device__` first and asking for `max_version=(1, 3)`, with the spec's
-//! fallback on `TypeError`), or from a raw capsule.
+//! fallback on `TypeError`), or from a raw capsule; [`from_dlpack_with`] adds `device` and
+//! `copy`. Producers whose type publishes the C exchange API are read through it when no
+//! synchronization is needed.
+//!
+//! # C exchange API (spec section 5)
+//!
+//! [`dlpack_exchange_api`] builds the `__dlpack_c_exchange_api__` capsule for a pyclass, so C
+//! consumers (tvm-ffi, PyTorch extensions) skip the Python-level call.
 //!
 //! # Capsules (spec section 2.3)
 //!
@@ -82,13 +89,14 @@ use std::sync::Mutex;
 use pyo3::PyClass;
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi as pyffi;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::{PyCapsule, PyDict};
 
 use crate::device::Device;
 use crate::error::{ExportError, ImportError};
-use crate::export::{DlpackExport, ExportRequest, export_with};
+use crate::export::{DlpackExport, ExportRequest, allocate_host, copy_of, export_with};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use crate::import::DlpackImport;
 use crate::managed::{ManagedTensor, RawManagedTensor};
@@ -340,51 +348,215 @@ fn rename(obj: *mut pyffi::PyObject, name: &'static CStr) -> PyResult<()> {
     Ok(())
 }
 
+/// Options of `from_dlpack(x, /, *, device=None, copy=None)` (spec section 2.9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FromDlpackOptions {
+    /// Device the data must end up on; `None`: the producer's device. Passed to the producer as
+    /// `dl_device`.
+    pub device: Option<Device>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+}
+
+impl FromDlpackOptions {
+    /// No device change, copy only if needed.
+    pub const fn new() -> Self {
+        Self {
+            device: None,
+            copy: None,
+        }
+    }
+
+    /// Sets `device`.
+    pub const fn device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// Sets `copy`.
+    pub const fn copy(mut self, copy: Option<bool>) -> Self {
+        self.copy = copy;
+        self
+    }
+}
+
 /// `from_dlpack` for Rust: builds `T` from any Python object that has `__dlpack__`, or from a
-/// raw DLPack capsule.
+/// raw DLPack capsule. Same as [`from_dlpack_with`] with default options.
 ///
-/// Protocol (spec sections 2.2, 2.6): calls `__dlpack_device__()` when present, then
-/// `__dlpack__(max_version=(1, 3))` (no stream: host consumers have none, and `None` is the
-/// only legal value for CPU), and on `TypeError` retries `__dlpack__()` for producers that
-/// predate `max_version`. The capsule is consumed as [`consume_capsule`] describes, and the
-/// tensor is validated by `T`'s import before anything reads it.
+/// # Errors
+///
+/// As [`from_dlpack_with`].
+pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
+    from_dlpack_with(obj, &FromDlpackOptions::new())
+}
+
+/// `from_dlpack(obj, device=..., copy=...)` for Rust.
+///
+/// Protocol (spec sections 2.2, 2.6, 2.9, 5): when the producer's type publishes the C
+/// exchange API (`__dlpack_c_exchange_api__`, version 1.x; looked up once per type) and no
+/// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
+/// and kept if it is host memory (which needs no synchronization). Otherwise it calls
+/// `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)` with no stream (this consumer has
+/// none, and `None` is the only legal value for CPU; so `__dlpack_device__` is not needed to
+/// choose one), and on `TypeError`
+/// retries `__dlpack__()` for producers that predate the keywords, then serves `copy=True`
+/// itself and checks `device`. The capsule is consumed as [`consume_capsule`] describes, and
+/// the tensor is validated by `T`'s import before anything reads it.
 ///
 /// # Errors
 ///
 /// `AttributeError` when `obj` has no `__dlpack__`; the producer's own exceptions; those of
-/// [`consume_capsule`]; `BufferError` when `T` refuses the tensor (its deleter then runs).
-pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
-    let managed = managed_from_object(obj)?;
+/// [`consume_capsule`]; `BufferError` when the result cannot be on `device`, when `copy=False`
+/// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
+pub fn from_dlpack_with<T: DlpackImport>(
+    obj: &Bound<'_, PyAny>,
+    options: &FromDlpackOptions,
+) -> PyResult<T> {
+    let managed = managed_from_object(obj, options)?;
     T::from_managed(managed).map_err(Into::into)
 }
 
-/// The managed tensor of `obj` (a producer or a capsule), as [`from_dlpack`] obtains it.
+/// The managed tensor of `obj` (a producer or a capsule), as [`from_dlpack_with`] obtains it.
 ///
 /// # Errors
 ///
-/// As [`from_dlpack`].
-pub fn managed_from_object(obj: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
+/// As [`from_dlpack_with`].
+pub fn managed_from_object(
+    obj: &Bound<'_, PyAny>,
+    options: &FromDlpackOptions,
+) -> PyResult<ManagedTensor> {
     let py = obj.py();
     // SAFETY: `obj` is a live object, GIL held.
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
-        return consume_capsule(obj);
+        return settle(consume_capsule(obj)?, options, true);
     }
-    let dunder = obj.getattr("__dlpack__")?;
-    if obj.hasattr("__dlpack_device__")? {
-        // The device decides the stream; host consumers pass none (spec section 2.2).
-        obj.call_method0("__dlpack_device__")?;
+    if options.device.is_none() && options.copy.is_none() {
+        if let Some(api) = exchange_api_of(&obj.get_type())? {
+            let managed = via_exchange_api(obj, api)?;
+            if Device::from_raw(managed.dl_tensor().device).is_host_accessible() {
+                return Ok(managed);
+            }
+            // Device memory taken without synchronization: this consumer has no stream to
+            // order it on, so give it back and ask `__dlpack__`, which synchronizes.
+            drop(managed);
+        }
     }
+    // This consumer passes no stream (it has none; `None` is the only legal value for CPU),
+    // so the producer's device does not change the call, and `__dlpack_device__` is not asked.
     let kwargs = PyDict::new(py);
     kwargs.set_item(
-        "max_version",
+        intern!(py, "max_version"),
         (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
     )?;
-    let capsule = match dunder.call((), Some(&kwargs)) {
-        Ok(capsule) => capsule,
-        Err(err) if err.is_instance_of::<PyTypeError>(py) => dunder.call0()?,
+    if let Some(device) = options.device {
+        let raw = device.to_raw();
+        kwargs.set_item(intern!(py, "dl_device"), (raw.device_type, raw.device_id))?;
+    }
+    if let Some(copy) = options.copy {
+        kwargs.set_item(intern!(py, "copy"), copy)?;
+    }
+    let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
+    let (capsule, fell_back) = match dunder.call((), Some(&kwargs)) {
+        Ok(capsule) => (capsule, false),
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => (dunder.call0()?, true),
         Err(err) => return Err(err),
     };
-    consume_capsule(&capsule)
+    settle(consume_capsule(&capsule)?, options, fell_back)
+}
+
+/// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
+/// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as spec
+/// section 5.1 allows. The cache holds a reference to each type, so a type's address is never
+/// reused while its entry exists.
+fn exchange_api_of(
+    ty: &Bound<'_, pyo3::types::PyType>,
+) -> PyResult<Option<&'static ffi::DLPackExchangeAPI>> {
+    type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
+    static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = ty.as_ptr() as usize;
+    if let Some((_, address)) = cache.lock().map_err(|_| poisoned())?.get(&key) {
+        // SAFETY: cached addresses are 0 or tables that live for the whole process (below).
+        return Ok(
+            (*address != 0).then(|| unsafe { &*(*address as *const ffi::DLPackExchangeAPI) })
+        );
+    }
+    let address = lookup_exchange_api(ty)?;
+    cache
+        .lock()
+        .map_err(|_| poisoned())?
+        .insert(key, (ty.clone().unbind(), address));
+    // SAFETY: as above.
+    Ok((address != 0).then(|| unsafe { &*(address as *const ffi::DLPackExchangeAPI) }))
+}
+
+fn poisoned() -> PyErr {
+    PyBufferError::new_err("exchange API cache poisoned by a panic")
+}
+
+/// Address of the type's exchange API table, or 0 when it publishes none usable.
+fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
+    let Some(capsule) = ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? else {
+        return Ok(0);
+    };
+    let name = ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME.as_ptr();
+    // SAFETY: `capsule` is a live object, GIL held; `PyCapsule_IsValid` sets no exception.
+    if unsafe { pyffi::PyCapsule_IsValid(capsule.as_ptr(), name) } != 1 {
+        return Ok(0);
+    }
+    // SAFETY: a valid capsule under this name holds a `const DLPackExchangeAPI*` that lives for
+    // the whole process (spec section 5.1).
+    let api = unsafe { pyffi::PyCapsule_GetPointer(capsule.as_ptr(), name) }
+        .cast::<ffi::DLPackExchangeAPI>();
+    // SAFETY: as above; the header is readable.
+    let usable = !api.is_null() && unsafe { (*api).header.version.major } == ffi::DLPACK_MAJOR_VERSION
+        // SAFETY: as above.
+        && unsafe { (*api).managed_tensor_from_py_object_no_sync }.is_some();
+    Ok(if usable { api as usize } else { 0 })
+}
+
+/// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, or a producer
+/// that refused the keywords).
+fn settle(
+    managed: ManagedTensor,
+    options: &FromDlpackOptions,
+    unasked: bool,
+) -> PyResult<ManagedTensor> {
+    let found = Device::from_raw(managed.dl_tensor().device);
+    if let Some(wanted) = options.device {
+        let reachable = found == wanted || wanted == Device::CPU && found.is_host_accessible();
+        if !reachable {
+            return Err(PyBufferError::new_err(format!(
+                "the producer handed over a {found} tensor, expected {wanted} (from_dlpack(device=...))"
+            )));
+        }
+    }
+    if unasked && options.copy == Some(true) && !managed.is_copied() {
+        // The copy is ours: versioned, writable, flagged IS_COPIED.
+        return copy_of(&managed, true).map_err(Into::into);
+    }
+    Ok(managed)
+}
+
+/// Takes the tensor through a C exchange API table (spec section 5.3).
+fn via_exchange_api(
+    obj: &Bound<'_, PyAny>,
+    api: &ffi::DLPackExchangeAPI,
+) -> PyResult<ManagedTensor> {
+    let from_py = api.managed_tensor_from_py_object_no_sync.ok_or_else(|| {
+        PyBufferError::new_err("exchange API table without managed_tensor_from_py_object_no_sync")
+    })?;
+    let mut out: *mut DLManagedTensorVersioned = core::ptr::null_mut();
+    // SAFETY: the table's contract: `py_object` is an object of the table's type (the type we
+    // read it from), `out` receives an owned tensor; GIL held. 0 on success, -1 with a Python
+    // exception set on failure.
+    let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
+    if rc != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    // SAFETY: on success `out` is an owned managed tensor (spec section 5.3).
+    unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(Into::into)
 }
 
 /// A Rust tensor owned by Python, exported once by value (writable) through `__dlpack__`.
@@ -404,6 +576,39 @@ impl<T: DlpackExport + Send + 'static> ErasedExport for T {
     fn export(self: Box<Self>, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
         (*self).to_dlpack_with(request)
     }
+}
+
+/// A managed tensor already built, exported as it is (or copied).
+struct Prebuilt(ManagedTensor);
+
+impl ErasedExport for Prebuilt {
+    fn export(self: Box<Self>, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
+        request.check(Device::from_raw(self.0.dl_tensor().device))?;
+        if request.copy == Some(true) {
+            return copy_of(&self.0, request.wants_versioned());
+        }
+        if !self.0.is_legacy() && !request.wants_versioned() {
+            return Err(ExportError::VersionedOnly);
+        }
+        Ok(self.0)
+    }
+}
+
+/// Wraps a managed tensor in a Python object with `__dlpack__` and `__dlpack_device__`
+/// (exported once, as it is; a legacy request of a versioned tensor is a `BufferError`).
+///
+/// # Errors
+///
+/// The Python error of creating the object; the tensor is then dropped (its deleter runs).
+pub fn export_managed(py: Python<'_>, managed: ManagedTensor) -> PyResult<Bound<'_, ExportOnce>> {
+    let device = Device::from_raw(managed.dl_tensor().device);
+    Bound::new(
+        py,
+        ExportOnce {
+            device,
+            inner: Mutex::new(Some(Box::new(Prebuilt(managed)))),
+        },
+    )
 }
 
 /// Moves `tensor` into a Python object with `__dlpack__` and `__dlpack_device__`, for
@@ -470,4 +675,223 @@ impl ExportOnce {
             if exported { "True" } else { "False" }
         )
     }
+}
+
+/// The C exchange API table of pyclass `T` (spec section 5), as the capsule to publish as the
+/// class attribute `__dlpack_c_exchange_api__`:
+///
+/// ```ignore
+/// #[classattr]
+/// fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+///     dlpack_runtime::python::dlpack_exchange_api::<Self>(py)
+/// }
+/// ```
+///
+/// The table (version 1.3) lives for the whole process, one per type:
+/// `managed_tensor_from_py_object_no_sync` makes the same shared, read-only export as
+/// [`dlpack`]; `managed_tensor_allocator` allocates zeroed host tensors;
+/// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
+/// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
+/// `current_work_stream` reports no stream (host memory).
+///
+/// # Errors
+///
+/// The Python error of creating the capsule.
+pub fn dlpack_exchange_api<T>(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    static TABLES: std::sync::OnceLock<Mutex<std::collections::HashMap<std::any::TypeId, usize>>> =
+        std::sync::OnceLock::new();
+    let tables = TABLES.get_or_init(Default::default);
+    let address = *tables
+        .lock()
+        .map_err(|_| PyBufferError::new_err("exchange API registry poisoned by a panic"))?
+        .entry(std::any::TypeId::of::<T>())
+        .or_insert_with(|| {
+            let table = Box::new(ffi::DLPackExchangeAPI {
+                header: ffi::DLPackExchangeAPIHeader {
+                    version: DLPackVersion {
+                        major: ffi::DLPACK_MAJOR_VERSION,
+                        minor: ffi::DLPACK_MINOR_VERSION,
+                    },
+                    prev_api: core::ptr::null_mut(),
+                },
+                managed_tensor_allocator: Some(c_api_allocate),
+                managed_tensor_from_py_object_no_sync: Some(c_api_from_py::<T>),
+                managed_tensor_to_py_object_no_sync: Some(c_api_to_py),
+                dltensor_from_py_object_no_sync: None,
+                current_work_stream: Some(c_api_current_work_stream),
+            });
+            // Leaked on purpose: the spec requires the table to live for the whole process.
+            Box::into_raw(table) as usize
+        });
+    let pointer = NonNull::new(address as *mut c_void)
+        .ok_or_else(|| PyBufferError::new_err("null exchange API table"))?;
+    // SAFETY: `pointer` is a leaked, never-freed table, valid for the process; no destructor.
+    unsafe { PyCapsule::new_with_pointer(py, pointer, ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME) }
+}
+
+/// Runs `f` with the GIL, turning a Rust panic into a Python `SystemError` and an error into a
+/// raised exception: the C API functions return 0 or -1 and never unwind.
+fn c_api_call(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> core::ffi::c_int {
+    Python::attach(|py| {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py)));
+        match result {
+            Ok(Ok(())) => 0,
+            Ok(Err(err)) => {
+                err.restore(py);
+                -1
+            }
+            Err(_) => {
+                pyo3::exceptions::PySystemError::new_err(
+                    "panic in a DLPack C exchange API function",
+                )
+                .restore(py);
+                -1
+            }
+        }
+    })
+}
+
+/// `managed_tensor_from_py_object_no_sync` for objects of type `T`.
+unsafe extern "C" fn c_api_from_py<T>(
+    py_object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> core::ffi::c_int
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    c_api_call(|py| {
+        if py_object.is_null() || out.is_null() {
+            return Err(PyValueError::new_err(
+                "NULL argument to managed_tensor_from_py_object_no_sync",
+            ));
+        }
+        // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
+        let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
+        let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
+        let owner = PyOwner(Some(obj.unbind()));
+        let managed = export_with(owner, PyOwner::parts, &ExportRequest::versioned())?;
+        match managed.into_raw() {
+            // SAFETY: `out` is a valid out-pointer (checked non-NULL; caller's contract).
+            RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
+            RawManagedTensor::Legacy(_) => {
+                unreachable!("a versioned request builds a versioned tensor")
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `managed_tensor_allocator`: a zeroed host tensor of the prototype's dtype and shape.
+unsafe extern "C" fn c_api_allocate(
+    prototype: *mut ffi::DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<
+        unsafe extern "C" fn(*mut c_void, *const core::ffi::c_char, *const core::ffi::c_char),
+    >,
+) -> core::ffi::c_int {
+    let result = std::panic::catch_unwind(|| -> Result<*mut DLManagedTensorVersioned, String> {
+        if prototype.is_null() || out.is_null() {
+            return Err("NULL argument to managed_tensor_allocator".to_owned());
+        }
+        // SAFETY: a non-NULL prototype is a readable `DLTensor` whose `shape` holds `ndim`
+        // entries (spec section 5.3: only dtype, ndim, shape and device are used).
+        let prototype = unsafe { &*prototype };
+        let device = Device::from_raw(prototype.device);
+        if device != Device::CPU {
+            return Err(format!(
+                "this producer allocates cpu:0 tensors only, not {device}"
+            ));
+        }
+        let ndim = usize::try_from(prototype.ndim)
+            .map_err(|_| format!("ndim is {}, expected >= 0", prototype.ndim))?;
+        if ndim > crate::layout::MAX_NDIM || ndim > 0 && prototype.shape.is_null() {
+            return Err(format!(
+                "ndim is {ndim} with shape {:?}, expected at most 64 extents",
+                prototype.shape
+            ));
+        }
+        let extents: &[i64] = if ndim == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL, `ndim` entries (prototype contract).
+            unsafe { core::slice::from_raw_parts(prototype.shape, ndim) }
+        };
+        let shape = extents
+            .iter()
+            .map(|&e| usize::try_from(e).map_err(|_| format!("extent {e} is negative")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let managed = allocate_host(crate::DataType::from_raw(prototype.dtype), shape)
+            .map_err(|e| e.to_string())?;
+        match managed.into_raw() {
+            RawManagedTensor::Versioned(p) => Ok(p.as_ptr()),
+            RawManagedTensor::Legacy(_) => Err("allocator built a legacy tensor".to_owned()),
+        }
+    });
+    match result {
+        Ok(Ok(tensor)) => {
+            // SAFETY: `out` is non-NULL (checked) and writable (caller's contract).
+            unsafe { out.write(tensor) };
+            0
+        }
+        Ok(Err(message)) => {
+            report_c_error(error_ctx, set_error, &message);
+            -1
+        }
+        Err(_) => {
+            report_c_error(error_ctx, set_error, "panic in managed_tensor_allocator");
+            -1
+        }
+    }
+}
+
+fn report_c_error(
+    error_ctx: *mut c_void,
+    set_error: Option<
+        unsafe extern "C" fn(*mut c_void, *const core::ffi::c_char, *const core::ffi::c_char),
+    >,
+    message: &str,
+) {
+    if let Some(set_error) = set_error {
+        let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: the caller's callback, with its context and two NUL-terminated strings that
+        // outlive the call (spec section 5.3: `SetError` is called exactly on failure).
+        unsafe { set_error(error_ctx, c"BufferError".as_ptr(), message.as_ptr()) };
+    }
+}
+
+/// `managed_tensor_to_py_object_no_sync`: steals `tensor` into an [`ExportOnce`] object.
+unsafe extern "C" fn c_api_to_py(
+    tensor: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> core::ffi::c_int {
+    c_api_call(|py| {
+        if out_py_object.is_null() {
+            // SAFETY: the tensor was handed over (stolen) even on failure: free it once.
+            drop(unsafe { ManagedTensor::from_raw_versioned(tensor) });
+            return Err(PyValueError::new_err("NULL out_py_object"));
+        }
+        // SAFETY: the caller hands over an owned managed tensor (spec section 5.3).
+        let managed = unsafe { ManagedTensor::from_raw_versioned(tensor) }?;
+        let obj = export_managed(py, managed)?;
+        // SAFETY: `out_py_object` is non-NULL and writable; the new reference goes to the caller.
+        unsafe { out_py_object.write(obj.into_ptr().cast()) };
+        Ok(())
+    })
+}
+
+/// `current_work_stream`: this producer's tensors are host memory; there is no stream.
+unsafe extern "C" fn c_api_current_work_stream(
+    _device_type: ffi::DLDeviceType,
+    _device_id: i32,
+    out_current_stream: *mut *mut c_void,
+) -> core::ffi::c_int {
+    if !out_current_stream.is_null() {
+        // SAFETY: a non-NULL out-pointer is writable (caller's contract).
+        unsafe { out_current_stream.write(core::ptr::null_mut()) };
+    }
+    0
 }

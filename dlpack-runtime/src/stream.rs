@@ -86,6 +86,107 @@ fn handle(h: i64) -> NonZeroU64 {
     NonZeroU64::new(h as u64).unwrap_or(NonZeroU64::MIN)
 }
 
+/// A stream on which a producer may have pending work on the tensor, named during one
+/// exchange. Stream handles are recycled by the driver, so a `ProducerStream` is compared with
+/// the consumer's stream only inside the call that named both (spec section 3.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProducerStream {
+    /// The legacy default stream (`CU_STREAM_LEGACY`).
+    LegacyDefault,
+    /// The per-thread default stream (`CU_STREAM_PER_THREAD`).
+    PerThreadDefault,
+    /// A stream handle (`CUstream`), non-zero.
+    Handle(NonZeroU64),
+}
+
+impl ProducerStream {
+    /// The consumer's stream of a request as a stream identity, if the request names one.
+    pub fn of_request(request: StreamRequest) -> Option<Self> {
+        match request {
+            StreamRequest::LegacyDefault => Some(Self::LegacyDefault),
+            StreamRequest::PerThreadDefault => Some(Self::PerThreadDefault),
+            StreamRequest::Handle(h) => Some(Self::Handle(h)),
+            StreamRequest::Host | StreamRequest::NoSync => None,
+        }
+    }
+}
+
+/// What the producer must do so that its pending work is visible to the consumer
+/// (spec section 2.5). Decided by [`plan_sync`]; carried out by the `cuda` layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncPlan {
+    /// Nothing: no pending work, `stream=-1`, or the consumer uses the producer's stream.
+    Nothing,
+    /// Record an event on each of `record_on` and make `wait_on` wait for it: the host does
+    /// not block.
+    EventDependency {
+        /// Producer streams with pending work, other than the consumer's.
+        record_on: Vec<ProducerStream>,
+        /// The consumer's stream.
+        wait_on: ProducerStream,
+    },
+    /// Block the host until `streams` have finished: the consumer reads on the host
+    /// (`stream=None` for a CPU request, spec section 2.4).
+    HostSync {
+        /// Producer streams with pending work.
+        streams: Vec<ProducerStream>,
+    },
+}
+
+/// Decides the synchronization for one export: `pending` are the producer's streams with work
+/// on the tensor (its `#[dlpack(stream)]` fields), `request` the parsed `stream` argument
+/// ([`parse_stream`] for the device the consumer will use), and `device` the tensor's device.
+///
+/// Rules: no pending work or `stream=-1` needs nothing; a host request ([`StreamRequest::Host`],
+/// the consumer reads on the CPU) needs a host synchronization; a consumer stream gets an event
+/// dependency on every pending stream that is not the consumer's own.
+///
+/// # Errors
+///
+/// [`StreamError::Unsupported`] when pending work on a device type whose streams this crate
+/// cannot order (ROCm and others) would need synchronization.
+pub fn plan_sync(
+    device: Device,
+    pending: &[ProducerStream],
+    request: StreamRequest,
+) -> Result<SyncPlan, StreamError> {
+    if pending.is_empty() || request == StreamRequest::NoSync {
+        return Ok(SyncPlan::Nothing);
+    }
+    let cuda = matches!(
+        device.device_type,
+        DeviceType::Cuda | DeviceType::CudaHost | DeviceType::CudaManaged
+    );
+    if !cuda {
+        let found = match request {
+            StreamRequest::Handle(h) => h.get() as i64,
+            StreamRequest::PerThreadDefault => 2,
+            _ => 0,
+        };
+        return Err(StreamError::Unsupported { found, device });
+    }
+    let mut unique: Vec<ProducerStream> = Vec::with_capacity(pending.len());
+    for stream in pending {
+        if !unique.contains(stream) {
+            unique.push(*stream);
+        }
+    }
+    match ProducerStream::of_request(request) {
+        None => Ok(SyncPlan::HostSync { streams: unique }),
+        Some(consumer) => {
+            unique.retain(|s| *s != consumer);
+            if unique.is_empty() {
+                Ok(SyncPlan::Nothing)
+            } else {
+                Ok(SyncPlan::EventDependency {
+                    record_on: unique,
+                    wait_on: consumer,
+                })
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,5 +275,134 @@ mod tests {
             })
         );
         assert!(parse_stream(vk, Some(0)).is_err());
+    }
+
+    fn h(v: u64) -> ProducerStream {
+        ProducerStream::Handle(NonZeroU64::new(v).unwrap())
+    }
+
+    /// Every stream value of the table against every set of pending streams, on CUDA.
+    #[test]
+    fn cuda_plans_for_every_stream_value_and_producer_set() {
+        let cuda = Device::cuda(0);
+        let sets: [&[ProducerStream]; 6] = [
+            &[],
+            &[ProducerStream::LegacyDefault],
+            &[ProducerStream::PerThreadDefault],
+            &[h(0x1000)],
+            &[h(0x1000), h(0x2000), h(0x1000)],
+            &[h(0x1000), ProducerStream::LegacyDefault],
+        ];
+        for value in [
+            None,
+            Some(-2),
+            Some(-1),
+            Some(0),
+            Some(1),
+            Some(2),
+            Some(3),
+            Some(0x1000),
+            Some(0x3000),
+        ] {
+            for pending in sets {
+                let parsed = parse_stream(cuda, value);
+                if matches!(value, Some(-2) | Some(0)) {
+                    assert!(parsed.is_err(), "{value:?} is illegal on CUDA");
+                    continue;
+                }
+                let request = parsed.unwrap();
+                let plan = plan_sync(cuda, pending, request).unwrap();
+                let consumer = ProducerStream::of_request(request);
+                let mut others: Vec<ProducerStream> = vec![];
+                for s in pending {
+                    if Some(*s) != consumer && !others.contains(s) {
+                        others.push(*s);
+                    }
+                }
+                let expected = if value == Some(-1) || others.is_empty() {
+                    SyncPlan::Nothing
+                } else {
+                    SyncPlan::EventDependency {
+                        record_on: others,
+                        wait_on: consumer.unwrap(),
+                    }
+                };
+                assert_eq!(plan, expected, "stream={value:?} pending={pending:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn same_stream_needs_nothing_and_distinct_streams_get_one_event_each() {
+        let cuda = Device::cuda(0);
+        let consumer = StreamRequest::Handle(NonZeroU64::new(0x1000).unwrap());
+        assert_eq!(
+            plan_sync(cuda, &[h(0x1000)], consumer),
+            Ok(SyncPlan::Nothing)
+        );
+        assert_eq!(
+            plan_sync(cuda, &[h(0x1000), h(0x2000)], consumer),
+            Ok(SyncPlan::EventDependency {
+                record_on: vec![h(0x2000)],
+                wait_on: h(0x1000)
+            })
+        );
+        // None means the legacy default stream: work on a created stream must be ordered.
+        assert_eq!(
+            plan_sync(cuda, &[h(0x2000)], parse_stream(cuda, None).unwrap()),
+            Ok(SyncPlan::EventDependency {
+                record_on: vec![h(0x2000)],
+                wait_on: ProducerStream::LegacyDefault
+            })
+        );
+        // The per-thread and legacy default streams are different streams.
+        assert_eq!(
+            plan_sync(
+                cuda,
+                &[ProducerStream::LegacyDefault],
+                StreamRequest::PerThreadDefault
+            ),
+            Ok(SyncPlan::EventDependency {
+                record_on: vec![ProducerStream::LegacyDefault],
+                wait_on: ProducerStream::PerThreadDefault
+            })
+        );
+    }
+
+    #[test]
+    fn host_reads_of_cuda_memory_need_a_host_sync() {
+        let managed = dev(DeviceType::CudaManaged);
+        // A CPU consumer of managed memory passes dl_device=CPU and stream=None: the stream is
+        // parsed for the CPU and the producer must finish before the host reads.
+        let request = parse_stream(Device::CPU, None).unwrap();
+        assert_eq!(
+            plan_sync(managed, &[h(0x1000), h(0x1000)], request),
+            Ok(SyncPlan::HostSync {
+                streams: vec![h(0x1000)]
+            })
+        );
+        assert_eq!(plan_sync(managed, &[], request), Ok(SyncPlan::Nothing));
+    }
+
+    #[test]
+    fn devices_without_stream_support_refuse_pending_work() {
+        let rocm = dev(DeviceType::Rocm);
+        let request = parse_stream(rocm, Some(0x5000)).unwrap();
+        assert_eq!(
+            plan_sync(rocm, &[h(0x1000)], request),
+            Err(StreamError::Unsupported {
+                found: 0x5000,
+                device: rocm
+            })
+        );
+        assert_eq!(
+            plan_sync(rocm, &[h(0x1000)], StreamRequest::NoSync),
+            Ok(SyncPlan::Nothing)
+        );
+        assert_eq!(plan_sync(rocm, &[], request), Ok(SyncPlan::Nothing));
+        assert_eq!(
+            plan_sync(Device::CPU, &[], StreamRequest::Host),
+            Ok(SyncPlan::Nothing)
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Compile-time tests of the derives (trybuild): `ui/fail` holds inputs that must be refused,
-//! grouped by category and named after the rule they break, next to the expected compiler
-//! output (`.stderr`); `ui/pass` holds inputs that must compile and run.
+//! grouped by category (`attr`: the attribute grammar; `check`: rules between fields and
+//! options; `constraints`: consumer constraints; `storage`: the storage derives; `types`: field
+//! types that miss a runtime trait) and named after the rule they break, next to the expected
+//! compiler output (`.stderr`); `ui/pass` holds inputs that must compile and run.
 //!
 //! Bless the `.stderr` files on the pinned toolchain only:
 //! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui`.

@@ -20,13 +20,15 @@ const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackExport for Tensor
     where
-        Vec<f32>: ::dlpack_runtime::__private::ExportBuffer,
+        Vec<f32>: ::dlpack_runtime::__private::AsExportBuffer,
         Vec<usize>: ::dlpack_runtime::__private::AsShape,
         Option<Vec<isize>>: ::dlpack_runtime::__private::AsStrides,
     {
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
-                    &self.values,
+                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                        &self.values,
+                    ),
                     ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
                 )
                 .with_strides(
@@ -36,8 +38,10 @@ const _: () = {
                 .with_device(self.device)
         }
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
-            ::dlpack_runtime::__private::ExportParts::unique(
-                    &mut self.values,
+            ::dlpack_runtime::__private::ExportParts::new(
+                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                        &mut self.values,
+                    ),
                     ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
                 )
                 .with_strides(

@@ -27,6 +27,20 @@ where
     strides: Vec<isize>,
 }
 
+/// A lifetime, a generic buffer and a where clause on a non-role field.
+#[derive(DlpackExport)]
+struct Labeled<'a, B, L>
+where
+    B: dlpack_runtime::AsExportBuffer,
+    L: AsRef<str> + ?Sized + 'a,
+{
+    #[dlpack(data)]
+    buffer: B,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    label: &'a L,
+}
+
 /// No strides field: the import requires C-contiguous data.
 #[derive(DlpackImport)]
 struct Dense<T: Element> {
@@ -85,5 +99,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         strides: None,
     };
     assert!(View::<i32>::from_dlpack(wrong).is_err());
+
+    let labeled = Labeled {
+        buffer: vec![1u8, 2],
+        shape: vec![2],
+        label: "bytes",
+    };
+    assert_eq!(AsRef::<str>::as_ref(labeled.label), "bytes");
+    assert_eq!(labeled.export_parts().shape(), [2]);
+    let view = Dense::<u8>::from_dlpack(labeled)?;
+    assert_eq!(view.data.as_slice()?, [1, 2]);
     Ok(())
 }

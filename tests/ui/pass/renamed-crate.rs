@@ -1,7 +1,7 @@
 // `#[dlpack(crate = "...")]`: the generated code reaches the runtime through the given path.
 extern crate dlpack_runtime as dl;
 
-use dl::{DlpackExport, DlpackImport, ImportedData};
+use dl::{DlpackExport, DlpackImport, DlpackImportStorage, DlpackStorage, ImportedData};
 
 #[derive(DlpackExport)]
 #[dlpack(crate = "dl")]
@@ -21,6 +21,34 @@ struct View {
     shape: [usize; 2],
 }
 
+#[derive(DlpackStorage)]
+#[dlpack(crate = "dl")]
+enum Storage {
+    F64(Vec<f64>),
+}
+
+#[derive(DlpackExport)]
+#[dlpack(crate = "dl")]
+struct Column {
+    #[dlpack(data)]
+    storage: std::sync::Arc<Storage>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+#[derive(DlpackImportStorage)]
+#[dlpack(crate = "dl")]
+struct Floats(ImportedData<f64>);
+
+#[derive(DlpackImport)]
+#[dlpack(crate = "dl", dtype = f64, shape = [2])]
+struct ColumnView {
+    #[dlpack(data)]
+    data: Floats,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let m = Matrix {
         values: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
@@ -29,5 +57,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let view = View::from_managed(m.to_dlpack()?)?;
     assert_eq!(view.shape, [2, 3]);
     assert_eq!(view.data.get(&[1, 2])?, 6.0);
+
+    let c = Column {
+        storage: std::sync::Arc::new(Storage::F64(vec![0.5, 1.5])),
+        shape: [2],
+    };
+    let view = ColumnView::from_dlpack(c)?;
+    assert_eq!(view.shape, [2]);
+    assert_eq!(view.data.0.as_slice()?, [0.5, 1.5]);
     Ok(())
 }

@@ -1,0 +1,73 @@
+//! A plain loop over one contender's round trip, for profilers (callgrind, perf), which want a
+//! small binary rather than criterion's harness:
+//!
+//! ```sh
+//! CARGO_PROFILE_RELEASE_DEBUG=true cargo build --release -p dlpack-bench --example profile
+//! valgrind --tool=callgrind target/release/examples/profile ours shared 100000
+//! ```
+//!
+//! Arguments: contender (`ours`, `dlpark`, `floor`), what (`shared`: round trip of a shared
+//! `[2, 3]` tensor; `owned`: round trip of an owned one, its `Vec` built in the loop;
+//! `export`: export and drop of a shared one; `validate`: one layout validation of a held
+//! tensor; `get`: one typed read of a held view; `ptr`: one raw read of a held view),
+//! iterations. Instructions per operation: callgrind's total over two iteration counts,
+//! differenced and divided, removes the fixed start-up cost.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use dlpack_bench::{SharedTensor, Tensor, dlpark_side, floor, ours};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let who = args.first().map_or("ours", String::as_str);
+    let what = args.get(1).map_or("shared", String::as_str);
+    let runs: usize = args
+        .get(2)
+        .map_or(1_000_000, |n| n.parse().expect("iterations"));
+    let values = Arc::new(vec![1.0f32; 6]);
+    let shared = || SharedTensor {
+        values: Arc::clone(&values),
+        shape: black_box([2, 3]),
+    };
+    let owned = || Tensor::ones(black_box([2, 3]));
+    let held = ours::export(shared());
+    let view = ours::import::<2>(ours::export(shared()));
+    let theirs = dlpark_side::export_shared(shared());
+    let mut sum = 0.0f32;
+    for _ in 0..runs {
+        sum += match (who, what) {
+            ("ours", "shared") => ours::round_trip::<_, 2>(shared()),
+            ("ours", "owned") => ours::round_trip::<_, 2>(owned()),
+            ("ours", "export") => {
+                drop(black_box(ours::export(shared())));
+                1.0
+            }
+            ("ours", "validate") => black_box(&held).layout().expect("layout").numel() as f32,
+            ("ours", "get") => ours::read(black_box(&view)),
+            // SAFETY: the view holds a live tensor of six `f32`.
+            ("ours", "ptr") => unsafe { black_box(&view).data.as_ptr().read() },
+            ("dlpark", "validate") => {
+                black_box(&theirs).validate().expect("valid").num_elements() as f32
+            }
+            ("dlpark", "shared") => {
+                dlpark_side::round_trip::<2>(dlpark_side::export_shared(shared()))
+            }
+            ("dlpark", "owned") => dlpark_side::round_trip::<2>(dlpark_side::export(owned())),
+            ("dlpark", "export") => {
+                drop(black_box(dlpark_side::export_shared(shared())));
+                1.0
+            }
+            ("floor", "shared") => floor::round_trip::<2>(floor::export_shared(shared())),
+            ("floor", "owned") => floor::round_trip::<2>(floor::export(owned())),
+            ("floor", "export") => {
+                let raw = black_box(floor::export_shared(shared()));
+                // SAFETY: `raw` was just exported, is owned here, and its deleter runs once.
+                unsafe { (raw.as_ref().deleter.expect("deleter"))(raw.as_ptr()) };
+                1.0
+            }
+            _ => panic!("unknown contender or case: {who} {what}"),
+        };
+    }
+    println!("{sum}");
+}

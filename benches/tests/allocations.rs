@@ -1,0 +1,100 @@
+//! Guards the targets the benchmarks report: one heap allocation per export, none per import,
+//! counted per thread by the crate's counting allocator; and checks that the three contenders
+//! see the same tensor.
+
+use std::sync::Arc;
+
+use dlpack_bench::alloc_count::{CountingAllocator, measure};
+use dlpack_bench::{SharedTensor, Tensor, dlpark_side, floor, ours, shape_of};
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+const RUNS: usize = 1000;
+
+#[test]
+fn ours_allocates_once_per_export_and_never_per_import() {
+    let mut producers: Vec<Tensor<2>> = (0..RUNS).map(|_| Tensor::ones([2, 3])).collect();
+    let mut exported = Vec::with_capacity(RUNS);
+    let mut views = Vec::with_capacity(RUNS);
+    let ((), export) = measure(|| exported.extend(producers.drain(..).map(ours::export)));
+    let ((), import) = measure(|| views.extend(exported.drain(..).map(ours::import::<2>)));
+    let (sum, read) = measure(|| views.iter().map(ours::read).sum::<f32>());
+    let ((), drop) = measure(|| views.clear());
+    assert_eq!(sum, RUNS as f32);
+    assert_eq!(
+        (export.allocs, export.reallocs),
+        (RUNS, 0),
+        "one block per export"
+    );
+    assert_eq!(
+        (import.allocs, import.reallocs),
+        (0, 0),
+        "nothing per import"
+    );
+    assert_eq!((read.allocs, read.reallocs), (0, 0), "nothing per read");
+    assert_eq!(drop.deallocs, 2 * RUNS, "the block and the data");
+}
+
+#[test]
+fn ours_shared_export_allocates_only_the_block() {
+    let values = Arc::new(vec![1.0f32; 6]);
+    let (first, counts) = measure(|| {
+        ours::round_trip::<_, 2>(SharedTensor {
+            values: Arc::clone(&values),
+            shape: [2, 3],
+        })
+    });
+    assert_eq!(first, 1.0);
+    assert_eq!((counts.allocs, counts.deallocs, counts.reallocs), (1, 1, 0));
+    assert_eq!(
+        Arc::strong_count(&values),
+        1,
+        "the deleter dropped the clone"
+    );
+}
+
+#[test]
+fn contenders_see_the_same_tensor() {
+    fn check<const N: usize>() {
+        let shape = shape_of::<N>(6);
+        let values = Arc::new(vec![1.0f32; 6]);
+        let shared = || SharedTensor {
+            values: Arc::clone(&values),
+            shape,
+        };
+        let a = ours::import::<N>(ours::export(shared()));
+        let b = dlpark_side::import::<N>(dlpark_side::export_shared(shared()));
+        let raw = floor::export_shared(shared());
+        // SAFETY: a fresh export of rank `N`, owned here.
+        let c = unsafe { floor::import::<N>(raw) }.expect("import");
+        assert_eq!((a.shape, a.strides), (b.shape, b.strides));
+        assert_eq!((a.shape, a.strides), (c.shape, c.strides));
+        assert_eq!(a.data.as_ptr(), values.as_ptr());
+        assert!(a.data.is_read_only());
+        // SAFETY: six elements.
+        let floor_first = unsafe { c.first() };
+        assert_eq!(
+            (ours::read(&a), dlpark_side::read(&b), floor_first),
+            (1.0, 1.0, 1.0)
+        );
+        drop((a, b, c));
+        assert_eq!(Arc::strong_count(&values), 1, "every deleter ran");
+    }
+    check::<1>();
+    check::<2>();
+    check::<8>();
+    check::<32>();
+
+    let owned = || Tensor::ones([2, 3]);
+    assert_eq!(ours::round_trip::<_, 2>(owned()), 1.0);
+    assert_eq!(
+        dlpark_side::round_trip::<2>(dlpark_side::export(owned())),
+        1.0
+    );
+    assert_eq!(
+        dlpark_side::round_trip::<2>(dlpark_side::export_dynamic(owned())),
+        1.0
+    );
+    assert_eq!(floor::round_trip::<2>(floor::export(owned())), 1.0);
+}

@@ -1,0 +1,64 @@
+"""pytest suite of the example extension: a Rust tensor type used from Python."""
+
+import gc
+
+import numpy as np
+import pytest
+
+import dlpack_example as de
+
+
+def test_numpy_reads_a_rust_tensor_zero_copy_and_read_only():
+    t = de.Tensor.arange(2, 3)
+    a = np.from_dlpack(t)
+    assert a.dtype == np.float32
+    assert a.shape == (2, 3)
+    assert a.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert not a.flags.writeable
+    b = np.from_dlpack(t)
+    assert a.ctypes.data == b.ctypes.data, "both views share the Rust buffer"
+    del t
+    gc.collect()
+    assert a.sum() == 15.0, "NumPy keeps the Rust tensor alive"
+
+
+def test_protocol_arguments():
+    t = de.Tensor.arange(3)
+    assert t.__dlpack_device__() == (1, 0)
+    with pytest.raises(ValueError, match="stream=1 is not valid for a cpu:0 tensor"):
+        t.__dlpack__(stream=1)
+    with pytest.raises(BufferError, match="legacy"):
+        t.__dlpack__()  # a read-only export cannot be a legacy capsule
+    with pytest.raises(BufferError):
+        t.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+    c = np.from_dlpack(t, copy=True)
+    assert c.flags.writeable and c.tolist() == [0.0, 1.0, 2.0]
+    assert type(t).__dlpack_c_exchange_api__ is not None
+
+
+def test_rust_reads_numpy_in_place():
+    assert de.total(np.arange(10.0)) == 45.0
+    assert de.total(np.arange(10.0)[::-2]) == 25.0
+    assert de.strides(np.arange(12.0).reshape(3, 4)[:, ::-1]) == ([3, 4], [4, -1])
+
+
+def test_rust_writes_into_numpy():
+    a = np.zeros((2, 2), dtype=np.float32)
+    assert de.fill(a, 7.5) == 4
+    assert a.tolist() == [[7.5, 7.5], [7.5, 7.5]]
+    ro = np.zeros(2, dtype=np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(BufferError, match="read-only"):
+        de.fill(ro, 1.0)
+    with pytest.raises(BufferError, match="dtype is float64, expected float32"):
+        de.fill(np.zeros(2), 1.0)
+
+
+def test_by_value_tensors_are_writable_once():
+    o = de.ones(2, 2)
+    a = np.from_dlpack(o)
+    assert a.flags.writeable
+    a[0, 0] = 3.0
+    assert a.sum() == 6.0
+    with pytest.raises(BufferError, match="already exported"):
+        np.from_dlpack(o)

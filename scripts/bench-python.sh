@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Python per-call benchmarks: builds the example extension in release mode into ./.venv and
+# times our producer and consumer against NumPy's own, and the C exchange API against
+# `__dlpack__` (see examples/python-ext/bench.py).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path examples/python-ext/Cargo.toml
+# A current NumPy runs slower with the OpenBLAS settings of some machines; they do not affect
+# these calls, which never reach BLAS, but unset them for a like-for-like run.
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python examples/python-ext/bench.py

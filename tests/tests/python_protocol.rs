@@ -1,0 +1,364 @@
+//! The Python protocol beyond NumPy's defaults: `from_dlpack` options and fallbacks, the C
+//! exchange API, deleters on other threads (feature `python`).
+#![cfg(feature = "python")]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
+use dlpack_runtime::python::{self, FromDlpackOptions, export_once};
+use dlpack_runtime::{
+    DataType, Device, DlpackExport, DlpackImport, Element, ImportedData, ManagedTensor,
+};
+use dlpack_tests::{Counter, DropGuard};
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+#[derive(DlpackExport)]
+struct Tensor<T: Element> {
+    #[dlpack(data)]
+    data: Vec<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _guard: DropGuard,
+}
+
+#[derive(DlpackImport)]
+struct Compact<T: Element> {
+    #[dlpack(data)]
+    data: ImportedData<T>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A frozen pyclass that publishes the C exchange API and counts `__dlpack__` calls.
+#[pyclass(frozen)]
+#[derive(DlpackExport)]
+struct Published {
+    #[dlpack(data)]
+    data: Vec<f64>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    calls: Arc<AtomicUsize>,
+    _guard: DropGuard,
+}
+
+#[pymethods]
+impl Published {
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        slf.get().calls.fetch_add(1, Ordering::SeqCst);
+        python::dlpack(slf, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        python::dlpack_device(self)
+    }
+
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        python::dlpack_exchange_api::<Self>(py)
+    }
+}
+
+fn run<'py>(py: Python<'py>, code: &str, locals: &Bound<'py, PyDict>) -> Bound<'py, PyAny> {
+    let code = std::ffi::CString::new(code).unwrap();
+    py.run(&code, None, Some(locals))
+        .unwrap_or_else(|e| panic!("python failed: {e}"));
+    locals
+        .get_item("result")
+        .unwrap()
+        .expect("code sets `result`")
+}
+
+fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
+    let locals = PyDict::new(py);
+    locals
+        .set_item(
+            "np",
+            py.import("numpy")
+                .expect("NumPy from .venv: run scripts/test.sh"),
+        )
+        .unwrap();
+    locals
+}
+
+fn collect(py: Python<'_>) {
+    py.import("gc").unwrap().call_method0("collect").unwrap();
+}
+
+#[test]
+fn copy_and_device_options_reach_the_producer() {
+    Python::attach(|py| {
+        let l = locals(py);
+        let arr = run(py, "result = np.arange(4.0)", &l);
+        let address: usize = arr
+            .getattr("ctypes")
+            .unwrap()
+            .getattr("data")
+            .unwrap()
+            .extract()
+            .unwrap();
+        let copied: Compact<f64> =
+            python::from_dlpack_with(&arr, &FromDlpackOptions::new().copy(Some(true))).unwrap();
+        assert!(copied.data.managed().is_copied(), "NumPy set IS_COPIED");
+        assert_ne!(copied.data.as_ptr() as usize, address);
+        assert_eq!(copied.data.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0]);
+        let same: Compact<f64> = python::from_dlpack_with(
+            &arr,
+            &FromDlpackOptions::new()
+                .device(Device::CPU)
+                .copy(Some(false)),
+        )
+        .unwrap();
+        assert_eq!(same.data.as_ptr() as usize, address);
+        let err = python::from_dlpack_with::<Compact<f64>>(
+            &arr,
+            &FromDlpackOptions::new().device(Device::cuda(0)),
+        )
+        .err()
+        .unwrap();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+    });
+}
+
+#[test]
+fn old_producers_get_the_keyword_free_retry() {
+    Python::attach(|py| {
+        let l = locals(py);
+        let code = "
+class Old:
+    def __init__(self, a):
+        self.a = a
+        self.calls = []
+    def __dlpack__(self, stream=None):
+        self.calls.append(stream)
+        return self.a.__dlpack__()
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+result = Old(np.arange(3, dtype=np.int32))
+";
+        let old = run(py, code, &l);
+        let view: Compact<i32> = python::from_dlpack(&old).unwrap();
+        assert_eq!(view.data.as_slice().unwrap(), [0, 1, 2]);
+        assert!(view.data.managed().is_legacy());
+        assert_eq!(
+            old.getattr("calls").unwrap().len().unwrap(),
+            1,
+            "one retry, after the TypeError"
+        );
+        // copy=True with a producer that cannot copy: the consumer copies.
+        let view: Compact<i32> =
+            python::from_dlpack_with(&old, &FromDlpackOptions::new().copy(Some(true))).unwrap();
+        assert!(view.data.managed().is_copied());
+        assert_eq!(view.data.as_slice().unwrap(), [0, 1, 2]);
+    });
+}
+
+#[test]
+fn c_exchange_api_is_published_and_used() {
+    Python::attach(|py| {
+        let counter = Counter::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let obj = Bound::new(
+            py,
+            Published {
+                data: vec![1.0, 2.0, 3.0],
+                shape: vec![3],
+                calls: calls.clone(),
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        let capsule = obj.get_type().getattr("__dlpack_c_exchange_api__").unwrap();
+        let capsule = capsule.cast::<PyCapsule>().unwrap();
+        let name = capsule.name().unwrap().map(|n| {
+            // SAFETY: the capsule is alive while its name is read.
+            unsafe { n.as_cstr() }.to_owned()
+        });
+        assert_eq!(name.as_deref(), Some(c"dlpack_exchange_api"));
+
+        // Our consumer takes the C path for host data: `__dlpack__` is not called.
+        let view: Compact<f64> = python::from_dlpack(&obj).unwrap();
+        assert_eq!(view.shape, [3]);
+        assert_eq!(view.data.as_slice().unwrap(), [1.0, 2.0, 3.0]);
+        assert!(
+            view.data.is_read_only(),
+            "the same shared, read-only export as `__dlpack__`"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        // Options that the C path cannot serve go through `__dlpack__`.
+        let copied: Compact<f64> =
+            python::from_dlpack_with(&obj, &FromDlpackOptions::new().copy(Some(true))).unwrap();
+        assert!(copied.data.managed().is_copied());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // The table itself.
+        let api = capsule
+            .pointer_checked(Some(ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME))
+            .unwrap();
+        // SAFETY: the capsule holds a process-lifetime `DLPackExchangeAPI`.
+        let api = unsafe { &*api.as_ptr().cast::<ffi::DLPackExchangeAPI>() };
+        assert_eq!((api.header.version.major, api.header.version.minor), (1, 3));
+        assert!(api.dltensor_from_py_object_no_sync.is_none());
+        let mut stream = std::ptr::dangling_mut::<core::ffi::c_void>();
+        // SAFETY: a valid out-pointer.
+        let rc = unsafe { (api.current_work_stream.unwrap())(ffi::kDLCPU, 0, &mut stream) };
+        assert_eq!((rc, stream.is_null()), (0, true));
+
+        // Allocator: a zeroed (2, 3) float32 tensor.
+        let mut shape = [2i64, 3];
+        let mut prototype = ffi::DLTensor {
+            data: core::ptr::null_mut(),
+            device: Device::CPU.to_raw(),
+            ndim: 2,
+            dtype: DataType::F32.to_raw(),
+            shape: shape.as_mut_ptr(),
+            strides: core::ptr::null_mut(),
+            byte_offset: 0,
+        };
+        let mut out: *mut DLManagedTensorVersioned = core::ptr::null_mut();
+        // SAFETY: valid prototype and out-pointer; no error callback needed on success.
+        let rc = unsafe {
+            (api.managed_tensor_allocator.unwrap())(
+                &mut prototype,
+                &mut out,
+                core::ptr::null_mut(),
+                None,
+            )
+        };
+        assert_eq!(rc, 0);
+        // SAFETY: on success `out` is an owned managed tensor.
+        let allocated = unsafe { ManagedTensor::from_raw_versioned(out) }.unwrap();
+        // To a Python object (stealing the tensor), then to NumPy.
+        let mut py_obj: *mut core::ffi::c_void = core::ptr::null_mut();
+        let raw = match allocated.into_raw() {
+            dlpack_runtime::RawManagedTensor::Versioned(p) => p.as_ptr(),
+            dlpack_runtime::RawManagedTensor::Legacy(_) => unreachable!(),
+        };
+        // SAFETY: `raw` is owned and handed over; `py_obj` receives a new reference.
+        let rc = unsafe { (api.managed_tensor_to_py_object_no_sync.unwrap())(raw, &mut py_obj) };
+        assert_eq!(rc, 0);
+        // SAFETY: a new, owned reference to a live object.
+        let wrapped = unsafe { Bound::from_owned_ptr(py, py_obj.cast()) };
+        let arr = py
+            .import("numpy")
+            .unwrap()
+            .call_method1("from_dlpack", (wrapped,))
+            .unwrap();
+        assert_eq!(
+            arr.call_method0("tolist")
+                .unwrap()
+                .extract::<Vec<Vec<f32>>>()
+                .unwrap(),
+            [[0.0; 3]; 2]
+        );
+        assert!(
+            arr.getattr("flags")
+                .unwrap()
+                .getattr("writeable")
+                .unwrap()
+                .extract::<bool>()
+                .unwrap()
+        );
+
+        // An unsupported prototype reports through the error callback.
+        prototype.device = Device::cuda(0).to_raw();
+        unsafe extern "C" fn record(
+            ctx: *mut core::ffi::c_void,
+            kind: *const core::ffi::c_char,
+            message: *const core::ffi::c_char,
+        ) {
+            // SAFETY: `ctx` is the `String` passed below; both strings are NUL-terminated.
+            unsafe {
+                let text = &mut *ctx.cast::<String>();
+                *text = format!(
+                    "{}: {}",
+                    std::ffi::CStr::from_ptr(kind).to_string_lossy(),
+                    std::ffi::CStr::from_ptr(message).to_string_lossy()
+                );
+            }
+        }
+        let mut message = String::new();
+        // SAFETY: valid arguments; `record` writes into `message`.
+        let rc = unsafe {
+            (api.managed_tensor_allocator.unwrap())(
+                &mut prototype,
+                &mut out,
+                (&mut message as *mut String).cast(),
+                Some(record),
+            )
+        };
+        assert_eq!(rc, -1);
+        assert_eq!(
+            message,
+            "BufferError: this producer allocates cpu:0 tensors only, not cuda:0"
+        );
+
+        drop((view, copied, obj, arr));
+        collect(py);
+        assert_eq!(
+            counter.get(),
+            1,
+            "the pyclass lived until its exports were released"
+        );
+    });
+}
+
+#[test]
+fn deleters_run_on_another_thread_while_a_third_holds_the_gil() {
+    use std::time::{Duration, Instant};
+    let counter = Counter::new();
+    let view = Python::attach(|py| {
+        let obj = export_once(
+            py,
+            Tensor {
+                data: vec![1u8, 2, 3],
+                shape: vec![3],
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        let arr = py
+            .import("numpy")
+            .unwrap()
+            .call_method1("from_dlpack", (obj,))
+            .unwrap();
+        // The import holds NumPy's array, whose deleter takes the GIL.
+        let view: Compact<u8> = python::from_dlpack(&arr).unwrap();
+        view
+    });
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<Instant>();
+    // Thread A holds the GIL for a while.
+    let holder = std::thread::spawn(move || {
+        Python::attach(|_py| {
+            held_tx.send(Instant::now()).unwrap();
+            std::thread::sleep(Duration::from_millis(200));
+            Instant::now()
+        })
+    });
+    let held_since = held_rx.recv().unwrap();
+    // Thread B drops the import meanwhile: NumPy's deleter waits for the GIL, then runs once.
+    let dropper = std::thread::spawn(move || {
+        assert_eq!(view.data.as_slice().unwrap(), [1, 2, 3]);
+        drop(view);
+        Instant::now()
+    });
+    let released_at = holder.join().unwrap();
+    let dropped_at = dropper.join().unwrap();
+    assert!(dropped_at >= released_at, "the deleter waited for the GIL");
+    assert!(released_at.duration_since(held_since) >= Duration::from_millis(200));
+    Python::attach(collect);
+    assert_eq!(
+        counter.get(),
+        1,
+        "released exactly once, from another thread"
+    );
+}
