@@ -25,6 +25,7 @@ pub mod kw {
     syn::custom_keyword!(dtype);
     syn::custom_keyword!(device);
     syn::custom_keyword!(readonly);
+    syn::custom_keyword!(stream);
     syn::custom_keyword!(ndim);
     syn::custom_keyword!(contiguous);
     syn::custom_keyword!(writable);
@@ -50,11 +51,14 @@ pub enum Role {
     Device,
     /// `readonly`: whether the memory may not be written.
     Readonly,
+    /// `stream`: a producer stream with pending work on the data (feature `cuda`); the only
+    /// role that several fields may play.
+    Stream,
 }
 
 impl Role {
     /// Every role, in the order the generated code handles them.
-    pub const ALL: [Role; 8] = [
+    pub const ALL: [Role; 9] = [
         Role::Data,
         Role::Shape,
         Role::Strides,
@@ -63,6 +67,7 @@ impl Role {
         Role::Dtype,
         Role::Device,
         Role::Readonly,
+        Role::Stream,
     ];
 
     /// The keyword, as written in `#[dlpack(...)]`.
@@ -76,6 +81,7 @@ impl Role {
             Role::Dtype => "dtype",
             Role::Device => "device",
             Role::Readonly => "readonly",
+            Role::Stream => "stream",
         }
     }
 
@@ -97,6 +103,8 @@ impl Role {
             Some(Role::Device)
         } else if input.peek(kw::readonly) {
             Some(Role::Readonly)
+        } else if input.peek(kw::stream) {
+            Some(Role::Stream)
         } else {
             None
         }
@@ -146,6 +154,8 @@ impl Parse for FieldAttr {
             Role::Device
         } else if lookahead.peek(kw::readonly) {
             Role::Readonly
+        } else if lookahead.peek(kw::stream) {
+            Role::Stream
         } else {
             return Err(lookahead.error());
         };

@@ -21,6 +21,8 @@ pub struct Roles<'c, 'a> {
     pub shape: &'c Field<'a>,
     /// The optional roles, by [`Role`], in [`Role::ALL`] order.
     optional: Vec<(Role, &'c Field<'a>)>,
+    /// Every `#[dlpack(stream)]` field, in declaration order.
+    pub streams: Vec<&'c Field<'a>>,
 }
 
 impl<'c, 'a> Roles<'c, 'a> {
@@ -48,6 +50,18 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
             .filter_map(|field| field.role.as_ref())
             .filter(|attr| attr.role == role);
         let first = marked.next();
+        if role == Role::Stream {
+            // A producer may have pending work on several streams.
+            if cont.derive == Derive::Import {
+                if let Some(attr) = first {
+                    cx.error_at(
+                        attr.span,
+                        "`#[dlpack(stream)]` is a producer role: the consumer names its own stream when it asks for the tensor (`stream=` of `__dlpack__`, `ExportRequest::stream`); remove it from this `DlpackImport` type",
+                    );
+                }
+            }
+            continue;
+        }
         for again in marked {
             cx.error_at(
                 again.span,
@@ -72,14 +86,20 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
     let find = |role| cont.fields.iter().find(|field| field.role() == Some(role));
     let optional = Role::ALL
         .into_iter()
-        .filter(|role| !REQUIRED.contains(role))
+        .filter(|role| !REQUIRED.contains(role) && *role != Role::Stream)
         .filter_map(|role| Some((role, find(role)?)))
+        .collect();
+    let streams = cont
+        .fields
+        .iter()
+        .filter(|field| field.role() == Some(Role::Stream))
         .collect();
     Some(Roles {
         cont,
         data: find(Role::Data)?,
         shape: find(Role::Shape)?,
         optional,
+        streams,
     })
 }
 

@@ -146,7 +146,12 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
             Role::Dtype => Some(quote!(.with_dtype(#value))),
             Role::Device => Some(quote!(.with_device(#value))),
             Role::Readonly => Some(quote!(.with_read_only(#value))),
+            Role::Stream => None,
         }
+    });
+    let streams = roles.streams.iter().map(|field| {
+        let member = &field.member;
+        quote!(.with_stream(#krate::__private::AsProducerStream::as_producer_stream(&self.#member)))
     });
     let readonly = roles
         .cont
@@ -155,6 +160,7 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
     quote! {
         #head
         #(#builders)*
+        #(#streams)*
         #readonly
     }
 }
@@ -208,6 +214,8 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                 Role::Dtype => span.across(quote!(__dlpack_layout.dtype())),
                 Role::Device => span.across(quote!(__dlpack_layout.device())),
                 Role::Readonly => span.across(quote!(__dlpack_managed.is_read_only())),
+                // Refused on consumers by `check`.
+                Role::Stream => return None,
             };
             Some((local(role), read))
         })
@@ -300,7 +308,12 @@ fn where_clause(roles: &Roles<'_, '_>, derive: Derive) -> TokenStream {
         let bound = bound_trait(role, derive)?;
         Some(spanned_bound(field.ty, quote!(#krate::__private::#bound)))
     });
-    quote!(where #(#existing,)* #(#bounds,)*)
+    let stream_bounds = roles
+        .streams
+        .iter()
+        .filter(|_| derive == Derive::Export)
+        .map(|field| spanned_bound(field.ty, quote!(#krate::__private::AsProducerStream)));
+    quote!(where #(#existing,)* #(#bounds,)* #(#stream_bounds,)*)
 }
 
 /// `#ty: #bound`, the bound spanned at the type's last token, so that rustc reports an unfit
@@ -322,6 +335,8 @@ fn bound_trait(role: Role, derive: Derive) -> Option<TokenStream> {
         // Plain types (`usize`, `DataType`, `Device`, `bool`): a mismatch is a type error at
         // the field.
         (_, Role::ByteOffset | Role::Offset | Role::Dtype | Role::Device | Role::Readonly) => None,
+        // Several fields: bounded one by one in `where_clause`.
+        (_, Role::Stream) => None,
     }
 }
 

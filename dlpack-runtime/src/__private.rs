@@ -13,6 +13,7 @@ pub use crate::export::{
 pub use crate::import::{DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints};
 pub use crate::layout::{Contiguity, TensorLayout};
 pub use crate::managed::ManagedTensor;
+pub use crate::stream::AsProducerStream;
 
 use crate::error::LayoutError;
 

@@ -95,6 +95,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -121,6 +123,7 @@ pub use import::{
 };
 pub use layout::Contiguity;
 pub use managed::{ManagedTensor, RawManagedTensor, Writability};
+pub use stream::AsProducerStream;
 
 /// Derives [`DlpackExport`](trait@DlpackExport): the type becomes a DLPack producer.
 ///

@@ -111,6 +111,43 @@ impl ProducerStream {
     }
 }
 
+/// A type usable as a `#[dlpack(stream)]` field: a stream on which the producer may have
+/// pending work on the tensor (feature `cuda`). Several fields may play this role.
+///
+/// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
+/// no pending work).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
+    label = "not a producer stream",
+    note = "stream fields are cudarc `CudaStream`, `Arc<CudaStream>` or `Option` of those, and need the `cuda` feature of dlpack-runtime"
+)]
+pub trait AsProducerStream {
+    /// The stream, for this call; `None` when there is no pending work.
+    #[cfg(feature = "cuda")]
+    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream>;
+}
+
+#[cfg(feature = "cuda")]
+impl AsProducerStream for cudarc::driver::CudaStream {
+    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+        Some(self)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<S: AsProducerStream + ?Sized> AsProducerStream for std::sync::Arc<S> {
+    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+        (**self).as_producer_stream()
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl<S: AsProducerStream> AsProducerStream for Option<S> {
+    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+        self.as_ref().and_then(AsProducerStream::as_producer_stream)
+    }
+}
+
 /// What the producer must do so that its pending work is visible to the consumer
 /// (spec section 2.5). Decided by [`plan_sync`]; carried out by the `cuda` layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
