@@ -27,7 +27,8 @@ done
 echo
 echo "| piece | instructions |"
 echo "|---|---|"
-echo "| ours: \`ManagedTensor::layout\` | $(per_op ours validate) |"
+echo "| ours: one full validation (\`layout::validate\`) | $(per_op ours validate) |"
+echo "| ours: layout of a validated tensor (\`ManagedTensor::layout\`) | $(per_op ours layout) |"
 echo "| ours: \`ImportedData::get\` | $(per_op ours get) |"
 echo "| ours: read through \`as_ptr\` (loop overhead only) | $(per_op ours ptr) |"
 echo "| dlpark: \`Managed::validate\` | $(per_op dlpark validate) |"

@@ -132,14 +132,19 @@ fn export_drop_shared(c: &mut Criterion) {
     g.finish();
 }
 
-/// Pieces of ours, each on a tensor held across iterations (nothing allocated or freed): the
-/// layout validation an import does, the typed read `get` (which validates again), and a raw
-/// read through `as_ptr`; dlpark's validation for comparison.
+/// Pieces of ours, each on a tensor held across iterations (nothing allocated or freed): one
+/// full layout validation (`layout::validate`, what a tensor from FFI or Python gets once),
+/// the layout of an already validated tensor (`ManagedTensor::layout`, what every later call
+/// costs), the typed read `get`, and a raw read through `as_ptr`; dlpark's validation for
+/// comparison.
 fn parts(c: &mut Criterion) {
     let values = Arc::new(vec![1.0f32; SMALL]);
     let mut g = c.benchmark_group("parts");
     let managed = ours::export(shared(&values, [2, 3]));
     g.bench_function("ours_validate", |b| {
+        b.iter(|| black_box(ours::validate(black_box(&managed))))
+    });
+    g.bench_function("ours_layout", |b| {
         b.iter(|| black_box(black_box(&managed).layout().expect("layout").numel()))
     });
     let view = ours::import::<2>(ours::export(shared(&values, [2, 3])));
@@ -305,11 +310,15 @@ fn report(out: &Path, since: SystemTime) {
     for (name, path) in [
         ("ours: export + drop", "export_drop_shared/ours"),
         (
-            "ours: one layout validation (`ManagedTensor::layout`)",
+            "ours: one full validation (`layout::validate`), once per foreign tensor",
             "parts/ours_validate",
         ),
         (
-            "ours: typed read `ImportedData::get` (validates again)",
+            "ours: layout of a validated tensor (`ManagedTensor::layout`)",
+            "parts/ours_layout",
+        ),
+        (
+            "ours: typed read `ImportedData::get` (index check only)",
             "parts/ours_get",
         ),
         ("ours: raw read through `as_ptr`", "parts/ours_as_ptr_read"),

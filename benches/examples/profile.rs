@@ -8,8 +8,9 @@
 //!
 //! Arguments: contender (`ours`, `dlpark`, `floor`), what (`shared`: round trip of a shared
 //! `[2, 3]` tensor; `owned`: round trip of an owned one, its `Vec` built in the loop;
-//! `export`: export and drop of a shared one; `validate`: one layout validation of a held
-//! tensor; `get`: one typed read of a held view; `ptr`: one raw read of a held view),
+//! `export`: export and drop of a shared one; `validate`: one full layout validation of a held
+//! tensor's header; `layout`: the layout of a held, already validated tensor; `get`: one typed
+//! read of a held view; `ptr`: one raw read of a held view),
 //! iterations. Instructions per operation: callgrind's total over two iteration counts,
 //! differenced and divided, removes the fixed start-up cost.
 
@@ -43,7 +44,8 @@ fn main() {
                 drop(black_box(ours::export(shared())));
                 1.0
             }
-            ("ours", "validate") => black_box(&held).layout().expect("layout").numel() as f32,
+            ("ours", "validate") => ours::validate(black_box(&held)) as f32,
+            ("ours", "layout") => black_box(&held).layout().expect("layout").numel() as f32,
             ("ours", "get") => ours::read(black_box(&view)),
             // SAFETY: the view holds a live tensor of six `f32`.
             ("ours", "ptr") => unsafe { black_box(&view).data.as_ptr().read() },

@@ -110,6 +110,19 @@ pub mod ours {
         View::from_managed(managed).expect("import")
     }
 
+    /// One full layout validation of the tensor's header (`layout::validate`), which a tensor
+    /// from FFI or Python gets once; a tensor `to_dlpack` built arrives validated and gets none.
+    /// Returns the element count.
+    pub fn validate(managed: &ManagedTensor) -> usize {
+        use dlpack_runtime::layout::{self, NullStrides};
+        let rule = NullStrides::for_version(managed.version());
+        // SAFETY: the header belongs to a live managed tensor whose `shape` and `strides` point
+        // to `ndim` entries each, unmodified while `managed` is borrowed.
+        unsafe { layout::validate(managed.dl_tensor(), rule, false) }
+            .expect("valid")
+            .numel()
+    }
+
     /// Reads the first element with the safe typed accessor `ImportedData::get`.
     pub fn read<const N: usize>(view: &View<N>) -> f32 {
         view.data.get(&[0; N]).expect("read")

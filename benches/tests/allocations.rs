@@ -37,6 +37,22 @@ fn ours_allocates_once_per_export_and_never_per_import() {
 }
 
 #[test]
+fn ours_validates_once_per_exchange() {
+    let values = Arc::new(vec![1.0f32; 6]);
+    let managed = ours::export(SharedTensor {
+        values: Arc::clone(&values),
+        shape: [2, 3],
+    });
+    assert!(
+        managed.is_validated(),
+        "the exporter's validation is kept, so the import does not validate again"
+    );
+    let view = ours::import::<2>(managed);
+    assert!(view.data.managed().is_validated());
+    assert_eq!(ours::read(&view), 1.0);
+}
+
+#[test]
 fn ours_shared_export_allocates_only_the_block() {
     let values = Arc::new(vec![1.0f32; 6]);
     let (first, counts) = measure(|| {

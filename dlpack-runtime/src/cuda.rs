@@ -340,6 +340,75 @@ pub fn check_pointer(pointer: u64, expected: i32) -> Result<(), CudaError> {
     }
 }
 
+/// The stream work of one export (called by the exporter while the producer's streams are
+/// borrowed): checks that a CUDA `data` pointer belongs to the tensor's device, parses the
+/// request's `stream` for the device the consumer will use, plans the synchronization
+/// ([`crate::stream::plan_sync`]) and carries it out; with `want_ready`, also records
+/// [`ReadyEvents`] on the pending streams.
+///
+/// # Errors
+///
+/// [`ExportError::Stream`] for an illegal or unsupported `stream`; [`ExportError::Cuda`] for a
+/// driver failure, a missing driver with pending work, or a pointer on another device.
+pub(crate) fn sync_export(
+    device: crate::Device,
+    data: u64,
+    has_elements: bool,
+    pending: &[&CudaStream],
+    request: &crate::ExportRequest,
+    want_ready: bool,
+) -> Result<Option<ReadyEvents>, crate::ExportError> {
+    if device.device_type == crate::DeviceType::Cuda && has_elements && driver().is_ok() {
+        check_pointer(data, device.device_id)?;
+    }
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    let target = request.dl_device.unwrap_or(device);
+    let stream_request = crate::stream::parse_stream(target, request.stream)?;
+    let identities: Vec<ProducerStream> = pending.iter().map(|s| identity(s)).collect();
+    let plan = crate::stream::plan_sync(device, &identities, stream_request)?;
+    execute(&plan, pending)?;
+    Ok(if want_ready {
+        Some(ReadyEvents::record(pending)?)
+    } else {
+        None
+    })
+}
+
+// SAFETY: a `CudaSlice<T>` owns `len` elements of `T` in device memory of its context's
+// device; the pointers come from cudarc's accessors for the slice's own stream (recording the
+// access as cudarc's event tracking expects), the mutable one from `&mut self`. `T: Element`
+// gives the dtype; device allocations are aligned for every element type.
+unsafe impl<T: crate::Element + cudarc::driver::DeviceRepr> crate::ExportBuffer
+    for cudarc::driver::CudaSlice<T>
+{
+    fn dtype(&self) -> crate::DataType {
+        T::DTYPE
+    }
+    fn device(&self) -> crate::Device {
+        crate::Device::cuda(self.ordinal() as i32)
+    }
+    fn byte_len(&self) -> usize {
+        self.num_bytes()
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        use cudarc::driver::DevicePtr;
+        let stream = self.stream().clone();
+        let (ptr, _record) = self.device_ptr(&stream);
+        ptr as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        use cudarc::driver::DevicePtrMut;
+        let stream = self.stream().clone();
+        let (ptr, _record) = self.device_ptr_mut(&stream);
+        Some(ptr as usize as *mut core::ffi::c_void)
+    }
+    fn producer_stream(&self) -> Option<&CudaStream> {
+        Some(self.stream())
+    }
+}
+
 struct Release {
     event: PooledEvent,
     tensor: ManagedTensor,

@@ -287,6 +287,10 @@ pub enum ExportError {
         /// The tensor's device.
         device: Device,
     },
+    /// A CUDA driver call of the stream hand-off failed, or no driver is present.
+    #[cfg(feature = "cuda")]
+    #[error("CUDA stream hand-off failed: {0}")]
+    Cuda(#[from] crate::cuda::CudaError),
     /// A legacy tensor was asked of a tensor that exists only as a versioned one.
     #[error(
         "this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0)"

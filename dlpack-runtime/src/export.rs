@@ -9,8 +9,10 @@
 //! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds.
 //!
 //! Before anything is handed out, the described layout is validated with the same rules a
-//! consumer applies ([`crate::layout::validate`]) and its byte span is checked to lie inside the
-//! buffer, so safe code cannot describe memory it does not own.
+//! consumer applies ([`crate::layout::validate`], in the same pass that writes the `shape` and
+//! `strides` arrays) and its byte span is checked to lie inside the buffer, so safe code cannot
+//! describe memory it does not own. The [`ManagedTensor`] returned records that validation, so a
+//! Rust consumer does not validate the same header again.
 //!
 //! Buffers are reached through the safe trait [`AsExportBuffer`]: every [`ExportBuffer`] is one,
 //! an `Arc` of one is one (exported writable while the `Arc` is unique, read-only otherwise), and
@@ -27,7 +29,7 @@ use crate::device::{Device, DeviceType};
 use crate::dtype::{DataType, Element};
 use crate::error::{ExportError, LayoutError};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use crate::layout::{self, NullStrides};
+use crate::layout::{self, ByteSpan, NullStrides};
 use crate::managed::{ManagedTensor, RawManagedTensor};
 use crate::stream::parse_stream;
 
@@ -70,21 +72,31 @@ pub unsafe trait ExportBuffer {
     /// Base pointer for writable export, or `None` when the memory is shared and must be
     /// exported read-only.
     fn as_mut_ptr(&mut self) -> Option<*mut c_void>;
+    /// The stream the buffer's own pending work is ordered on (a cudarc `CudaSlice`'s stream),
+    /// if any; the export orders the consumer after it as after `#[dlpack(stream)]` fields.
+    #[cfg(feature = "cuda")]
+    fn producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+        None
+    }
 }
 
 // SAFETY: the vector's pointer and length describe `len * size_of::<T>()` initialized, aligned
 // bytes of `T` in host memory, owned by `self`; `T: Element` gives the dtype; the mutable
 // pointer derives from `&mut self`.
 unsafe impl<T: Element> ExportBuffer for Vec<T> {
+    #[inline]
     fn dtype(&self) -> DataType {
         T::DTYPE
     }
+    #[inline]
     fn byte_len(&self) -> usize {
         core::mem::size_of_val::<[T]>(self)
     }
+    #[inline]
     fn as_ptr(&self) -> *const c_void {
         <[T]>::as_ptr(self).cast()
     }
+    #[inline]
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         Some(<[T]>::as_mut_ptr(self).cast())
     }
@@ -92,15 +104,19 @@ unsafe impl<T: Element> ExportBuffer for Vec<T> {
 
 // SAFETY: as for `Vec<T>`: a boxed slice owns `len` initialized, aligned `T` in host memory.
 unsafe impl<T: Element> ExportBuffer for Box<[T]> {
+    #[inline]
     fn dtype(&self) -> DataType {
         T::DTYPE
     }
+    #[inline]
     fn byte_len(&self) -> usize {
         core::mem::size_of_val::<[T]>(self)
     }
+    #[inline]
     fn as_ptr(&self) -> *const c_void {
         <[T]>::as_ptr(self).cast()
     }
+    #[inline]
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         Some(<[T]>::as_mut_ptr(self).cast())
     }
@@ -109,15 +125,19 @@ unsafe impl<T: Element> ExportBuffer for Box<[T]> {
 // SAFETY: as for `Vec<T>`; the mutable pointer is only handed out while the `Arc` is unique
 // (`Arc::get_mut`), otherwise the export is read-only.
 unsafe impl<T: Element> ExportBuffer for Arc<[T]> {
+    #[inline]
     fn dtype(&self) -> DataType {
         T::DTYPE
     }
+    #[inline]
     fn byte_len(&self) -> usize {
         core::mem::size_of_val::<[T]>(self)
     }
+    #[inline]
     fn as_ptr(&self) -> *const c_void {
         <[T]>::as_ptr(self).cast()
     }
+    #[inline]
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         Arc::get_mut(self).map(|s| s.as_mut_ptr().cast())
     }
@@ -134,6 +154,7 @@ pub enum BufferAccess<'a> {
 
 impl BufferAccess<'_> {
     /// The buffer, whichever the borrow.
+    #[inline]
     pub fn buffer(&self) -> &dyn ExportBuffer {
         match self {
             BufferAccess::Shared(b) => *b,
@@ -197,15 +218,18 @@ pub trait AsExportBuffer {
     /// The buffer for an export by value: [`BufferAccess::Unique`] allows a writable export,
     /// [`BufferAccess::Shared`] makes it read-only. The default is `Shared`, so implementing
     /// [`as_export_buffer`](Self::as_export_buffer) alone gives read-only exports.
+    #[inline]
     fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
         BufferAccess::Shared(self.as_export_buffer())
     }
 }
 
 impl<B: ExportBuffer> AsExportBuffer for B {
+    #[inline]
     fn as_export_buffer(&self) -> &dyn ExportBuffer {
         self
     }
+    #[inline]
     fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
         BufferAccess::Unique(self)
     }
@@ -214,10 +238,19 @@ impl<B: ExportBuffer> AsExportBuffer for B {
 /// A shared storage: writable while this is the only `Arc` (and no `Weak` exists), read-only
 /// otherwise, as `Arc::get_mut` decides.
 impl<S: AsExportBuffer> AsExportBuffer for Arc<S> {
+    #[inline]
     fn as_export_buffer(&self) -> &dyn ExportBuffer {
         S::as_export_buffer(self)
     }
+    #[inline]
     fn as_export_buffer_mut(&mut self) -> BufferAccess<'_> {
+        // Another `Arc` exists (or existed at this load): shared, without the locked
+        // instruction of `Arc::get_mut`. A clone dropped meanwhile on another thread only makes
+        // this export read-only where it could have been writable. No clone can appear: this
+        // `Arc` is borrowed mutably, and no other exists to clone from.
+        if Arc::strong_count(self) != 1 {
+            return BufferAccess::Shared(S::as_export_buffer(self));
+        }
         if Arc::get_mut(self).is_none() {
             return BufferAccess::Shared(S::as_export_buffer(self));
         }
@@ -251,36 +284,43 @@ pub trait AsStrides {
 }
 
 impl AsShape for Vec<usize> {
+    #[inline]
     fn as_shape(&self) -> &[usize] {
         self
     }
 }
 impl AsShape for Box<[usize]> {
+    #[inline]
     fn as_shape(&self) -> &[usize] {
         self
     }
 }
 impl<const N: usize> AsShape for [usize; N] {
+    #[inline]
     fn as_shape(&self) -> &[usize] {
         self
     }
 }
 impl AsStrides for Vec<isize> {
+    #[inline]
     fn as_strides(&self) -> Option<&[isize]> {
         Some(self)
     }
 }
 impl AsStrides for Box<[isize]> {
+    #[inline]
     fn as_strides(&self) -> Option<&[isize]> {
         Some(self)
     }
 }
 impl<const N: usize> AsStrides for [isize; N] {
+    #[inline]
     fn as_strides(&self) -> Option<&[isize]> {
         Some(self)
     }
 }
 impl<S: AsStrides> AsStrides for Option<S> {
+    #[inline]
     fn as_strides(&self) -> Option<&[isize]> {
         self.as_ref().and_then(AsStrides::as_strides)
     }
@@ -330,6 +370,9 @@ pub struct ExportParts<'a> {
     dtype: Option<DataType>,
     device: Option<Device>,
     read_only: bool,
+    /// `#[dlpack(stream)]` fields with pending work (feature `cuda`).
+    #[cfg(feature = "cuda")]
+    streams: Vec<&'a cudarc::driver::CudaStream>,
 }
 
 /// Where element `(0, ..., 0)` starts, in the unit the producer keeps.
@@ -344,6 +387,7 @@ impl<'a> ExportParts<'a> {
     /// [`ExportParts::unique`], [`BufferAccess::Shared`] as [`ExportParts::shared`]. This is how
     /// an [`AsExportBuffer`] is exported by value:
     /// `ExportParts::new(storage.as_export_buffer_mut(), shape)`.
+    #[inline]
     pub fn new(access: BufferAccess<'a>, shape: &'a [usize]) -> Self {
         let read_only = matches!(access, BufferAccess::Shared(_));
         Self {
@@ -354,21 +398,38 @@ impl<'a> ExportParts<'a> {
             dtype: None,
             device: None,
             read_only,
+            #[cfg(feature = "cuda")]
+            streams: Vec::new(),
         }
+    }
+
+    /// Adds a stream on which the producer may have pending work on the data (feature `cuda`;
+    /// `None`: nothing pending). The export makes the consumer's stream wait for it
+    /// (spec section 2.5).
+    #[cfg(feature = "cuda")]
+    #[inline]
+    pub fn with_stream(mut self, stream: Option<&'a cudarc::driver::CudaStream>) -> Self {
+        if let Some(stream) = stream {
+            self.streams.push(stream);
+        }
+        self
     }
 
     /// Parts borrowing `buffer` uniquely: the export is writable unless marked read-only or the
     /// buffer is shared (see [`ExportBuffer::as_mut_ptr`]).
+    #[inline]
     pub fn unique(buffer: &'a mut dyn ExportBuffer, shape: &'a [usize]) -> Self {
         Self::new(BufferAccess::Unique(buffer), shape)
     }
 
     /// Parts borrowing `buffer` shared: the export is read-only.
+    #[inline]
     pub fn shared(buffer: &'a dyn ExportBuffer, shape: &'a [usize]) -> Self {
         Self::new(BufferAccess::Shared(buffer), shape)
     }
 
     /// Sets the strides, in elements (`None`: compact row-major).
+    #[inline]
     pub fn with_strides(mut self, strides: Option<&'a [isize]>) -> Self {
         self.strides = strides;
         self
@@ -376,6 +437,7 @@ impl<'a> ExportParts<'a> {
 
     /// Sets the offset in **bytes** from the buffer start to element `(0, ..., 0)`. It must be a
     /// multiple of the element size. Replaces an offset set by [`with_offset`](Self::with_offset).
+    #[inline]
     pub fn with_byte_offset(mut self, byte_offset: usize) -> Self {
         self.offset = Offset::Bytes(byte_offset);
         self
@@ -385,6 +447,7 @@ impl<'a> ExportParts<'a> {
     /// offset, as tensor libraries keep in their layouts). The export converts it to bytes with
     /// the exported dtype's element size, refusing an overflow and dtypes whose elements are not
     /// whole bytes. Replaces an offset set by [`with_byte_offset`](Self::with_byte_offset).
+    #[inline]
     pub fn with_offset(mut self, elements: usize) -> Self {
         self.offset = Offset::Elements(elements);
         self
@@ -393,12 +456,14 @@ impl<'a> ExportParts<'a> {
     /// Exports the memory as `dtype` instead of the buffer's own dtype, for storage whose
     /// element type is erased (bytes holding float16 values, say). Extents, strides and offsets
     /// count elements of `dtype`; the layout is checked against the buffer's length in bytes.
+    #[inline]
     pub fn with_dtype(mut self, dtype: DataType) -> Self {
         self.dtype = Some(dtype);
         self
     }
 
     /// Names the device; it must agree with the buffer's (checked at export).
+    #[inline]
     pub fn with_device(mut self, device: Device) -> Self {
         self.device = Some(device);
         self
@@ -406,49 +471,59 @@ impl<'a> ExportParts<'a> {
 
     /// Marks the export read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) when `read_only` is true.
     /// `false` does not make a shared export writable.
+    #[inline]
     pub fn with_read_only(mut self, read_only: bool) -> Self {
         self.read_only |= read_only;
         self
     }
 
+    #[inline]
     fn buffer(&self) -> &dyn ExportBuffer {
         self.buffer.buffer()
     }
 
     /// The device of the export: the buffer's device.
+    #[inline]
     pub fn device(&self) -> Device {
         self.buffer().device()
     }
 
     /// The element type: the one set by [`with_dtype`](Self::with_dtype), else the buffer's.
+    #[inline]
     pub fn dtype(&self) -> DataType {
         self.dtype.unwrap_or_else(|| self.buffer().dtype())
     }
 
     /// Extents in elements.
+    #[inline]
     pub fn shape(&self) -> &[usize] {
         self.shape
     }
 
     /// Whether the export will be read-only: a shared borrow, or marked read-only. (A unique
     /// borrow of a shared buffer, an `Arc<[T]>` with clones, is also exported read-only.)
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
 
     /// The offset from the buffer start to element `(0, ..., 0)` in bytes, for elements of
     /// `dtype`.
+    #[inline]
     fn byte_offset(&self, dtype: DataType) -> Result<usize, LayoutError> {
         match self.offset {
             Offset::Bytes(bytes) => Ok(bytes),
             Offset::Elements(0) => Ok(0),
             Offset::Elements(elements) => {
-                let size = dtype
-                    .element_bytes()
-                    .ok_or(LayoutError::SubByteAccess { dtype })?;
-                elements.checked_mul(size).ok_or(LayoutError::Overflow {
-                    what: "offset in elements, converted to bytes",
-                })
+                let Some(size) = dtype.element_bytes() else {
+                    return Err(LayoutError::SubByteAccess { dtype });
+                };
+                match elements.checked_mul(size) {
+                    Some(bytes) => Ok(bytes),
+                    None => Err(LayoutError::Overflow {
+                        what: "offset in elements, converted to bytes",
+                    }),
+                }
             }
         }
     }
@@ -501,14 +576,62 @@ pub trait DlpackExport {
     {
         export_with(self, |owner| owner.export_parts_mut(), request)
     }
+
+    /// As [`DlpackExport::to_dlpack_with`], and returns events recorded on the producer's
+    /// streams (feature `cuda`), for a consumer that waits later, on any of its streams.
+    ///
+    /// # Errors
+    ///
+    /// As [`DlpackExport::to_dlpack_with`].
+    #[cfg(feature = "cuda")]
+    fn to_dlpack_with_ready_events(
+        self,
+        request: &ExportRequest,
+    ) -> Result<(ManagedTensor, crate::cuda::ReadyEvents), ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        export_with_ready_events(self, |owner| owner.export_parts_mut(), request)
+    }
+}
+
+/// Exports `owner` as [`export_with`] does, and records one event on each producer stream with
+/// pending work (feature `cuda`): beyond the DLPack standard, the consumer may make any of its
+/// streams wait on them later. Events, never stream handles, outlive the call.
+///
+/// # Errors
+///
+/// As [`export_with`].
+#[cfg(feature = "cuda")]
+pub fn export_with_ready_events<O, F>(
+    mut owner: O,
+    parts_of: F,
+    request: &ExportRequest,
+) -> Result<(ManagedTensor, crate::cuda::ReadyEvents), ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let ndim = parts_of(&mut owner).shape.len();
+    let mut sync = StreamSync::new(request);
+    sync.ready = Some(None);
+    let managed = if request.wants_versioned() {
+        build::<DLManagedTensorVersioned, O, F>(owner, ndim, &parts_of, &mut sync)?
+    } else {
+        build::<DLManagedTensor, O, F>(owner, ndim, &parts_of, &mut sync)?
+    };
+    let ready = sync.ready.flatten().unwrap_or_default();
+    Ok((finish(managed, request)?, ready))
 }
 
 /// Shared export: the `Arc` stays alive while any consumer holds the tensor, and the export is
 /// read-only.
 impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
+    #[inline]
     fn export_parts(&self) -> ExportParts<'_> {
         (**self).export_parts()
     }
+    #[inline]
     fn export_parts_mut(&mut self) -> ExportParts<'_> {
         (**self).export_parts()
     }
@@ -533,6 +656,7 @@ pub struct ExportRequest {
 
 impl ExportRequest {
     /// All arguments `None`, as Python's `__dlpack__()`: a legacy tensor.
+    #[inline]
     pub const fn new() -> Self {
         Self {
             stream: None,
@@ -543,6 +667,7 @@ impl ExportRequest {
     }
 
     /// A request for a versioned tensor at this crate's version (1.3).
+    #[inline]
     pub const fn versioned() -> Self {
         Self::new().max_version(DLPackVersion {
             major: ffi::DLPACK_MAJOR_VERSION,
@@ -551,24 +676,28 @@ impl ExportRequest {
     }
 
     /// Sets `stream`.
+    #[inline]
     pub const fn stream(mut self, stream: Option<i64>) -> Self {
         self.stream = stream;
         self
     }
 
     /// Sets `max_version`.
+    #[inline]
     pub const fn max_version(mut self, version: DLPackVersion) -> Self {
         self.max_version = Some(version);
         self
     }
 
     /// Sets `dl_device`.
+    #[inline]
     pub const fn dl_device(mut self, device: Device) -> Self {
         self.dl_device = Some(device);
         self
     }
 
     /// Sets `copy`.
+    #[inline]
     pub const fn copy(mut self, copy: Option<bool>) -> Self {
         self.copy = copy;
         self
@@ -598,6 +727,7 @@ impl ExportRequest {
         Ok(())
     }
 
+    #[inline]
     pub(crate) fn wants_versioned(&self) -> bool {
         self.max_version.is_some_and(|v| v.major >= 1)
     }
@@ -614,7 +744,7 @@ impl ExportRequest {
 ///
 /// As [`DlpackExport::to_dlpack_with`]. The owner is dropped on error.
 pub fn export_with<O, F>(
-    owner: O,
+    mut owner: O,
     parts_of: F,
     request: &ExportRequest,
 ) -> Result<ManagedTensor, ExportError>
@@ -622,17 +752,44 @@ where
     O: Send + 'static,
     F: Fn(&mut O) -> ExportParts<'_>,
 {
+    // The rank sizes the block, so `parts_of` is asked first where the owner was passed (for
+    // the rank only), then again at the owner's final address in the block. Asked here, on the
+    // parameter itself, the owner is not copied before the allocation: copied right away, it
+    // would be read back while the caller's writes to it are still in flight (a
+    // store-forwarding stall that cost about a tenth of an export).
+    let ndim = parts_of(&mut owner).shape.len();
     let managed = if request.wants_versioned() {
-        build::<DLManagedTensorVersioned, O, F>(owner, &parts_of)?
+        let managed = build::<DLManagedTensorVersioned, O, F>(
+            owner,
+            ndim,
+            &parts_of,
+            &mut StreamSync::new(request),
+        );
+        if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
+            // `to_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
+            // the result as built.
+            return managed;
+        }
+        managed?
     } else {
-        build::<DLManagedTensor, O, F>(owner, &parts_of)?
+        build::<DLManagedTensor, O, F>(owner, ndim, &parts_of, &mut StreamSync::new(request))?
     };
-    request.check(Device::from_raw(managed.dl_tensor().device))?;
+    finish(managed, request)
+}
+
+/// What `request` asks of a tensor `build` made, beyond building it.
+fn finish(managed: ManagedTensor, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
+    // Without `stream` and `dl_device` the check cannot fail (no stream is legal on every
+    // device, and the target is the tensor's own device): skip it, as for `to_dlpack()`.
+    if request.stream.is_some() || request.dl_device.is_some() {
+        request.check(Device::from_raw(managed.dl_tensor().device))?;
+    }
     // A producer without stream fields has no pending work on any stream: nothing to order.
     if request.copy == Some(true) {
         // The copy is fresh and writable, whatever the source was.
         return copy_of(&managed, request.wants_versioned());
     }
+    // A versioned tensor carries its own read-only flag; a legacy one cannot.
     if managed.is_legacy() && legacy_read_only(&managed) {
         return Err(ExportError::ReadOnlyLegacy);
     }
@@ -659,25 +816,14 @@ trait Header: Sized {
         manager_ctx: *mut c_void,
         read_only: bool,
     ) -> Self;
-    /// A placeholder header, replaced before the block is handed out.
-    fn placeholder() -> Self;
     /// Wraps a finished block.
     ///
     /// # Safety
     ///
-    /// `ptr` is a finished block built by [`build`], owned by nobody else.
+    /// `ptr` is a finished block built by [`build`], owned by nobody else, whose header
+    /// validates.
     unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor;
 }
-
-const EMPTY_TENSOR: DLTensor = DLTensor {
-    data: ptr::null_mut(),
-    device: Device::CPU.to_raw(),
-    ndim: 0,
-    dtype: DataType::U8.to_raw(),
-    shape: ptr::null_mut(),
-    strides: ptr::null_mut(),
-    byte_offset: 0,
-};
 
 impl Header for DLManagedTensorVersioned {
     fn new<O: Send + 'static>(
@@ -700,18 +846,11 @@ impl Header for DLManagedTensorVersioned {
             dl_tensor,
         }
     }
-    fn placeholder() -> Self {
-        Self {
-            version: DLPackVersion::default(),
-            manager_ctx: ptr::null_mut(),
-            deleter: None,
-            flags: 0,
-            dl_tensor: EMPTY_TENSOR,
-        }
-    }
+    #[inline]
     unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
-        // SAFETY: a finished block has version 1.3 and our deleter (caller).
-        unsafe { ManagedTensor::from_raw_unchecked(RawManagedTensor::Versioned(ptr)) }
+        // SAFETY: a finished block has version 1.3, known flags and our deleter, and its header
+        // validates (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Versioned(ptr)) }
     }
 }
 
@@ -727,30 +866,25 @@ impl Header for DLManagedTensor {
             deleter: Some(delete_block::<Self, O>),
         }
     }
-    fn placeholder() -> Self {
-        Self {
-            dl_tensor: EMPTY_TENSOR,
-            manager_ctx: ptr::null_mut(),
-            deleter: None,
-        }
-    }
+    #[inline]
     unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
-        // SAFETY: a finished block is a valid legacy tensor with our deleter (caller).
-        unsafe { ManagedTensor::from_raw_unchecked(RawManagedTensor::Legacy(ptr)) }
+        // SAFETY: a finished block is a valid legacy tensor with our deleter, and its header
+        // validates (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Legacy(ptr)) }
     }
 }
 
 /// Fields every block has right after its header, independent of the owner type.
 #[repr(C)]
 struct BlockPrefix {
-    /// Number of `i64` after the block: shape then strides, `ndim` each.
-    arrays_len: usize,
+    /// Size of the whole allocation in bytes (its alignment is [`block_align`]).
+    size: usize,
     /// Whether the export is read-only (recorded for legacy headers, which have no flags).
     read_only: bool,
 }
 
 /// One heap block: header (offset 0, so the header pointer is the block pointer), prefix,
-/// owner, then `prefix.arrays_len` `i64`.
+/// owner, then `2 * ndim` `i64` (shape, then strides).
 #[repr(C)]
 struct Block<H, O> {
     header: H,
@@ -758,25 +892,42 @@ struct Block<H, O> {
     owner: ManuallyDrop<O>,
 }
 
+/// Layout of a block with `arrays_len` trailing `i64`, and the offset of those.
+#[inline]
 fn block_layout<H, O>(arrays_len: usize) -> Result<(Layout, usize), LayoutError> {
     const OVERFLOW: LayoutError = LayoutError::Overflow {
         what: "export block size",
     };
-    let arrays = Layout::array::<i64>(arrays_len).map_err(|_| OVERFLOW)?;
-    let (layout, offset) = Layout::new::<Block<H, O>>()
-        .extend(arrays)
-        .map_err(|_| OVERFLOW)?;
+    let Ok(arrays) = Layout::array::<i64>(arrays_len) else {
+        return Err(OVERFLOW);
+    };
+    let Ok((layout, offset)) = Layout::new::<Block<H, O>>().extend(arrays) else {
+        return Err(OVERFLOW);
+    };
     Ok((layout.pad_to_align(), offset))
 }
 
-/// Builds the block for `owner`: one allocation.
-fn build<H, O, F>(mut owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
+/// Alignment of every `Block<H, O>` allocation, whatever its `arrays_len`.
+const fn block_align<H, O>() -> usize {
+    let block = core::mem::align_of::<Block<H, O>>();
+    let arrays = core::mem::align_of::<i64>();
+    if block > arrays { block } else { arrays }
+}
+
+/// Builds the block for `owner`, of `ndim` axes: one allocation. `parts_of` is asked at the
+/// owner's final address in the block, where its answer is exported.
+#[inline(always)]
+fn build<H, O, F>(
+    owner: O,
+    ndim: usize,
+    parts_of: &F,
+    sync: &mut StreamSync<'_>,
+) -> Result<ManagedTensor, ExportError>
 where
     H: Header,
     O: Send + 'static,
     F: Fn(&mut O) -> ExportParts<'_>,
 {
-    let ndim = parts_of(&mut owner).shape.len();
     if ndim > layout::MAX_NDIM {
         return Err(LayoutError::TooManyDims {
             ndim,
@@ -784,34 +935,78 @@ where
         }
         .into());
     }
-    let arrays_len = 2 * ndim;
-    let (block_layout, arrays_offset) = block_layout::<H, O>(arrays_len)?;
+    let (block_layout, arrays_offset) = block_layout::<H, O>(2 * ndim)?;
+    debug_assert_eq!(block_layout.align(), block_align::<H, O>());
     // SAFETY: the layout is non-zero-sized: it contains the header.
     let raw = unsafe { alloc::alloc(block_layout) };
     let Some(block) = NonNull::new(raw.cast::<Block<H, O>>()) else {
         alloc::handle_alloc_error(block_layout)
     };
     // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
-    // allocation extends that layout).
+    // allocation extends that layout); the prefix and the owner are written in place, field by
+    // field. The header stays uninitialized until `fill` writes it: nothing reads it before
+    // (`free_block` reads only the prefix and the owner).
     unsafe {
-        block.as_ptr().write(Block {
-            header: H::placeholder(),
-            prefix: BlockPrefix {
-                arrays_len,
-                read_only: false,
-            },
-            owner: ManuallyDrop::new(owner),
+        let b = block.as_ptr();
+        ptr::addr_of_mut!((*b).prefix).write(BlockPrefix {
+            size: block_layout.size(),
+            read_only: false,
         });
+        ptr::addr_of_mut!((*b).owner).write(ManuallyDrop::new(owner));
     }
     // SAFETY: `arrays_offset` is inside the allocation (`Layout::extend`), aligned for `i64`.
     let arrays = unsafe { raw.add(arrays_offset) }.cast::<i64>();
     // Frees the block if `fill` fails or `parts_of` panics; disarmed on success.
     let guard = BlockGuard::<H, O>(block);
-    // SAFETY: `block` is initialized and exclusively ours; `arrays` has `arrays_len` slots.
-    unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of) }?;
+    // SAFETY: the block's prefix and owner are initialized and exclusively ours; `arrays` has
+    // `2 * ndim` slots.
+    unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of, sync) }?;
     core::mem::forget(guard);
-    // SAFETY: `fill` succeeded, so the block is finished and owned by nobody else.
+    // SAFETY: `fill` succeeded, so the block is finished (header written) and owned by nobody
+    // else, and its finished header validates.
     Ok(unsafe { H::into_managed(block.cast::<H>()) })
+}
+
+/// [`build`] for an owner that is not a parameter of the caller: asks its rank first.
+fn build_owned<H, O, F>(mut owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let ndim = parts_of(&mut owner).shape.len();
+    build::<H, O, F>(
+        owner,
+        ndim,
+        parts_of,
+        &mut StreamSync::new(&ExportRequest::new()),
+    )
+}
+
+/// What an export does about the producer's pending stream work (feature `cuda`): the request
+/// that names the consumer's stream, and whether ready events are wanted. Without `cuda` there
+/// are no streams, and this carries nothing.
+pub(crate) struct StreamSync<'r> {
+    #[cfg(feature = "cuda")]
+    request: &'r ExportRequest,
+    #[cfg(feature = "cuda")]
+    ready: Option<Option<crate::cuda::ReadyEvents>>,
+    #[cfg(not(feature = "cuda"))]
+    _request: core::marker::PhantomData<&'r ExportRequest>,
+}
+
+impl<'r> StreamSync<'r> {
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+    fn new(request: &'r ExportRequest) -> Self {
+        Self {
+            #[cfg(feature = "cuda")]
+            request,
+            #[cfg(feature = "cuda")]
+            ready: None,
+            #[cfg(not(feature = "cuda"))]
+            _request: core::marker::PhantomData,
+        }
+    }
 }
 
 /// Frees an unfinished block when dropped: on an error return or an unwinding panic.
@@ -819,33 +1014,39 @@ struct BlockGuard<H, O>(NonNull<Block<H, O>>);
 
 impl<H, O> Drop for BlockGuard<H, O> {
     fn drop(&mut self) {
-        // SAFETY: the guard lives only between the block's initialization and its hand-out
-        // (where it is forgotten), so the block is initialized and freed once, here.
+        // SAFETY: the guard lives only between the initialization of the block's prefix and
+        // owner and its hand-out (where it is forgotten), so they are initialized, and the
+        // block is freed once, here.
         unsafe { free_block::<H, O>(self.0) };
     }
 }
 
-/// Describes the owner inside `block` and writes the finished header.
+/// Describes the owner inside `block` and writes the finished header, validated as
+/// [`layout::validate`] would validate it, in the same pass that writes it.
 ///
 /// # Safety
 ///
-/// `block` is initialized (placeholder header) and exclusively owned by the caller; `arrays`
-/// points to `2 * ndim` writable `i64` inside the same allocation.
+/// `block`'s prefix and owner are initialized and the block is exclusively owned by the caller;
+/// `arrays` points to `2 * ndim` writable `i64` inside the same allocation.
+#[inline]
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 unsafe fn fill<H, O, F>(
     block: NonNull<Block<H, O>>,
     arrays: *mut i64,
     ndim: usize,
     parts_of: &F,
+    sync: &mut StreamSync<'_>,
 ) -> Result<(), ExportError>
 where
     H: Header,
     O: Send + 'static,
     F: Fn(&mut O) -> ExportParts<'_>,
 {
-    // SAFETY: exclusive and initialized (caller); `arrays` lies outside `Block<H, O>`, so this
-    // reference does not overlap the writes to `arrays` below.
-    let b = unsafe { &mut *block.as_ptr() };
-    let parts = parts_of(&mut b.owner);
+    // SAFETY: initialized and exclusive (caller); `arrays` lies outside `Block<H, O>`, so this
+    // reference does not overlap the writes to `arrays` below. Only the owner is borrowed: the
+    // header is not initialized yet.
+    let owner = unsafe { &mut (*block.as_ptr()).owner };
+    let parts = parts_of(owner);
     if parts.shape.len() != ndim {
         return Err(LayoutError::ShapeChanged {
             before: ndim,
@@ -880,11 +1081,20 @@ where
     }
     // SAFETY: `arrays` has `2 * ndim` slots (caller); both halves are in bounds.
     let (shape_ptr, strides_ptr) = (arrays, unsafe { arrays.add(ndim) });
+    // One pass per array writes it and validates it as `layout::validate` would validate the
+    // finished header (the element count, the reach of the strides); the errors are reported
+    // afterwards, in `validate`'s order. The shape and strides arrays are ours, so `ndim`, NULL
+    // arrays and negative extents need no check.
+    let mut numel: Option<u64> = Some(1);
     for (axis, &extent) in parts.shape.iter().enumerate() {
-        let extent = i64::try_from(extent).map_err(|_| LayoutError::Overflow { what: "extent" })?;
+        let Ok(extent) = i64::try_from(extent) else {
+            return Err(LayoutError::Overflow { what: "extent" }.into());
+        };
+        numel = numel.and_then(|n| n.checked_mul(extent as u64));
         // SAFETY: `axis < ndim`, inside the shape half.
         unsafe { shape_ptr.add(axis).write(extent) };
     }
+    let mut reach = layout::Reach::new();
     match parts.strides {
         Some(strides) if strides.len() != ndim => {
             return Err(LayoutError::StridesRank {
@@ -895,8 +1105,13 @@ where
         }
         Some(strides) => {
             for (axis, &stride) in strides.iter().enumerate() {
-                // SAFETY: `axis < ndim`, inside the strides half. `isize` fits in `i64`.
-                unsafe { strides_ptr.add(axis).write(stride as i64) };
+                // `isize` fits in `i64`.
+                let stride = stride as i64;
+                // SAFETY: `axis < ndim`, inside both halves; the shape half is written above.
+                unsafe {
+                    strides_ptr.add(axis).write(stride);
+                    reach.add(*shape_ptr.add(axis), stride);
+                }
             }
         }
         None => {
@@ -904,9 +1119,35 @@ where
             for axis in (0..ndim).rev() {
                 // SAFETY: `axis < ndim`, inside both halves; the shape half is written above.
                 unsafe {
+                    let extent = *shape_ptr.add(axis);
                     strides_ptr.add(axis).write(acc);
-                    acc = acc.saturating_mul((*shape_ptr.add(axis)).max(1));
+                    reach.add(extent, acc);
+                    acc = acc.saturating_mul(extent.max(1));
                 }
+            }
+        }
+    }
+    #[cfg(feature = "cuda")]
+    {
+        // Make the producer's pending work visible on the consumer's stream (spec section 2.5)
+        // while its streams are borrowed, before the tensor is handed out.
+        let mut pending = parts.streams.clone();
+        if let Some(stream) = buffer.producer_stream() {
+            pending.push(stream);
+        }
+        let has_elements = numel.is_some_and(|n| n > 0);
+        if !pending.is_empty() || device.device_type == DeviceType::Cuda && has_elements {
+            let data = buffer.as_ptr() as u64 + byte_offset as u64;
+            let ready = crate::cuda::sync_export(
+                device,
+                data,
+                has_elements,
+                &pending,
+                sync.request,
+                sync.ready.is_some(),
+            )?;
+            if ready.is_some() {
+                sync.ready = Some(ready);
             }
         }
     }
@@ -918,23 +1159,43 @@ where
         BufferAccess::Unique(b) => (b.as_ptr().cast_mut(), true),
         BufferAccess::Shared(b) => (b.as_ptr().cast_mut(), true),
     };
+    let raw_dtype = layout::dtype_to_raw(dtype);
+    let raw_device = layout::device_to_raw(device);
+    // `layout::validate`'s checks, in its order, on what the passes above computed.
+    let element_bits = layout::check_dtype(raw_dtype, false)?;
+    if byte_offset > isize::MAX as usize {
+        return Err(LayoutError::Overflow {
+            what: "byte_offset",
+        }
+        .into());
+    }
+    let numel = match numel {
+        Some(n) if n <= isize::MAX as u64 => n as usize,
+        _ => {
+            return Err(LayoutError::Overflow {
+                what: "element count",
+            }
+            .into());
+        }
+    };
     let mut dl_tensor = DLTensor {
         data,
-        device: device.to_raw(),
+        device: raw_device,
         ndim: ndim as i32,
-        dtype: dtype.to_raw(),
+        dtype: raw_dtype,
         shape: shape_ptr,
         strides: strides_ptr,
         byte_offset: byte_offset as u64,
     };
-    // SAFETY: `shape`/`strides` point to `ndim` initialized `i64` each, in the block.
-    let checked = unsafe { layout::validate_unaddressed(&dl_tensor, NullStrides::Refuse, false) }?;
-    let span = checked.span();
-    if checked.numel() == 0 {
+    let span = if numel == 0 {
         // Zero-size tensors carry a NULL `data` (spec section 1.7, `dlpack.h` `data` docs).
         dl_tensor.data = ptr::null_mut();
         dl_tensor.byte_offset = 0;
+        ByteSpan { start: 0, end: 0 }
     } else {
+        // Every extent is >= 1, so the reach was accumulated as `validate` does.
+        let (lo, hi) = reach.bounds()?;
+        let span = layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64)?;
         if span.start < 0 || span.end as usize > byte_len {
             return Err(LayoutError::OutOfBuffer {
                 start: span.start,
@@ -944,16 +1205,37 @@ where
             .into());
         }
         // Inside a live buffer, so never NULL nor wrapping; checked all the same.
-        checked.check_address()?;
+        layout::check_address(data, numel, span)?;
         if has_address_data(device.device_type) {
             // Fold the offset into `data`: consumers that drop `byte_offset` (spec section 6,
             // corner 2) then still read the right element. In bounds: `byte_offset <= span.end`.
             dl_tensor.data = data.cast::<u8>().wrapping_add(byte_offset).cast();
             dl_tensor.byte_offset = 0;
+            // The span is relative to `data`, which moved by `byte_offset` (a whole number of
+            // bytes, so the rounding of sub-byte spans is unchanged); the addresses it covers,
+            // checked above, are the same.
+            ByteSpan {
+                start: span.start - byte_offset as isize,
+                end: span.end - byte_offset as isize,
+            }
+        } else {
+            span
         }
+    };
+    // SAFETY: exclusive (caller); the owner's borrow (`parts`) ends above. Writes the header in
+    // place (it was uninitialized, nothing to drop) and the read-only mark.
+    unsafe {
+        let b = block.as_ptr();
+        (*b).prefix.read_only = read_only;
+        ptr::addr_of_mut!((*b).header).write(H::new::<O>(dl_tensor, b.cast(), read_only));
     }
-    b.prefix.read_only = read_only;
-    b.header = H::new::<O>(dl_tensor, block.as_ptr().cast(), read_only);
+    debug_assert_eq!(
+        // SAFETY: `shape`/`strides` point to `ndim` initialized `i64` each, in the block.
+        unsafe { layout::validate(&dl_tensor, NullStrides::Refuse, false) }
+            .map(|l| (l.numel(), l.span())),
+        Ok((numel, span)),
+        "the exporter's validation is that of the finished header"
+    );
     Ok(())
 }
 
@@ -971,48 +1253,53 @@ fn has_address_data(device_type: DeviceType) -> bool {
 }
 
 /// Drops the owner and frees the block. A panic in the owner's `Drop` is caught and reported
-/// on stderr; the block is freed all the same.
+/// on stderr; the block is freed all the same. Never unwinds: the owner's `Drop` is the only
+/// code here that can panic.
 ///
 /// # Safety
 ///
-/// `block` was built by [`build`] (initialized), and is freed exactly once.
+/// `block`'s prefix and owner are initialized (by [`build`]), and the block is freed exactly
+/// once.
+#[inline]
 unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
-    // SAFETY: initialized (caller).
-    let arrays_len = unsafe { (*block.as_ptr()).prefix.arrays_len };
+    let b = block.as_ptr();
+    // SAFETY: the prefix is initialized (caller).
+    let size = unsafe { (*b).prefix.size };
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the owner is initialized and dropped exactly once (caller).
-        unsafe { ManuallyDrop::drop(&mut (*block.as_ptr()).owner) }
+        unsafe { ManuallyDrop::drop(&mut (*b).owner) }
     }));
     if dropped.is_err() {
         report("the exported owner panicked while being dropped; its memory is freed regardless");
     }
-    match block_layout::<H, O>(arrays_len) {
-        // SAFETY: allocated by `build` with this very layout (same `arrays_len`).
-        Ok((layout, _)) => unsafe { alloc::dealloc(block.as_ptr().cast(), layout) },
-        Err(_) => report("export block layout could not be recomputed; the block is leaked"),
-    }
+    // SAFETY: `build` allocated the block with exactly this size and alignment (the size is
+    // recorded in the prefix, the alignment depends on `H` and `O` only).
+    unsafe {
+        alloc::dealloc(
+            b.cast(),
+            Layout::from_size_align_unchecked(size, block_align::<H, O>()),
+        )
+    };
 }
 
+#[cold]
 fn report(message: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "dlpack-runtime: {message}");
 }
 
-/// The `deleter` of exported tensors: frees the block. Never unwinds.
+/// The `deleter` of exported tensors: frees the block. Never unwinds: [`free_block`] catches
+/// the owner's panics, and nothing else in it panics (were it to, `extern "C"` aborts rather
+/// than unwind).
 ///
 /// # Safety
 ///
 /// Called by the consumer, once, with the pointer handed out (the `dlpack.h` deleter contract).
 unsafe extern "C" fn delete_block<H, O>(header: *mut H) {
-    let freed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if let Some(header) = NonNull::new(header) {
-            // SAFETY: the header is at offset 0 of its `Block<H, O>`, which `build` made; the
-            // consumer calls the deleter exactly once (caller).
-            unsafe { free_block::<H, O>(header.cast()) };
-        }
-    }));
-    if freed.is_err() {
-        report("panic while freeing an exported tensor; leaked");
+    if let Some(header) = NonNull::new(header) {
+        // SAFETY: the header is at offset 0 of its `Block<H, O>`, which `build` made and
+        // finished; the consumer calls the deleter exactly once (caller).
+        unsafe { free_block::<H, O>(header.cast()) };
     }
 }
 
@@ -1030,15 +1317,19 @@ struct CopiedBuffer {
 // SAFETY: `chunks` owns at least `byte_len` initialized host bytes, 64-byte aligned, which
 // is enough for every dtype; `as_mut_ptr` derives from `&mut self`.
 unsafe impl ExportBuffer for CopiedBuffer {
+    #[inline]
     fn dtype(&self) -> DataType {
         self.dtype
     }
+    #[inline]
     fn byte_len(&self) -> usize {
         self.byte_len
     }
+    #[inline]
     fn as_ptr(&self) -> *const c_void {
         self.chunks.as_ptr().cast()
     }
+    #[inline]
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         Some(self.chunks.as_mut_ptr().cast())
     }
@@ -1049,7 +1340,6 @@ struct Copied {
     shape: Vec<usize>,
 }
 
-/// A compact row-major copy of a host-accessible tensor, flagged `IS_COPIED` when versioned.
 /// A zeroed, compact row-major host tensor of `dtype` and `shape` (in elements), versioned,
 /// writable: what a producer's allocator hands out (spec section 5.3).
 #[cfg_attr(not(feature = "python"), allow(dead_code))]
@@ -1057,9 +1347,9 @@ pub(crate) fn allocate_host(
     dtype: DataType,
     shape: Vec<usize>,
 ) -> Result<ManagedTensor, ExportError> {
-    let size = dtype
-        .element_bytes()
-        .ok_or(LayoutError::SubByteAccess { dtype })?;
+    let Some(size) = dtype.element_bytes() else {
+        return Err(LayoutError::SubByteAccess { dtype }.into());
+    };
     let numel = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e));
     let too_large = LayoutError::CopyTooLarge {
         numel: numel.unwrap_or(usize::MAX),
@@ -1068,7 +1358,7 @@ pub(crate) fn allocate_host(
     let byte_len = numel
         .and_then(|n| n.checked_mul(size))
         .filter(|&b| b <= isize::MAX as usize)
-        .ok_or(too_large.clone())?;
+        .ok_or_else(|| too_large.clone())?;
     let mut chunks = Vec::new();
     chunks
         .try_reserve_exact(byte_len.div_ceil(64))
@@ -1085,9 +1375,10 @@ pub(crate) fn allocate_host(
     fn parts(c: &mut Copied) -> ExportParts<'_> {
         ExportParts::unique(&mut c.buffer, &c.shape)
     }
-    build::<DLManagedTensorVersioned, _, _>(owner, &parts)
+    build_owned::<DLManagedTensorVersioned, _, _>(owner, &parts)
 }
 
+/// A compact row-major copy of a host-accessible tensor, flagged `IS_COPIED` when versioned.
 pub(crate) fn copy_of(
     source: &ManagedTensor,
     versioned: bool,
@@ -1099,9 +1390,9 @@ pub(crate) fn copy_of(
         });
     }
     let dtype = layout.dtype();
-    let size = dtype
-        .element_bytes()
-        .ok_or(LayoutError::SubByteAccess { dtype })?;
+    let Some(size) = dtype.element_bytes() else {
+        return Err(LayoutError::SubByteAccess { dtype }.into());
+    };
     let too_large = LayoutError::CopyTooLarge {
         numel: layout.numel(),
         element_bytes: size,
@@ -1110,7 +1401,7 @@ pub(crate) fn copy_of(
         .numel()
         .checked_mul(size)
         .filter(|&b| b <= isize::MAX as usize)
-        .ok_or(too_large.clone())?;
+        .ok_or_else(|| too_large.clone())?;
     let mut chunks = Vec::new();
     chunks
         .try_reserve_exact(byte_len.div_ceil(64))
@@ -1139,9 +1430,9 @@ pub(crate) fn copy_of(
         ExportParts::unique(&mut c.buffer, &c.shape)
     }
     let mut managed = if versioned {
-        build::<DLManagedTensorVersioned, _, _>(copied, &parts)?
+        build_owned::<DLManagedTensorVersioned, _, _>(copied, &parts)?
     } else {
-        build::<DLManagedTensor, _, _>(copied, &parts)?
+        build_owned::<DLManagedTensor, _, _>(copied, &parts)?
     };
     managed.set_flags(ffi::DLPACK_FLAG_BITMASK_IS_COPIED);
     Ok(managed)

@@ -6,15 +6,19 @@
 //! exactly once, when the Rust value is dropped, or at once if the import is refused.
 //!
 //! Every import validates the layout ([`ManagedTensor::layout`]) and the consumer's
-//! [`ImportConstraints`] before anything reads the data.
+//! [`ImportConstraints`] before anything reads the data, once: a tensor this crate's exporter
+//! built arrives validated, a foreign one is validated at its first `layout`, and
+//! [`ImportedData`] keeps what the import established, so typed accesses only check their
+//! index.
 
 use core::marker::PhantomData;
+use core::ptr::NonNull;
 
 use crate::device::{Device, DeviceType};
 use crate::dtype::{DataType, Element};
 use crate::error::{ImportError, LayoutError};
 use crate::export::DlpackExport;
-use crate::layout::{Contiguity, TensorLayout};
+use crate::layout::{self, Contiguity, TensorLayout, raw_host_accessible, validated_numel};
 use crate::managed::ManagedTensor;
 
 /// What a consumer requires of a tensor, checked once at import, in the spirit of nanobind's
@@ -53,6 +57,7 @@ pub struct ImportConstraints {
 
 impl ImportConstraints {
     /// No constraint beyond a valid layout.
+    #[inline]
     pub const fn new() -> Self {
         Self {
             contiguous: None,
@@ -65,24 +70,28 @@ impl ImportConstraints {
     }
 
     /// Requires compact storage in `order`.
+    #[inline]
     pub const fn contiguous(mut self, order: Contiguity) -> Self {
         self.contiguous = Some(order);
         self
     }
 
     /// Requires writable memory when `writable` is true.
+    #[inline]
     pub const fn writable(mut self, writable: bool) -> Self {
         self.writable = writable;
         self
     }
 
     /// Requires `ndim` axes.
+    #[inline]
     pub const fn ndim(mut self, ndim: usize) -> Self {
         self.ndim = Some(ndim);
         self
     }
 
     /// Requires elements of `dtype`.
+    #[inline]
     pub const fn dtype(mut self, dtype: DataType) -> Self {
         self.dtype = Some(dtype);
         self
@@ -90,6 +99,7 @@ impl ImportConstraints {
 
     /// Requires extents matching `pattern`, one entry per axis (`None`: any extent); sets
     /// `ndim` to the pattern's length.
+    #[inline]
     pub const fn shape(mut self, pattern: &'static [Option<usize>]) -> Self {
         self.shape = Some(pattern);
         self.ndim = Some(pattern.len());
@@ -97,6 +107,7 @@ impl ImportConstraints {
     }
 
     /// Requires memory on a device of type `device_type`, whatever its ordinal.
+    #[inline]
     pub const fn device(mut self, device_type: DeviceType) -> Self {
         self.device = Some(device_type);
         self
@@ -110,8 +121,77 @@ impl ImportConstraints {
     /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch;
     /// [`ImportError::Dtype`], [`ImportError::Device`], [`ImportError::Ndim`],
     /// [`ImportError::Shape`] and [`ImportError::ReadOnly`] for the other constraints.
+    // Not inlined: called by the derive's code through a thin wrapper, it writes its result in
+    // place.
+    #[inline(never)]
     pub fn check<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
-        let layout = managed.layout()?;
+        if !managed.is_validated() {
+            // Validated once, here; later calls rebuild the layout without validating.
+            managed.layout()?;
+        }
+        self.check_validated(managed)?;
+        // Rebuilt from the validated header straight into the result. (Checking a layout held
+        // here and returning it instead copies it, and the copies, made piecewise, stall the
+        // reads that follow them.)
+        managed.layout().map_err(ImportError::from)
+    }
+
+    /// Whether the constraints hold, read straight from the header of `managed`, which is
+    /// validated; the error of the first that fails otherwise.
+    #[inline]
+    fn check_validated(&self, managed: &ManagedTensor) -> Result<(), ImportError> {
+        let t = managed.dl_tensor();
+        // Validated: `0 <= ndim <= MAX_NDIM`, arrays non-NULL where read.
+        let ndim = t.ndim as usize;
+        let dtype_ok = self
+            .dtype
+            .is_none_or(|expected| DataType::from_raw(t.dtype) == expected);
+        let device_ok = self
+            .device
+            .is_none_or(|expected| DeviceType::from_raw(t.device.device_type) == expected);
+        if !dtype_ok || !device_ok || self.ndim.is_some_and(|expected| ndim != expected) {
+            return Err(refused(self, managed));
+        }
+        if self.shape.is_some() || self.contiguous.is_some() {
+            let shape: &[i64] = if ndim == 0 {
+                &[]
+            } else {
+                // SAFETY: a validated header's `shape` points to `ndim` readable entries,
+                // unmodified while `managed` owns the tensor.
+                unsafe { core::slice::from_raw_parts(t.shape, ndim) }
+            };
+            let shape_ok = self.shape.is_none_or(|pattern| {
+                ndim == pattern.len()
+                    && shape
+                        .iter()
+                        .zip(pattern)
+                        .all(|(&extent, want)| want.is_none_or(|want| extent as usize == want))
+            });
+            let contiguous_ok = self.contiguous.is_none_or(|order| {
+                let strides: Option<&[i64]> = if ndim == 0 || t.strides.is_null() {
+                    None
+                } else {
+                    // SAFETY: as for `shape`.
+                    Some(unsafe { core::slice::from_raw_parts(t.strides, ndim) })
+                };
+                layout::is_contiguous(shape, strides, validated_numel(shape), order)
+            });
+            if !shape_ok || !contiguous_ok {
+                return Err(refused(self, managed));
+            }
+        }
+        if self.writable && managed.is_read_only() {
+            return Err(ImportError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// The constraints, on a validated `layout` of `managed`, with the errors they name.
+    fn check_constraints(
+        &self,
+        managed: &ManagedTensor,
+        layout: &TensorLayout<'_>,
+    ) -> Result<(), ImportError> {
         if let Some(expected) = self.dtype {
             if layout.dtype() != expected {
                 return Err(ImportError::Dtype {
@@ -156,7 +236,21 @@ impl ImportConstraints {
         if self.writable && managed.is_read_only() {
             return Err(ImportError::ReadOnly);
         }
-        Ok(layout)
+        Ok(())
+    }
+}
+
+/// The error of a validated tensor that `constraints` refuse: the first constraint it fails,
+/// named with what was found.
+#[cold]
+#[inline(never)]
+fn refused(constraints: &ImportConstraints, managed: &ManagedTensor) -> ImportError {
+    match managed.layout() {
+        Err(err) => err.into(),
+        Ok(layout) => match constraints.check_constraints(managed, &layout) {
+            Err(err) => err,
+            Ok(()) => unreachable!("a refused tensor fails a constraint"),
+        },
     }
 }
 
@@ -236,6 +330,7 @@ pub trait ImportBuffer: Sized {
 }
 
 impl ImportBuffer for ManagedTensor {
+    #[inline]
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {
         Ok(managed)
     }
@@ -270,16 +365,19 @@ pub trait FromStrides: Sized {
 }
 
 impl FromShape for Vec<usize> {
+    #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
         Ok(shape.iter().map(|&e| e as usize).collect())
     }
 }
 impl FromShape for Box<[usize]> {
+    #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
         Ok(shape.iter().map(|&e| e as usize).collect())
     }
 }
 impl<const N: usize> FromShape for [usize; N] {
+    #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
         if shape.len() != N {
             return Err(ImportError::Ndim {
@@ -291,25 +389,32 @@ impl<const N: usize> FromShape for [usize; N] {
     }
 }
 impl FromStrides for Vec<isize> {
+    #[inline]
     fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
-        Ok((0..layout.ndim())
-            .map(|axis| layout.stride(axis) as isize)
-            .collect())
+        Ok(match layout.raw_strides() {
+            // Validated strides fit in `i64`; on 64-bit targets that is `isize` (on narrower ones
+            // the cast truncates as `stride(axis) as isize` always did).
+            Some(strides) => strides.iter().map(|&s| s as isize).collect(),
+            None => (0..layout.ndim())
+                .map(|axis| layout.stride(axis) as isize)
+                .collect(),
+        })
     }
 }
 impl FromStrides for Box<[isize]> {
+    #[inline]
     fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
-        Ok((0..layout.ndim())
-            .map(|axis| layout.stride(axis) as isize)
-            .collect())
+        Vec::from_strides(layout).map(Vec::into_boxed_slice)
     }
 }
 impl<S: FromStrides> FromStrides for Option<S> {
+    #[inline]
     fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
         S::from_strides(layout).map(Some)
     }
 }
 impl<const N: usize> FromStrides for [isize; N] {
+    #[inline]
     fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
         if layout.ndim() != N {
             return Err(ImportError::Ndim {
@@ -317,7 +422,12 @@ impl<const N: usize> FromStrides for [isize; N] {
                 expected: N,
             });
         }
-        Ok(core::array::from_fn(|axis| layout.stride(axis) as isize))
+        Ok(match layout.raw_strides() {
+            // `ndim == N`: in bounds. Validated strides fit in `i64`; on 64-bit targets that is
+            // `isize` (on narrower ones the cast truncates as `stride(axis) as isize` always did).
+            Some(strides) => core::array::from_fn(|axis| strides[axis] as isize),
+            None => core::array::from_fn(|axis| layout.stride(axis) as isize),
+        })
     }
 }
 
@@ -327,9 +437,176 @@ impl<const N: usize> FromStrides for [isize; N] {
 /// The dtype is checked at import; host access ([`as_slice`](Self::as_slice),
 /// [`get`](Self::get), [`to_vec`](Self::to_vec)) additionally checks that the memory is
 /// host-accessible and aligned; mutable access checks that the tensor is writable.
+///
+/// Everything but the index is established once, at import: the layout is validated (or its
+/// validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and the first
+/// element's address, element count, contiguity, host access and alignment are kept, so a typed
+/// access only checks its index (and, for `bool`, the bytes it reads).
 pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
+    /// What the import established; `None` when the layout is invalid (every access then
+    /// reports the validation error).
+    view: Option<HostView>,
     _element: PhantomData<T>,
+}
+
+// SAFETY: the raw pointers in `view` point into memory owned by `managed` (its header's `shape`
+// and `strides` arrays, and its data), which is `Send` and `Sync`; they are read only through
+// `&self` and written through only with `&mut self`, under the same rules as `managed` itself,
+// and `T: Element` is `Send + Sync`.
+unsafe impl<T: Element> Send for ImportedData<T> {}
+// SAFETY: as for `Send`: shared access only reads.
+unsafe impl<T: Element> Sync for ImportedData<T> {}
+
+/// Facts of a validated layout, established at import, that typed access uses.
+///
+/// Whole words only, each written at once: a view is built and then moved (returned) at once,
+/// and a move that reads back whole words just written in pieces stalls the processor (a failed
+/// store-to-load forwarding) on every exchange.
+#[derive(Clone, Copy)]
+struct HostView {
+    /// Element `(0, ..., 0)`: `data + byte_offset`.
+    first: *mut u8,
+    /// The producer's `shape` array, `ndim` entries (an empty slice's dangling pointer when
+    /// `ndim` is 0).
+    shape: NonNull<i64>,
+    /// The producer's `strides` array, `ndim` entries, or NULL: compact row-major.
+    strides: *const i64,
+    /// `ndim` (at most `MAX_NDIM`) in the low byte, and the flags [`C_CONTIGUOUS`] and
+    /// [`HOST_OK`].
+    ndim_flags: usize,
+    numel: usize,
+}
+
+/// [`HostView`] flag: the layout is compact row-major.
+const C_CONTIGUOUS: usize = 1 << 8;
+/// [`HostView`] flag: the memory is host-accessible and element `(0, ..., 0)` is aligned for
+/// `T` (the checks of [`TensorLayout::check_typed`] after the dtype, which the import checked).
+const HOST_OK: usize = 1 << 9;
+
+impl HostView {
+    /// The facts of `managed`, whose layout was validated and whose dtype is `T::DTYPE`.
+    #[inline]
+    fn of<T: Element>(managed: &ManagedTensor) -> Self {
+        let t = managed.dl_tensor();
+        // Validated: `0 <= ndim <= MAX_NDIM`, `shape` non-NULL when `ndim > 0`.
+        let ndim = t.ndim as usize;
+        let shape: &[i64] = if ndim == 0 {
+            &[]
+        } else {
+            // SAFETY: a validated header's `shape` points to `ndim` readable entries, unmodified
+            // while `managed` owns the tensor.
+            unsafe { core::slice::from_raw_parts(t.shape, ndim) }
+        };
+        let strides: Option<&[i64]> = if ndim == 0 || t.strides.is_null() {
+            None
+        } else {
+            // SAFETY: as for `shape`.
+            Some(unsafe { core::slice::from_raw_parts(t.strides, ndim) })
+        };
+        let numel = validated_numel(shape);
+        let first = t.data.cast::<u8>().wrapping_add(t.byte_offset as usize);
+        let host_ok = raw_host_accessible(t.device.device_type)
+            && (numel == 0 || (first as usize) % core::mem::align_of::<T>() == 0);
+        let c_contiguous = is_c_contiguous(shape, strides, numel);
+        Self {
+            first,
+            shape: NonNull::from(shape).cast(),
+            strides: strides.map_or(core::ptr::null(), <[i64]>::as_ptr),
+            ndim_flags: ndim
+                | if c_contiguous { C_CONTIGUOUS } else { 0 }
+                | if host_ok { HOST_OK } else { 0 },
+            numel,
+        }
+    }
+
+    #[inline]
+    fn ndim(&self) -> usize {
+        self.ndim_flags & 0xff
+    }
+
+    #[inline]
+    fn host_ok(&self) -> bool {
+        self.ndim_flags & HOST_OK != 0
+    }
+
+    #[inline]
+    fn c_contiguous(&self) -> bool {
+        self.ndim_flags & C_CONTIGUOUS != 0
+    }
+
+    /// The producer's `shape` array.
+    #[inline]
+    fn shape(&self) -> &[i64] {
+        // SAFETY: `shape` is the pointer of a validated `ndim`-entry slice (or an empty slice's
+        // dangling pointer) into the header arrays of the managed tensor that owns `self`'s
+        // owner, unmodified while it is owned (`ManagedTensor::layout`).
+        unsafe { core::slice::from_raw_parts(self.shape.as_ptr(), self.ndim()) }
+    }
+
+    /// Byte offset of the element at `index` from `first`, and its row-major position.
+    #[inline]
+    fn locate<T: Element>(&self, index: &[usize]) -> Result<(isize, usize), LayoutError> {
+        let ndim = self.ndim();
+        if index.len() != ndim {
+            return Err(LayoutError::IndexRank {
+                found: index.len(),
+                expected: ndim,
+            });
+        }
+        let shape = self.shape();
+        let mut linear = 0usize;
+        for (axis, (&i, &extent)) in index.iter().zip(shape).enumerate() {
+            if i as u64 >= extent as u64 {
+                return Err(LayoutError::IndexOutOfBounds {
+                    axis,
+                    index: i,
+                    extent,
+                });
+            }
+            // In range: `i < extent`, and the element count fits in `isize`.
+            linear = linear * extent as usize + i;
+        }
+        let size = core::mem::size_of::<T>();
+        if self.strides.is_null() {
+            // Compact row-major: the row-major position is the element offset; in range, as
+            // the span of the whole tensor fits in `isize`.
+            return Ok(((linear * size) as isize, linear));
+        }
+        // SAFETY: non-NULL, so a validated `ndim`-entry array, as for `shape`.
+        let strides = unsafe { core::slice::from_raw_parts(self.strides, ndim) };
+        let mut offset: i64 = 0;
+        for (&i, &stride) in index.iter().zip(strides) {
+            // In range: `i < extent`, and the span of the whole tensor fits in `isize`.
+            offset += i as i64 * stride * size as i64;
+        }
+        Ok((offset as isize, linear))
+    }
+}
+
+/// Whether a validated layout is compact row-major: [`TensorLayout::is_contiguous`] with
+/// [`Contiguity::C`], from the arrays.
+#[inline]
+fn is_c_contiguous(shape: &[i64], strides: Option<&[i64]>, numel: usize) -> bool {
+    let Some(strides) = strides else {
+        // NULL strides mean compact row-major.
+        return true;
+    };
+    if numel == 0 {
+        return true;
+    }
+    let mut expected: i64 = 1;
+    for (&extent, &stride) in shape.iter().zip(strides).rev() {
+        if extent == 1 {
+            continue;
+        }
+        if stride != expected {
+            return false;
+        }
+        // Extents are >= 2 here and their product divides `numel`: no overflow.
+        expected *= extent;
+    }
+    true
 }
 
 impl<T: Element> core::fmt::Debug for ImportedData<T> {
@@ -342,20 +619,27 @@ impl<T: Element> core::fmt::Debug for ImportedData<T> {
 }
 
 impl<T: Element> ImportBuffer for ImportedData<T> {
+    #[inline]
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {
         Self::accepts(&managed)?;
+        // Validated once: by the consumer's constraint check just before (derive), by the
+        // exporter (tensors built by this crate), or here.
+        let view = (managed.is_validated() || managed.layout().is_ok())
+            .then(|| HostView::of::<T>(&managed));
         Ok(Self {
             managed,
+            view,
             _element: PhantomData,
         })
     }
 
     /// Accepts tensors of dtype `T::DTYPE`.
+    #[inline]
     fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
-        let found = DataType::from_raw(managed.dl_tensor().dtype);
-        if found != T::DTYPE {
+        let raw = managed.dl_tensor().dtype;
+        if !layout::raw_dtype_is::<T>(raw) {
             return Err(LayoutError::DtypeMismatch {
-                found,
+                found: DataType::from_raw(raw),
                 expected: T::DTYPE,
             }
             .into());
@@ -381,6 +665,7 @@ impl<T: Element> ImportedData<T> {
     ///
     /// Never for a value built by import (the layout was validated then); the `Result` keeps
     /// the check in place rather than assumed.
+    #[inline]
     pub fn layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
         self.managed.layout()
     }
@@ -391,17 +676,15 @@ impl<T: Element> ImportedData<T> {
     }
 
     /// Whether mutable access is refused.
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.managed.is_read_only()
     }
 
     /// Pointer to element `(0, ..., 0)` (`data + byte_offset`), on the tensor's device. NULL or
     /// dangling for a zero-size tensor.
+    #[inline]
     pub fn as_ptr(&self) -> *const T {
-        self.host_layout_unchecked_ptr()
-    }
-
-    fn host_layout_unchecked_ptr(&self) -> *const T {
         let t = self.managed.dl_tensor();
         t.data
             .cast::<u8>()
@@ -409,10 +692,45 @@ impl<T: Element> ImportedData<T> {
             .cast()
     }
 
-    fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        let layout = self.managed.layout()?;
-        layout.check_typed::<T>()?;
-        Ok(layout)
+    /// The facts kept at import, when the tensor is readable as host elements of `T`.
+    #[inline]
+    fn host_view(&self) -> Result<&HostView, LayoutError> {
+        match &self.view {
+            Some(view) if view.host_ok() => Ok(view),
+            _ => Err(self.access_error()),
+        }
+    }
+
+    /// Why [`Self::host_view`] refused: the validation error, or that of the typed checks.
+    #[cold]
+    #[inline(never)]
+    fn access_error(&self) -> LayoutError {
+        match self.managed.layout() {
+            Err(e) => e,
+            Ok(layout) => match layout.check_typed::<T>() {
+                Err(e) => e,
+                Ok(()) => unreachable!("a refused host view fails the typed checks"),
+            },
+        }
+    }
+
+    /// The validated layout, for host access of `T`.
+    pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
+        self.host_view()?;
+        self.managed.layout()
+    }
+
+    /// The refusal of a non-C-contiguous layout, naming its shape and strides.
+    #[cold]
+    #[inline(never)]
+    fn not_contiguous(&self) -> LayoutError {
+        match self.managed.layout() {
+            Err(e) => e,
+            Ok(layout) => match layout.require_contiguous(Contiguity::C) {
+                Err(e) => e,
+                Ok(()) => unreachable!("a refused layout is not C-contiguous"),
+            },
+        }
     }
 
     /// The elements as a slice, for a C-contiguous tensor in host-accessible memory. `bool`
@@ -428,18 +746,20 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::NotContiguous`], [`LayoutError::NotHostAccessible`],
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
-        let layout = self.host_layout()?;
-        layout.require_contiguous(Contiguity::C)?;
-        if layout.numel() == 0 {
+        let view = self.host_view()?;
+        if !view.c_contiguous() {
+            return Err(self.not_contiguous());
+        }
+        if view.numel == 0 {
             return Ok(&[]);
         }
-        let ptr = layout.first_element_ptr().cast::<T>();
-        check_bit_patterns::<T>(ptr, layout.numel())?;
+        let ptr = view.first.cast::<T>();
+        check_bit_patterns::<T>(ptr, view.numel)?;
         // SAFETY: the layout is validated and C-contiguous, so `numel` elements of `T` start at
-        // `ptr` (aligned: `check_typed`) in host-accessible memory the producer keeps alive while
+        // `ptr` (aligned: `host_ok`) in host-accessible memory the producer keeps alive while
         // `self` owns the managed tensor; every element holds a valid `T` (checked above), and
         // no `&mut` to them exists while `&self` is borrowed.
-        Ok(unsafe { core::slice::from_raw_parts(ptr, layout.numel()) })
+        Ok(unsafe { core::slice::from_raw_parts(ptr, view.numel) })
     }
 
     /// The elements as a mutable slice, for a writable C-contiguous tensor in host memory.
@@ -452,9 +772,11 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_layout()?;
-        layout.require_contiguous(Contiguity::C)?;
-        let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
+        let view = *self.host_view()?;
+        if !view.c_contiguous() {
+            return Err(self.not_contiguous());
+        }
+        let (ptr, numel) = (view.first.cast::<T>(), view.numel);
         if numel == 0 {
             return Ok(&mut []);
         }
@@ -470,17 +792,13 @@ impl<T: Element> ImportedData<T> {
     ///
     /// [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`], the host-access errors,
     /// and [`LayoutError::InvalidValue`] for a bad `bool` byte.
+    #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
-        let layout = self.host_layout()?;
-        let offset = layout.offset_of(index)?;
-        // The row-major position of `index`, for error messages; in range (checked above).
-        let linear = index
-            .iter()
-            .zip(layout.shape())
-            .fold(0usize, |acc, (&i, &e)| acc * e as usize + i);
+        let view = self.host_view()?;
+        let (offset, linear) = view.locate::<T>(index)?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
-        // `offset_of`), aligned and host-accessible (`check_typed`).
-        unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), linear) }
+        // `locate`), aligned and host-accessible (`host_ok`).
+        unsafe { read_element::<T>(view.first.offset(offset), linear) }
     }
 
     /// Writes the element at `index`, for a writable tensor.
@@ -492,17 +810,11 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_layout()?;
-        let offset = layout.offset_of(index)?;
+        let view = self.host_view()?;
+        let (offset, _) = view.locate::<T>(index)?;
         // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor; `&mut self`
         // excludes other access from this side.
-        unsafe {
-            layout
-                .first_element_ptr()
-                .offset(offset)
-                .cast::<T>()
-                .write(value)
-        };
+        unsafe { view.first.offset(offset).cast::<T>().write(value) };
         Ok(())
     }
 
@@ -517,24 +829,35 @@ impl<T: Element> ImportedData<T> {
     pub fn to_vec(&self) -> Result<Vec<T>, LayoutError> {
         let layout = self.host_layout()?;
         let base = layout.first_element_ptr();
-        let mut out = Vec::new();
-        let too_large = LayoutError::CopyTooLarge {
-            numel: layout.numel(),
+        let numel = layout.numel();
+        let too_large = || LayoutError::CopyTooLarge {
+            numel,
             element_bytes: core::mem::size_of::<T>(),
         };
-        layout
-            .numel()
-            .checked_mul(core::mem::size_of::<T>())
-            .ok_or(too_large.clone())?;
-        out.try_reserve_exact(layout.numel())
-            .map_err(|_| too_large)?;
+        if numel.checked_mul(core::mem::size_of::<T>()).is_none() {
+            return Err(too_large());
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(numel).map_err(|_| too_large())?;
+        if layout.is_contiguous(Contiguity::C) && T::ALL_BIT_PATTERNS_VALID {
+            if numel > 0 {
+                // SAFETY: C-contiguous: `numel` elements of `T` from `base`, aligned and
+                // host-accessible (`host_layout`), every bit pattern valid; `out` has room
+                // for `numel` and does not overlap the producer's memory.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(base.cast::<T>(), out.as_mut_ptr(), numel);
+                    out.set_len(numel);
+                }
+            }
+            return Ok(out);
+        }
         let mut failure = None;
         layout.for_each_offset(|offset| {
             if failure.is_some() {
                 return;
             }
             // SAFETY: every offset produced by `for_each_offset` addresses an element of the
-            // validated layout, aligned and host-accessible (`check_typed`).
+            // validated layout, aligned and host-accessible (`host_layout`).
             match unsafe { read_element::<T>(base.offset(offset), out.len()) } {
                 Ok(v) => out.push(v),
                 Err(e) => failure = Some(e),

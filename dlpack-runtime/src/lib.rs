@@ -64,6 +64,7 @@
 //! | `ndarray` | no | `ImportedData::as_array(_mut)` views; `ndarray::Array` as a producer |
 //! | `half` | no | `Element` for `half::f16`, `half::bf16` |
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
+//! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, `CudaSlice` buffers |
 //!
 //! # Safety model
 //!
@@ -139,6 +140,7 @@ pub use stream::AsProducerStream;
 /// | `dtype` | the exported dtype, for storage whose element type is erased (bytes holding float16, say); the layout is checked against the buffer's length in bytes | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
 /// | `device` | the device; must agree with the buffer's (checked at export) | [`Device`] | `#[dlpack(device)] device: Device` |
 /// | `readonly` | `true` exports read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) | `bool` | `#[dlpack(readonly)] frozen: bool` |
+/// | `stream` | a stream with pending work on the data (feature `cuda`; several fields allowed): the consumer's stream is made to wait on an event recorded there | [`AsProducerStream`]: cudarc `CudaStream`, `Arc<CudaStream>`, `Option<_>` | `#[dlpack(stream)] stream: Arc<CudaStream>` |
 ///
 /// Container options, on the struct:
 ///

@@ -5,6 +5,7 @@
 //! [`ManagedTensor`] does exactly that in its `Drop`, on whichever thread drops it.
 
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::error::{ImportError, LayoutError};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
@@ -43,11 +44,56 @@ pub enum RawManagedTensor {
 /// to its deleter unread (spec section 1.12), so every `ManagedTensor` has a known layout. The
 /// data itself is validated by [`ManagedTensor::layout`] before any access.
 ///
+/// **Validated once.** The header and its `shape` and `strides` arrays belong to the producer,
+/// which must not change them while the tensor is lent (the DLPack ownership contract), and
+/// safe code cannot change them through a `ManagedTensor`. So the first successful
+/// [`layout`](ManagedTensor::layout) records that the header is valid (and its element count),
+/// and later calls rebuild the layout from the header without validating again. A
+/// tensor made by this crate's exporter ([`DlpackExport::to_dlpack`](crate::DlpackExport::to_dlpack)
+/// and friends) is validated by the exporter and arrives with that result already kept, so a
+/// Rust-to-Rust exchange validates its layout once in all. Tensors from elsewhere (FFI, Python
+/// capsules) are validated at their first `layout`.
+///
 /// `ManagedTensor` is `Send` and `Sync`: the DLPack deleter may be called from any thread
-/// (spec section 1.11), and shared access only reads the header.
-#[derive(Debug)]
+/// (spec section 1.11), and shared access only reads the header (and the atomic record of its
+/// validation).
 pub struct ManagedTensor {
-    raw: RawManagedTensor,
+    /// The header pointer, tagged in its low bits (a header holds pointers, so its address is a
+    /// multiple of 4 at least): [`LEGACY`] for a legacy `DLManagedTensor`, [`VALIDATED`] once
+    /// its layout has been validated. One word, so that a `ManagedTensor` moves as one word;
+    /// atomic, because the validation mark is set through `&self` and `&ManagedTensor` is
+    /// shared across threads (two threads that validate at once store the same word: the
+    /// pointer never changes, and the header cannot).
+    header: AtomicPtr<u8>,
+}
+
+/// Tag of [`ManagedTensor::header`]: a legacy `DLManagedTensor`.
+const LEGACY: usize = 1;
+/// Tag of [`ManagedTensor::header`]: the layout has been validated.
+const VALIDATED: usize = 2;
+const TAGS: usize = LEGACY | VALIDATED;
+
+impl RawManagedTensor {
+    /// The tagged header pointer of a [`ManagedTensor`].
+    #[inline]
+    fn tagged(self, validated: bool) -> AtomicPtr<u8> {
+        let (p, legacy) = match self {
+            RawManagedTensor::Versioned(p) => (p.cast::<u8>(), 0),
+            RawManagedTensor::Legacy(p) => (p.cast::<u8>(), LEGACY),
+        };
+        // A header holds pointers, so a valid header address has its tag bits clear.
+        debug_assert_eq!(p.as_ptr().addr() & TAGS, 0, "misaligned header");
+        let tags = legacy | if validated { VALIDATED } else { 0 };
+        AtomicPtr::new(p.as_ptr().map_addr(|a| a | tags))
+    }
+}
+
+impl core::fmt::Debug for ManagedTensor {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ManagedTensor")
+            .field("raw", &self.raw())
+            .finish()
+    }
 }
 
 // SAFETY: DLPack allows the deleter to run on any thread (spec section 1.11, `dlpack.h`
@@ -55,7 +101,8 @@ pub struct ManagedTensor {
 // particular thread state (Python) acquire it themselves, as the spec requires.
 unsafe impl Send for ManagedTensor {}
 // SAFETY: `&ManagedTensor` only reads the header and the producer-owned `shape`/`strides`
-// arrays, which the producer must keep unmodified while the tensor is lent out.
+// arrays, which the producer must keep unmodified while the tensor is lent out; the validation
+// mark is set atomically.
 unsafe impl Sync for ManagedTensor {}
 
 impl ManagedTensor {
@@ -76,7 +123,9 @@ impl ManagedTensor {
     pub unsafe fn from_raw_versioned(
         ptr: *mut DLManagedTensorVersioned,
     ) -> Result<Self, ImportError> {
-        let ptr = NonNull::new(ptr).ok_or(ImportError::NullTensor)?;
+        let Some(ptr) = NonNull::new(ptr) else {
+            return Err(ImportError::NullTensor);
+        };
         // SAFETY: `ptr` is valid (caller). `version` sits at offset 0 of every major version,
         // so reading it is legal whatever the major is.
         let version = unsafe { (*ptr.as_ptr()).version };
@@ -100,7 +149,7 @@ impl ManagedTensor {
             });
         }
         Ok(Self {
-            raw: RawManagedTensor::Versioned(ptr),
+            header: RawManagedTensor::Versioned(ptr).tagged(false),
         })
     }
 
@@ -114,9 +163,11 @@ impl ManagedTensor {
     ///
     /// As for [`ManagedTensor::from_raw_versioned`], for a legacy `DLManagedTensor`.
     pub unsafe fn from_raw_legacy(ptr: *mut DLManagedTensor) -> Result<Self, ImportError> {
-        let ptr = NonNull::new(ptr).ok_or(ImportError::NullTensor)?;
+        let Some(ptr) = NonNull::new(ptr) else {
+            return Err(ImportError::NullTensor);
+        };
         Ok(Self {
-            raw: RawManagedTensor::Legacy(ptr),
+            header: RawManagedTensor::Legacy(ptr).tagged(false),
         })
     }
 
@@ -124,14 +175,32 @@ impl ManagedTensor {
     ///
     /// # Safety
     ///
-    /// As for [`ManagedTensor::from_raw_versioned`], and a versioned tensor has major 1.
+    /// As for [`ManagedTensor::from_raw_versioned`], and a versioned tensor has major 1 and
+    /// defines no flag bits beyond DLPack 1.3's.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) unsafe fn from_raw_unchecked(raw: RawManagedTensor) -> Self {
-        Self { raw }
+        Self {
+            header: raw.tagged(false),
+        }
+    }
+
+    /// Wraps a tensor built by this crate's exporter, which validated its finished header:
+    /// [`ManagedTensor::layout`] then validates nothing again.
+    ///
+    /// # Safety
+    ///
+    /// As for [`ManagedTensor::from_raw_unchecked`], and [`layout::validate`] accepts the
+    /// finished header (with the version's `NullStrides` rule and the header's sub-byte flag).
+    #[inline]
+    pub(crate) unsafe fn from_raw_validated(raw: RawManagedTensor) -> Self {
+        Self {
+            header: raw.tagged(true),
+        }
     }
 
     /// `manager_ctx` of the tensor.
     pub(crate) fn dl_tensor_ctx(&self) -> *mut core::ffi::c_void {
-        match self.raw {
+        match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it (constructor contract).
             RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.manager_ctx,
             // SAFETY: as above.
@@ -140,8 +209,9 @@ impl ManagedTensor {
     }
 
     /// The version of a versioned tensor (major is always 1), or `None` for a legacy tensor.
+    #[inline]
     pub fn version(&self) -> Option<DLPackVersion> {
-        match self.raw {
+        match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it (constructor contract).
             RawManagedTensor::Versioned(p) => Some(unsafe { p.as_ref() }.version),
             RawManagedTensor::Legacy(_) => None,
@@ -149,13 +219,15 @@ impl ManagedTensor {
     }
 
     /// Whether this is a legacy (unversioned) `DLManagedTensor`.
+    #[inline]
     pub fn is_legacy(&self) -> bool {
-        matches!(self.raw, RawManagedTensor::Legacy(_))
+        self.word().addr() & LEGACY != 0
     }
 
     /// `DLPACK_FLAG_BITMASK_*` flags; 0 for a legacy tensor.
+    #[inline]
     pub fn flags(&self) -> u64 {
-        match self.raw {
+        match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it (constructor contract).
             RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.flags,
             RawManagedTensor::Legacy(_) => 0,
@@ -163,8 +235,9 @@ impl ManagedTensor {
     }
 
     /// Whether the consumer may write to the data.
+    #[inline]
     pub fn writability(&self) -> Writability {
-        match self.raw {
+        match self.raw() {
             RawManagedTensor::Legacy(_) => Writability::Unknown,
             RawManagedTensor::Versioned(_)
                 if self.flags() & ffi::DLPACK_FLAG_BITMASK_READ_ONLY != 0 =>
@@ -176,6 +249,7 @@ impl ManagedTensor {
     }
 
     /// Whether the tensor must be treated as read-only (flagged, or legacy).
+    #[inline]
     pub fn is_read_only(&self) -> bool {
         self.writability() != Writability::Writable
     }
@@ -186,8 +260,9 @@ impl ManagedTensor {
     }
 
     /// The raw `DLTensor`, unvalidated. Prefer [`ManagedTensor::layout`].
+    #[inline]
     pub fn dl_tensor(&self) -> &DLTensor {
-        match self.raw {
+        match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it, and its layout is that of
             // major version 1 (checked at construction).
             RawManagedTensor::Versioned(p) => &unsafe { p.as_ref() }.dl_tensor,
@@ -199,39 +274,101 @@ impl ManagedTensor {
     /// Validates the layout (spec sections 1.7, 1.12): NULL strides are read by the version's
     /// rule, and `IS_SUBBYTE_TYPE_PADDED` is honoured.
     ///
+    /// The validation runs once: its result is kept, and later calls (or every call, for a
+    /// tensor this crate's exporter built and validated) rebuild the same layout from the header
+    /// without checking it again. A refused layout is validated again on every call.
+    ///
     /// # Errors
     ///
     /// The [`LayoutError`] of [`layout::validate`].
+    #[inline]
     pub fn layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        let padded = self.flags() & ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0;
-        // SAFETY: the producer guarantees `shape`/`strides` point to `ndim` entries (or NULL)
-        // for as long as the managed tensor lives, which `&self` bounds.
-        unsafe {
-            layout::validate(
-                self.dl_tensor(),
-                NullStrides::for_version(self.version()),
-                padded,
-            )
+        if self.is_validated() {
+            // SAFETY: validation accepted this header with this version's rule and this sub-byte
+            // flag (`validate_now`, or the exporter: `from_raw_validated`); the header and its
+            // `shape`/`strides` cannot have changed since (the producer's contract, and `&self`
+            // offers no mutation), and they stay valid while `&self` borrows the owner.
+            Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
+        } else {
+            self.validate_now()
         }
     }
 
-    /// The raw pointer, still owned by `self`.
+    /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`.
+    #[inline]
+    fn padded_subbyte(&self) -> bool {
+        self.flags() & ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0
+    }
+
+    /// Validates the header and marks it validated.
+    fn validate_now(&self) -> Result<TensorLayout<'_>, LayoutError> {
+        // SAFETY: the producer guarantees `shape`/`strides` point to `ndim` entries (or NULL)
+        // for as long as the managed tensor lives, which `&self` bounds.
+        let layout = unsafe {
+            layout::validate(
+                self.dl_tensor(),
+                NullStrides::for_version(self.version()),
+                self.padded_subbyte(),
+            )
+        }?;
+        // Only this bit ever changes, and every thread that sets it stores the same word.
+        let word = self.word();
+        self.header
+            .store(word.map_addr(|a| a | VALIDATED), Ordering::Relaxed);
+        Ok(layout)
+    }
+
+    /// Whether the layout has been validated and the result kept (by the exporter that built
+    /// the tensor, or by a former [`ManagedTensor::layout`]).
+    #[inline]
+    pub fn is_validated(&self) -> bool {
+        self.word().addr() & VALIDATED != 0
+    }
+
+    /// The tagged header pointer.
+    #[inline]
+    fn word(&self) -> *mut u8 {
+        // Relaxed: the pointer never changes, and the validation mark publishes nothing but
+        // itself (it is derived from the header, which does not change).
+        self.header.load(Ordering::Relaxed)
+    }
+
+    /// The raw pointer, still owned by `self`. The header it points to, and its `shape` and
+    /// `strides` arrays, must not be modified while `self` owns the tensor: the validation of
+    /// the layout is kept (see [`ManagedTensor::layout`]).
+    #[inline]
     pub fn as_raw(&self) -> RawManagedTensor {
-        self.raw
+        self.raw()
+    }
+
+    /// The header pointer, untagged.
+    #[inline]
+    fn raw(&self) -> RawManagedTensor {
+        let word = self.word();
+        // SAFETY: the word is a valid (non-NULL) header's address with tag bits added; clearing
+        // them gives that address back.
+        let p = unsafe { NonNull::new_unchecked(word.map_addr(|a| a & !TAGS)) };
+        if word.addr() & LEGACY != 0 {
+            RawManagedTensor::Legacy(p.cast())
+        } else {
+            RawManagedTensor::Versioned(p.cast())
+        }
     }
 
     /// Releases ownership without calling the deleter; the caller must see that it is called
     /// exactly once (for example through a capsule destructor).
     #[must_use = "the deleter must still be called exactly once"]
     pub fn into_raw(self) -> RawManagedTensor {
-        let raw = self.raw;
+        let raw = self.raw();
         core::mem::forget(self);
         raw
     }
 
-    /// Sets flag bits on a versioned tensor that this process produced. Crate-internal.
+    /// Sets flag bits on a versioned tensor that this process produced. Crate-internal. Never
+    /// the sub-byte flag, which changes how the kept validation reads the layout.
     pub(crate) fn set_flags(&mut self, bits: u64) {
-        if let RawManagedTensor::Versioned(mut p) = self.raw {
+        debug_assert_eq!(bits & ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED, 0);
+        if let RawManagedTensor::Versioned(mut p) = self.raw() {
             // SAFETY: `&mut self` owns the tensor exclusively, and only tensors freshly built by
             // this crate's exporter, not yet lent to anyone, reach this function.
             unsafe { p.as_mut() }.flags |= bits;
@@ -241,7 +378,7 @@ impl ManagedTensor {
 
 impl Drop for ManagedTensor {
     fn drop(&mut self) {
-        match self.raw {
+        match self.raw() {
             // SAFETY: `self` owns the tensor and this is the only place that calls the deleter;
             // `into_raw` forgets `self`, so drop never runs after ownership is released.
             RawManagedTensor::Versioned(p) => unsafe { call_versioned_deleter(p) },

@@ -92,7 +92,8 @@ use pyo3::ffi as pyffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use crate::device::Device;
 use crate::error::{ExportError, ImportError};
@@ -357,15 +358,26 @@ pub struct FromDlpackOptions {
     pub device: Option<Device>,
     /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
     pub copy: Option<bool>,
+    /// The consumer's stream, passed as `stream=` (spec section 2.4: for CUDA a `cudaStream_t`
+    /// as an integer, `1` or `2` for the default streams, `-1` for no synchronization); `None`
+    /// passes none, which a CUDA producer reads as the legacy default stream.
+    pub stream: Option<i64>,
 }
 
 impl FromDlpackOptions {
-    /// No device change, copy only if needed.
+    /// No device change, copy only if needed, no stream.
     pub const fn new() -> Self {
         Self {
             device: None,
             copy: None,
+            stream: None,
         }
+    }
+
+    /// Sets `stream`: the stream the consumer will use the data on.
+    pub const fn stream(mut self, stream: Option<i64>) -> Self {
+        self.stream = stream;
+        self
     }
 
     /// Sets `device`.
@@ -431,7 +443,8 @@ pub fn managed_from_object(
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return settle(consume_capsule(obj)?, options, true);
     }
-    if options.device.is_none() && options.copy.is_none() {
+    let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
+    if plain {
         if let Some(api) = exchange_api_of(&obj.get_type())? {
             let managed = via_exchange_api(obj, api)?;
             if Device::from_raw(managed.dl_tensor().device).is_host_accessible() {
@@ -442,27 +455,79 @@ pub fn managed_from_object(
             drop(managed);
         }
     }
-    // This consumer passes no stream (it has none; `None` is the only legal value for CPU),
-    // so the producer's device does not change the call, and `__dlpack_device__` is not asked.
-    let kwargs = PyDict::new(py);
-    kwargs.set_item(
-        intern!(py, "max_version"),
-        (ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION),
-    )?;
-    if let Some(device) = options.device {
-        let raw = device.to_raw();
-        kwargs.set_item(intern!(py, "dl_device"), (raw.device_type, raw.device_id))?;
-    }
-    if let Some(copy) = options.copy {
-        kwargs.set_item(intern!(py, "copy"), copy)?;
-    }
+    // The consumer's stream, if any, is the caller's choice; so the producer's device does not
+    // change the call, and `__dlpack_device__` is not asked.
+    let kwargs = if plain {
+        default_kwargs(py)?
+    } else {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "max_version"), max_version(py)?)?;
+        if let Some(device) = options.device {
+            let raw = device.to_raw();
+            kwargs.set_item(intern!(py, "dl_device"), (raw.device_type, raw.device_id))?;
+        }
+        if let Some(copy) = options.copy {
+            kwargs.set_item(intern!(py, "copy"), copy)?;
+        }
+        if let Some(stream) = options.stream {
+            kwargs.set_item(intern!(py, "stream"), stream)?;
+        }
+        kwargs
+    };
     let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
     let (capsule, fell_back) = match dunder.call((), Some(&kwargs)) {
         Ok(capsule) => (capsule, false),
-        Err(err) if err.is_instance_of::<PyTypeError>(py) => (dunder.call0()?, true),
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => {
+            // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
+            let retried = match options.stream {
+                Some(stream) => {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item(intern!(py, "stream"), stream)?;
+                    dunder.call((), Some(&kwargs))?
+                }
+                None => dunder.call0()?,
+            };
+            (retried, true)
+        }
         Err(err) => return Err(err),
     };
     settle(consume_capsule(&capsule)?, options, fell_back)
+}
+
+/// `(1, 3)`, the `max_version` this consumer asks for, built once.
+fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
+    static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    VERSION
+        .get_or_try_init(py, || {
+            PyTuple::new(py, [ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION])
+                .map(Bound::unbind)
+        })
+        .map(|version| version.bind(py))
+}
+
+/// `{"max_version": (1, 3)}`, the keywords of a `__dlpack__` call without `device` and `copy`,
+/// built once rather than on every call.
+///
+/// A callee written in C with `METH_VARARGS | METH_KEYWORDS` receives this very dict and could
+/// change it, so it is checked before each use to hold exactly that one entry; a changed dict is
+/// replaced by a fresh one for the call.
+fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    static KWARGS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let key = intern!(py, "max_version");
+    let version = max_version(py)?;
+    let fresh = || -> PyResult<Bound<'_, PyDict>> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(key, version)?;
+        Ok(kwargs)
+    };
+    let kwargs = KWARGS
+        .get_or_try_init(py, || fresh().map(Bound::unbind))?
+        .bind(py);
+    let intact = kwargs.len() == 1
+        && kwargs
+            .get_item(key)?
+            .is_some_and(|value| value.is(version.as_any()));
+    if intact { Ok(kwargs.clone()) } else { fresh() }
 }
 
 /// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
@@ -474,21 +539,42 @@ fn exchange_api_of(
 ) -> PyResult<Option<&'static ffi::DLPackExchangeAPI>> {
     type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let key = ty.as_ptr() as usize;
-    if let Some((_, address)) = cache.lock().map_err(|_| poisoned())?.get(&key) {
-        // SAFETY: cached addresses are 0 or tables that live for the whole process (below).
-        return Ok(
-            (*address != 0).then(|| unsafe { &*(*address as *const ffi::DLPackExchangeAPI) })
-        );
+    thread_local! {
+        /// The last type this thread looked up, and its table's address: a front for `CACHE`
+        /// that spares the lock and the hash when one type is exchanged repeatedly. It holds
+        /// only types that `CACHE` holds, whose addresses are therefore never reused.
+        static LAST: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
     }
-    let address = lookup_exchange_api(ty)?;
-    cache
+    let table = |address: usize| {
+        // SAFETY: cached addresses are 0 or tables that live for the whole process (below).
+        (address != 0).then(|| unsafe { &*(address as *const ffi::DLPackExchangeAPI) })
+    };
+    let key = ty.as_ptr() as usize;
+    if let Ok((last, address)) = LAST.try_with(core::cell::Cell::get) {
+        if last == key {
+            return Ok(table(address));
+        }
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    let cached = cache
         .lock()
         .map_err(|_| poisoned())?
-        .insert(key, (ty.clone().unbind(), address));
-    // SAFETY: as above.
-    Ok((address != 0).then(|| unsafe { &*(address as *const ffi::DLPackExchangeAPI) }))
+        .get(&key)
+        .map(|(_, address)| *address);
+    let address = match cached {
+        Some(address) => address,
+        None => {
+            let address = lookup_exchange_api(ty)?;
+            cache
+                .lock()
+                .map_err(|_| poisoned())?
+                .insert(key, (ty.clone().unbind(), address));
+            address
+        }
+    };
+    // `key` is in `CACHE` now, with a reference to its type.
+    let _ = LAST.try_with(|last| last.set((key, address)));
+    Ok(table(address))
 }
 
 fn poisoned() -> PyErr {

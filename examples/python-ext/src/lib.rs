@@ -143,6 +143,113 @@ fn consume(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(view.shape.len())
 }
 
+#[cfg(feature = "cuda")]
+mod gpu {
+    //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
+
+    use std::sync::Arc;
+
+    use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
+    use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
+    use dlpack_runtime::python::{self, FromDlpackOptions, export_once};
+    use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData, ManagedTensor};
+    use pyo3::exceptions::{PyBufferError, PyRuntimeError};
+    use pyo3::prelude::*;
+
+    fn cuda_err(e: impl std::fmt::Display) -> PyErr {
+        PyRuntimeError::new_err(e.to_string())
+    }
+
+    /// A float32 CUDA tensor and the stream its contents were written on.
+    #[derive(DlpackExport)]
+    struct GpuTensor {
+        #[dlpack(data)]
+        data: CudaSlice<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+        #[dlpack(stream)]
+        stream: Arc<CudaStream>,
+    }
+
+    #[derive(DlpackImport)]
+    struct GpuView {
+        #[dlpack(data)]
+        data: ImportedData<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+    }
+
+    /// `cuda_arange(n)`: 0..n as float32 on device 0, written asynchronously on a stream of its
+    /// own; consumers get an event dependency on it.
+    #[pyfunction]
+    pub fn cuda_arange(py: Python<'_>, n: usize) -> PyResult<Bound<'_, python::ExportOnce>> {
+        let ctx = CudaContext::new(0).map_err(cuda_err)?;
+        let stream = ctx.new_stream().map_err(cuda_err)?;
+        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        let data = stream.clone_htod(&host).map_err(cuda_err)?;
+        export_once(py, GpuTensor { data, shape: vec![n], stream })
+    }
+
+    /// Copies `view` to the host on `stream` and sums it.
+    fn sum_on(view: &ImportedData<f32>, numel: usize, stream: sys::CUstream) -> PyResult<f64> {
+        let ptr = view.cuda_device_ptr().map_err(cuda_err)?;
+        let mut host = vec![0f32; numel];
+        // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor (C-contiguous:
+        // the consumer has no strides field); `host` has room for them; synchronized below.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream).result().map_err(cuda_err)?;
+            sys::cuStreamSynchronize(stream).result().map_err(cuda_err)?;
+        }
+        Ok(host.iter().map(|&v| f64::from(v)).sum())
+    }
+
+    /// `cuda_sum(x, stream)`: imports a CUDA producer passing `stream` (the caller's current
+    /// stream handle; PyTorch reports its legacy default stream as 0, which DLPack spells 1),
+    /// then reads it on that stream.
+    #[pyfunction]
+    pub fn cuda_sum(x: &Bound<'_, PyAny>, stream: i64) -> PyResult<f64> {
+        let stream = if stream == 0 { 1 } else { stream };
+        let view: GpuView = python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
+        let numel = view.shape.iter().product();
+        sum_on(&view.data, numel, stream as usize as sys::CUstream)
+    }
+
+    /// `cuda_sum_via_c_api(x) -> (sum, used_c_api)`: the N0 pattern of the C exchange API
+    /// (spec section 5.4): convert without synchronization, ask the producer's current work
+    /// stream, and read on that stream.
+    #[pyfunction]
+    pub fn cuda_sum_via_c_api(x: &Bound<'_, PyAny>) -> PyResult<(f64, bool)> {
+        let capsule = x.get_type().getattr("__dlpack_c_exchange_api__")?;
+        let api = capsule
+            .cast::<pyo3::types::PyCapsule>()?
+            .pointer_checked(Some(ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME))?;
+        // SAFETY: the capsule holds a process-lifetime `DLPackExchangeAPI` (spec section 5.1).
+        let api = unsafe { &*api.as_ptr().cast::<ffi::DLPackExchangeAPI>() };
+        if api.header.version.major != 1 {
+            return Err(PyBufferError::new_err("exchange API of another major version"));
+        }
+        let (Some(from_py), Some(current)) = (api.managed_tensor_from_py_object_no_sync, api.current_work_stream) else {
+            return Err(PyBufferError::new_err("exchange API without the needed functions"));
+        };
+        let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
+        // SAFETY: `x` is an object of the table's type; GIL held; `out` receives an owned tensor.
+        if unsafe { from_py(x.as_ptr().cast(), &mut out) } != 0 {
+            return Err(PyErr::fetch(x.py()));
+        }
+        // SAFETY: an owned managed tensor (spec section 5.3).
+        let managed = unsafe { ManagedTensor::from_raw_versioned(out) }?;
+        let device = managed.dl_tensor().device;
+        let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the stream is valid until control returns to Python.
+        if unsafe { current(device.device_type, device.device_id, &mut stream) } != 0 {
+            return Err(PyErr::fetch(x.py()));
+        }
+        let view = GpuView::from_managed(managed)?;
+        let numel = view.shape.iter().product();
+        Ok((sum_on(&view.data, numel, stream.cast())?, true))
+    }
+}
+
 /// The module.
 #[pymodule]
 fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -152,5 +259,11 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fill, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;
     m.add_function(wrap_pyfunction!(consume, m)?)?;
+    #[cfg(feature = "cuda")]
+    {
+        m.add_function(wrap_pyfunction!(gpu::cuda_arange, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_sum, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_sum_via_c_api, m)?)?;
+    }
     Ok(())
 }

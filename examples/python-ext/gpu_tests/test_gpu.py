@@ -1,0 +1,58 @@
+"""GPU tests of the example extension (built with `--features cuda`), run by
+`scripts/gpu-suite.sh run` on a CUDA machine: PyTorch and CuPy both ways with their streams."""
+
+import numpy as np
+import pytest
+import torch
+import cupy
+
+import dlpack_example as de
+
+N = 1 << 20
+
+
+def expected():
+    return np.arange(N, dtype=np.float32)
+
+
+def test_torch_reads_a_rust_cuda_tensor_on_its_current_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t = torch.from_dlpack(de.cuda_arange(N))  # torch passes `s` as the consumer stream
+        assert t.device.type == "cuda"
+        host = t.cpu().numpy()
+    np.testing.assert_array_equal(host, expected())
+
+
+def test_cupy_reads_a_rust_cuda_tensor_on_its_current_stream():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        a = cupy.from_dlpack(de.cuda_arange(N))
+        host = cupy.asnumpy(a)
+    np.testing.assert_array_equal(host, expected())
+
+
+def test_rust_reads_torch_on_the_consumer_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.arange(N, dtype=torch.float32, device="cuda") * 2
+        total = de.cuda_sum(x, s.cuda_stream)
+    assert total == float(expected().astype(np.float64).sum() * 2)
+
+
+def test_rust_reads_cupy_on_the_consumer_stream():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.arange(N, dtype=cupy.float32) + 1
+        total = de.cuda_sum(x, s.ptr)
+    assert total == float(expected().astype(np.float64).sum() + N)
+
+
+def test_c_exchange_api_consumed_from_torch():
+    api = getattr(torch.Tensor, "__dlpack_c_exchange_api__", None)
+    if api is None:
+        pytest.fail(f"torch {torch.__version__} publishes no __dlpack_c_exchange_api__")
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    total, used_c_api = de.cuda_sum_via_c_api(x)
+    assert used_c_api
+    assert total == float(expected().astype(np.float64).sum())

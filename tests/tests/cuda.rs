@@ -1,0 +1,345 @@
+//! The CUDA hand-off (feature `cuda`). Without a driver only the first test runs here; the
+//! others need a CUDA device and are run by `scripts/gpu-suite.sh` (`--include-ignored`).
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
+use dlpack_runtime::cuda::{self, CudaError};
+use dlpack_runtime::{
+    Device, DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData,
+};
+use dlpack_tests::{Counter, DropGuard};
+
+const NEEDS_GPU: &str = "needs a CUDA device: run scripts/gpu-suite.sh";
+
+/// A producer with device memory and the stream its writes were enqueued on.
+#[derive(DlpackExport)]
+struct GpuTensor {
+    #[dlpack(data)]
+    data: CudaSlice<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: Arc<CudaStream>,
+    _guard: DropGuard,
+}
+
+#[derive(DlpackImport)]
+struct GpuView {
+    #[dlpack(data)]
+    data: ImportedData<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(device)]
+    device: Device,
+}
+
+#[test]
+fn without_a_driver_exports_and_probes_are_errors_not_panics() {
+    match cuda::driver() {
+        Err(CudaError::NoDriver) => {
+            assert_eq!(cuda::pointer_device(0x1000), Err(CudaError::NoDriver));
+            assert!(cuda::ReadyEvents::record(&[]).unwrap().is_empty());
+        }
+        other => {
+            eprintln!("CUDA driver probe: {other:?}; the ignored GPU tests cover this machine")
+        }
+    }
+}
+
+fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>) {
+    cuda::driver().expect(NEEDS_GPU);
+    let ctx = CudaContext::new(0).unwrap();
+    let a = ctx.new_stream().unwrap();
+    let b = ctx.new_stream().unwrap();
+    (ctx, a, b)
+}
+
+const N: usize = 64 << 20; // 64 Mi u32 = 256 MiB
+
+/// Enqueues `passes` full writes of `buf` on `stream`, the last one writing `passes`: at least
+/// 50 ms of pending work on an H200.
+fn slow_fill(buf: &CudaSlice<u32>, stream: &CudaStream, passes: u32) {
+    let ptr = cuda_ptr(buf, stream);
+    for value in 1..=passes {
+        // SAFETY: `ptr` points to `N` u32 of a live allocation; the memset is stream-ordered.
+        unsafe { sys::cuMemsetD32Async(ptr, value, N, stream.cu_stream()) }
+            .result()
+            .unwrap();
+    }
+}
+
+fn cuda_ptr(buf: &CudaSlice<u32>, stream: &CudaStream) -> sys::CUdeviceptr {
+    use cudarc::driver::DevicePtr;
+    let (ptr, _sync) = buf.device_ptr(stream);
+    ptr
+}
+
+/// Reads the last element on `stream`, then waits for `stream` only.
+fn read_last_on(ptr: sys::CUdeviceptr, stream: &CudaStream) -> u32 {
+    let mut out = 0u32;
+    // SAFETY: `ptr` is the start of `N` u32; `out` is a live host u32; synchronized below.
+    unsafe {
+        sys::cuMemcpyDtoHAsync_v2(
+            (&mut out as *mut u32).cast(),
+            ptr + (N as u64 - 1) * 4,
+            4,
+            stream.cu_stream(),
+        )
+        .result()
+        .unwrap();
+    }
+    stream.synchronize().unwrap();
+    out
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
+    let (ctx, a, b) = setup();
+    let passes = 200;
+    let mut wrong_without = 0;
+    let mut wrong_with = 0;
+    for trial in 0..100 {
+        for with_dependency in [false, true] {
+            let counter = Counter::new();
+            let buf = a.alloc_zeros::<u32>(N).unwrap();
+            slow_fill(&buf, &a, passes);
+            let t = GpuTensor {
+                data: buf,
+                shape: vec![N],
+                stream: a.clone(),
+                _guard: counter.guard(),
+            };
+            let stream = if with_dependency {
+                b.cu_stream() as i64
+            } else {
+                -1
+            };
+            let view = GpuView::from_managed(
+                t.to_dlpack_with(&ExportRequest::versioned().stream(Some(stream)))
+                    .unwrap(),
+            )
+            .unwrap();
+            assert_eq!(view.device, Device::cuda(0));
+            assert_eq!(view.shape, [N]);
+            let got = read_last_on(view.data.cuda_device_ptr().unwrap(), &b);
+            if got != passes {
+                if with_dependency {
+                    wrong_with += 1
+                } else {
+                    wrong_without += 1
+                }
+            }
+            a.synchronize().unwrap();
+            drop(view);
+            assert_eq!(counter.get(), 1, "trial {trial}");
+        }
+    }
+    println!(
+        "race: wrong values without the dependency {wrong_without}/100, with it {wrong_with}/100"
+    );
+    assert_eq!(
+        wrong_with, 0,
+        "the event dependency orders the consumer after the producer"
+    );
+    assert!(
+        wrong_without > 0,
+        "without the dependency the consumer must be able to see the race"
+    );
+    drop(ctx);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn the_host_is_not_blocked_by_an_event_dependency() {
+    let (_ctx, a, b) = setup();
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    let counter = Counter::new();
+    // Warm up the pool and the driver.
+    let warm = GpuTensor {
+        data: a.alloc_zeros::<u32>(16).unwrap(),
+        shape: vec![16],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    drop(
+        warm.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    );
+    slow_fill(&buf, &a, 400);
+    let t = GpuTensor {
+        data: buf,
+        shape: vec![N],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let start = Instant::now();
+    let managed = t
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        .unwrap();
+    let event_export = start.elapsed();
+    let pending = !cuda_query(&a);
+    a.synchronize().unwrap();
+    drop(managed);
+    // The same export with a host synchronization, for comparison.
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    slow_fill(&buf, &a, 400);
+    let start = Instant::now();
+    a.synchronize().unwrap();
+    let t = GpuTensor {
+        data: buf,
+        shape: vec![N],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    drop(
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    );
+    let sync_export = start.elapsed();
+    println!(
+        "host time of an export with >= 50 ms pending: event dependency {event_export:?}, host synchronization {sync_export:?}"
+    );
+    assert!(
+        pending,
+        "the producer's work was still pending when the export returned"
+    );
+    assert!(
+        sync_export >= Duration::from_millis(50),
+        "the fill takes at least 50 ms: {sync_export:?}"
+    );
+    assert!(
+        event_export < Duration::from_millis(1),
+        "the event dependency does not block the host: {event_export:?}"
+    );
+}
+
+fn cuda_query(stream: &CudaStream) -> bool {
+    // SAFETY: a live stream; query only.
+    let result = unsafe { sys::cuStreamQuery(stream.cu_stream()) };
+    result == sys::CUresult::CUDA_SUCCESS
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn after_warm_up_no_event_is_created_per_exchange() {
+    let (_ctx, a, b) = setup();
+    let counter = Counter::new();
+    let export = |counter: &Counter| {
+        let t = GpuTensor {
+            data: a.alloc_zeros::<u32>(1024).unwrap(),
+            shape: vec![1024],
+            stream: a.clone(),
+            _guard: counter.guard(),
+        };
+        drop(
+            t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+                .unwrap(),
+        );
+    };
+    for _ in 0..10 {
+        export(&counter);
+    }
+    let before = cuda::events_created();
+    for _ in 0..1000 {
+        export(&counter);
+    }
+    println!(
+        "events created by 1000 exchanges after warm-up: {}",
+        cuda::events_created() - before
+    );
+    assert_eq!(cuda::events_created(), before);
+    assert_eq!(counter.get(), 1010);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn stream_ordered_release_waits_for_the_consumer() {
+    let (_ctx, a, b) = setup();
+    let counter = Counter::new();
+    let t = GpuTensor {
+        data: a.alloc_zeros::<u32>(N).unwrap(),
+        shape: vec![N],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let view = GpuView::from_managed(
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    )
+    .unwrap();
+    // The consumer's "kernel": >= 50 ms of writes into the imported memory on stream B.
+    let ptr = view.data.cuda_device_ptr().unwrap();
+    for value in 0..400u32 {
+        // SAFETY: `ptr` is `N` u32 of the imported, writable allocation; stream-ordered on B.
+        unsafe { sys::cuMemsetD32Async(ptr, value, N, b.cu_stream()) }
+            .result()
+            .unwrap();
+    }
+    view.data.release_after(&b).unwrap();
+    assert_eq!(
+        counter.get(),
+        0,
+        "not released while the consumer's work is pending"
+    );
+    assert!(!cuda_query(&b));
+    b.synchronize().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while counter.get() == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("stream-ordered release: deleter ran after the consumer's stream finished");
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn ready_events_let_the_consumer_wait_later() {
+    let (_ctx, a, b) = setup();
+    let counter = Counter::new();
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    slow_fill(&buf, &a, 100);
+    let t = GpuTensor {
+        data: buf,
+        shape: vec![N],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let (managed, ready) = t
+        .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
+        .unwrap();
+    assert!(!ready.is_empty());
+    let view = GpuView::from_managed(managed).unwrap();
+    ready.wait_on(&b).unwrap();
+    assert_eq!(read_last_on(view.data.cuda_device_ptr().unwrap(), &b), 100);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn illegal_streams_and_wrong_devices_are_refused() {
+    let (_ctx, a, _b) = setup();
+    let counter = Counter::new();
+    let t = GpuTensor {
+        data: a.alloc_zeros::<u32>(16).unwrap(),
+        shape: vec![16],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let err = t
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(0)))
+        .unwrap_err();
+    assert!(matches!(err, ExportError::Stream(_)), "{err}");
+    assert_eq!(counter.get(), 1);
+    let other = a.alloc_zeros::<u32>(4).unwrap();
+    match cuda::check_pointer(cuda_ptr(&other, &a), 3) {
+        Err(CudaError::WrongDevice {
+            found: 0,
+            expected: 3,
+            ..
+        }) => {}
+        other => panic!("expected WrongDevice, found {other:?}"),
+    }
+}
