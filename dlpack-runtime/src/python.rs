@@ -36,6 +36,12 @@
 //!     fn __dlpack_device__(&self) -> (i32, i32) {
 //!         python::dlpack_device(self)
 //!     }
+//!
+//!     // Optional: the DLPack 1.3 C exchange API, for C consumers (spec section 5).
+//!     #[classattr]
+//!     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+//!         python::dlpack_exchange_api::<Self>(py)
+//!     }
 //! }
 //! ```
 //!
@@ -766,12 +772,8 @@ impl ExportOnce {
 /// The C exchange API table of pyclass `T` (spec section 5), as the capsule to publish as the
 /// class attribute `__dlpack_c_exchange_api__`:
 ///
-/// ```ignore
-/// #[classattr]
-/// fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-///     dlpack_runtime::python::dlpack_exchange_api::<Self>(py)
-/// }
-/// ```
+/// a `#[classattr]` method returning `python::dlpack_exchange_api::<Self>(py)`, as in the
+/// module example.
 ///
 /// The table (version 1.3) lives for the whole process, one per type:
 /// `managed_tensor_from_py_object_no_sync` makes the same shared, read-only export as
