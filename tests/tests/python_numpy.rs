@@ -879,3 +879,57 @@ fn numpy_dtypes_without_a_basic_rust_type() {
         assert_eq!(counter.get(), 2);
     });
 }
+
+/// Rust -> NumPy for every NumPy dtype that has a Rust element type here.
+#[test]
+fn numpy_reads_every_dtype_it_has() {
+    use half::f16;
+    use num_complex::Complex;
+    numpy_sees(vec![-8i8, 7], "int8");
+    numpy_sees(vec![-16i16, 15], "int16");
+    numpy_sees(vec![0u16, u16::MAX], "uint16");
+    numpy_sees(vec![0u32, u32::MAX], "uint32");
+    numpy_sees(vec![0u64, u64::MAX], "uint64");
+    Python::attach(|py| {
+        let np = numpy(py);
+        let counter = Counter::new();
+        let obj = export_once(
+            py,
+            tensor(
+                vec![f16::from_f32(0.5), f16::from_f32(-2.0)],
+                &[2],
+                &counter,
+            ),
+        )
+        .unwrap();
+        let arr = np.call_method1("from_dlpack", (obj,)).unwrap();
+        assert_eq!(
+            arr.getattr("dtype").unwrap().str().unwrap().to_string(),
+            "float16"
+        );
+        assert_eq!(
+            arr.call_method0("tolist")
+                .unwrap()
+                .extract::<Vec<f64>>()
+                .unwrap(),
+            [0.5, -2.0]
+        );
+        let obj = export_once(py, tensor(vec![Complex::new(1.0f32, 2.0)], &[1], &counter)).unwrap();
+        let arr2 = np.call_method1("from_dlpack", (obj,)).unwrap();
+        assert_eq!(
+            arr2.getattr("dtype").unwrap().str().unwrap().to_string(),
+            "complex64"
+        );
+        assert_eq!(
+            arr2.call_method0("tolist")
+                .unwrap()
+                .str()
+                .unwrap()
+                .to_string(),
+            "[(1+2j)]"
+        );
+        drop((arr, arr2));
+        collect(py);
+        assert_eq!(counter.get(), 2);
+    });
+}
