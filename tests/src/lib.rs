@@ -266,3 +266,104 @@ pub fn proptest_cases(default: u32) -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// Derived producer and consumers shared by the interop tests.
+pub mod types {
+    use super::{Counter, DropGuard};
+    use dlpack_runtime::{DlpackExport, DlpackImport, Element, ImportedData};
+
+    /// A producer with strides and a byte offset, and a guard counting drops of the owner.
+    #[derive(DlpackExport)]
+    pub struct Tensor<T: Element> {
+        /// Row-major values.
+        #[dlpack(data)]
+        pub data: Vec<T>,
+        /// Extents in elements.
+        #[dlpack(shape)]
+        pub shape: Vec<usize>,
+        /// Strides in elements; `None`: compact row-major.
+        #[dlpack(strides)]
+        pub strides: Option<Vec<isize>>,
+        /// Bytes to element `(0, ..., 0)`.
+        #[dlpack(byte_offset)]
+        pub offset: usize,
+        /// Counts drops.
+        pub guard: DropGuard,
+    }
+
+    /// A compact row-major tensor of `data` with `shape`, counted by `counter`.
+    pub fn tensor<T: Element>(data: Vec<T>, shape: &[usize], counter: &Counter) -> Tensor<T> {
+        Tensor {
+            data,
+            shape: shape.to_vec(),
+            strides: None,
+            offset: 0,
+            guard: counter.guard(),
+        }
+    }
+
+    /// A consumer of any strided layout.
+    #[derive(DlpackImport)]
+    pub struct Strided<T: Element> {
+        /// The imported data.
+        #[dlpack(data)]
+        pub data: ImportedData<T>,
+        /// Extents in elements.
+        #[dlpack(shape)]
+        pub shape: Vec<usize>,
+        /// Strides in elements.
+        #[dlpack(strides)]
+        pub strides: Vec<isize>,
+    }
+
+    /// A consumer that requires C-contiguous data.
+    #[derive(DlpackImport)]
+    pub struct Compact<T: Element> {
+        /// The imported data.
+        #[dlpack(data)]
+        pub data: ImportedData<T>,
+        /// Extents in elements.
+        #[dlpack(shape)]
+        pub shape: Vec<usize>,
+    }
+}
+
+/// Embedded-interpreter helpers for the Python interop tests (feature `python`).
+#[cfg(feature = "python")]
+pub mod py {
+    use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+
+    /// NumPy from `.venv` (set up by `scripts/test.sh`).
+    pub fn numpy(py: Python<'_>) -> Bound<'_, PyModule> {
+        py.import("numpy")
+            .expect("NumPy must be importable: run scripts/test.sh, which sets up .venv")
+    }
+
+    /// Runs `code` with `locals` and returns the value it left in `result`.
+    pub fn eval<'py>(
+        py: Python<'py>,
+        code: &str,
+        locals: &Bound<'py, PyDict>,
+    ) -> Bound<'py, PyAny> {
+        let code = std::ffi::CString::new(code).unwrap();
+        py.run(&code, None, Some(locals))
+            .unwrap_or_else(|e| panic!("python failed: {e}"));
+        locals
+            .get_item("result")
+            .unwrap()
+            .expect("code sets `result`")
+    }
+
+    /// Locals with `np` bound to NumPy.
+    pub fn with_numpy(py: Python<'_>) -> Bound<'_, PyDict> {
+        let locals = PyDict::new(py);
+        locals.set_item("np", numpy(py)).unwrap();
+        locals
+    }
+
+    /// Runs Python's garbage collector, so that unreachable arrays release their tensors.
+    pub fn collect(py: Python<'_>) {
+        py.import("gc").unwrap().call_method0("collect").unwrap();
+    }
+}

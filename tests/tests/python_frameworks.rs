@@ -3,44 +3,12 @@
 #![cfg(feature = "python")]
 
 use dlpack_runtime::python::{self, export_once};
-use dlpack_runtime::{DlpackExport, DlpackImport, Element, ImportedData};
-use dlpack_tests::{Counter, DropGuard};
+use dlpack_tests::Counter;
+use dlpack_tests::py::{collect, eval as run};
+use dlpack_tests::types::{Strided, tensor};
 use half::bf16;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-
-#[derive(DlpackExport)]
-struct Tensor<T: Element> {
-    #[dlpack(data)]
-    data: Vec<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    _guard: DropGuard,
-}
-
-#[derive(DlpackImport)]
-struct Strided<T: Element> {
-    #[dlpack(data)]
-    data: ImportedData<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Vec<isize>,
-}
-
-fn run<'py>(py: Python<'py>, code: &str, locals: &Bound<'py, PyDict>) -> Bound<'py, PyAny> {
-    let code = std::ffi::CString::new(code).unwrap();
-    py.run(&code, None, Some(locals))
-        .unwrap_or_else(|e| panic!("python failed: {e}"));
-    locals
-        .get_item("result")
-        .unwrap()
-        .expect("code sets `result`")
-}
-
-fn collect(py: Python<'_>) {
-    py.import("gc").unwrap().call_method0("collect").unwrap();
-}
 
 fn jax(py: Python<'_>) -> Bound<'_, PyDict> {
     let l = PyDict::new(py);
@@ -59,55 +27,34 @@ fn jax_reads_rust_tensors() {
         let counter = Counter::new();
         let cases: Vec<(Bound<'_, PyAny>, &str, &str)> = vec![
             (
-                export_once(
-                    py,
-                    Tensor {
-                        data: vec![1.5f32, -2.0, 3.0, 4.0],
-                        shape: vec![2, 2],
-                        _guard: counter.guard(),
-                    },
-                )
-                .unwrap()
-                .into_any(),
+                export_once(py, tensor(vec![1.5f32, -2.0, 3.0, 4.0], &[2, 2], &counter))
+                    .unwrap()
+                    .into_any(),
                 "float32",
                 "[[1.5, -2.0], [3.0, 4.0]]",
             ),
             (
-                export_once(
-                    py,
-                    Tensor {
-                        data: vec![7i64, -8],
-                        shape: vec![2],
-                        _guard: counter.guard(),
-                    },
-                )
-                .unwrap()
-                .into_any(),
+                export_once(py, tensor(vec![7i64, -8], &[2], &counter))
+                    .unwrap()
+                    .into_any(),
                 "int64",
                 "[7, -8]",
             ),
             (
-                export_once(
-                    py,
-                    Tensor {
-                        data: vec![true, false],
-                        shape: vec![2],
-                        _guard: counter.guard(),
-                    },
-                )
-                .unwrap()
-                .into_any(),
+                export_once(py, tensor(vec![true, false], &[2], &counter))
+                    .unwrap()
+                    .into_any(),
                 "bool",
                 "[True, False]",
             ),
             (
                 export_once(
                     py,
-                    Tensor {
-                        data: vec![bf16::from_f32(0.5), bf16::from_f32(-1.0)],
-                        shape: vec![2],
-                        _guard: counter.guard(),
-                    },
+                    tensor(
+                        vec![bf16::from_f32(0.5), bf16::from_f32(-1.0)],
+                        &[2],
+                        &counter,
+                    ),
                 )
                 .unwrap()
                 .into_any(),
@@ -197,15 +144,7 @@ fn array_api_strict_both_ways() {
         let l = PyDict::new(py);
         run(py, "import array_api_strict as xp\nresult = None", &l);
         let counter = Counter::new();
-        let obj = export_once(
-            py,
-            Tensor {
-                data: vec![1i32, 2, 3, 4, 5, 6],
-                shape: vec![3, 2],
-                _guard: counter.guard(),
-            },
-        )
-        .unwrap();
+        let obj = export_once(py, tensor(vec![1i32, 2, 3, 4, 5, 6], &[3, 2], &counter)).unwrap();
         l.set_item("obj", obj).unwrap();
         let arr = run(
             py,

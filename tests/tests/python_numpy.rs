@@ -6,52 +6,13 @@
 #![cfg(feature = "python")]
 
 use dlpack_runtime::python::{self, export_once};
-use dlpack_runtime::{Device, DlpackExport, DlpackImport, Element, ImportedData};
+use dlpack_runtime::{Device, DlpackExport, Element};
+use dlpack_tests::py::{collect, eval, numpy};
+use dlpack_tests::types::{Compact, Strided, tensor};
 use dlpack_tests::{Counter, DropGuard};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
-
-#[derive(DlpackExport)]
-struct Tensor<T: Element> {
-    #[dlpack(data)]
-    data: Vec<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Option<Vec<isize>>,
-    #[dlpack(byte_offset)]
-    offset: usize,
-    _guard: DropGuard,
-}
-
-fn tensor<T: Element>(data: Vec<T>, shape: &[usize], counter: &Counter) -> Tensor<T> {
-    Tensor {
-        data,
-        shape: shape.to_vec(),
-        strides: None,
-        offset: 0,
-        _guard: counter.guard(),
-    }
-}
-
-#[derive(DlpackImport)]
-struct Strided<T: Element> {
-    #[dlpack(data)]
-    data: ImportedData<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Vec<isize>,
-}
-
-#[derive(DlpackImport)]
-struct Compact<T: Element> {
-    #[dlpack(data)]
-    data: ImportedData<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-}
 
 /// A frozen pyclass tensor with the protocol: shared, read-only export.
 #[pyclass(frozen)]
@@ -80,26 +41,6 @@ impl PyTensor {
     fn __dlpack_device__(&self) -> (i32, i32) {
         python::dlpack_device(self)
     }
-}
-
-fn numpy(py: Python<'_>) -> Bound<'_, PyModule> {
-    py.import("numpy")
-        .expect("NumPy must be importable: run scripts/test.sh, which sets up .venv")
-}
-
-/// Runs `code` with `locals` and returns the value of `result`.
-fn eval<'py>(py: Python<'py>, code: &str, locals: &Bound<'py, PyDict>) -> Bound<'py, PyAny> {
-    let code = std::ffi::CString::new(code).unwrap();
-    py.run(&code, None, Some(locals))
-        .unwrap_or_else(|e| panic!("python failed: {e}"));
-    locals
-        .get_item("result")
-        .unwrap()
-        .expect("code sets `result`")
-}
-
-fn collect(py: Python<'_>) {
-    py.import("gc").unwrap().call_method0("collect").unwrap();
 }
 
 fn numpy_sees<T>(values: Vec<T>, dtype: &str)
@@ -809,46 +750,11 @@ fn numpy_dtypes_without_a_basic_rust_type() {
                 &locals,
             );
             let values: Vec<i128> = match rust {
-                "u16" => python::from_dlpack::<Compact<u16>>(&arr)
-                    .unwrap()
-                    .data
-                    .to_vec()
-                    .unwrap()
-                    .into_iter()
-                    .map(i128::from)
-                    .collect(),
-                "i8" => python::from_dlpack::<Compact<i8>>(&arr)
-                    .unwrap()
-                    .data
-                    .to_vec()
-                    .unwrap()
-                    .into_iter()
-                    .map(i128::from)
-                    .collect(),
-                "u32" => python::from_dlpack::<Compact<u32>>(&arr)
-                    .unwrap()
-                    .data
-                    .to_vec()
-                    .unwrap()
-                    .into_iter()
-                    .map(i128::from)
-                    .collect(),
-                "u64" => python::from_dlpack::<Compact<u64>>(&arr)
-                    .unwrap()
-                    .data
-                    .to_vec()
-                    .unwrap()
-                    .into_iter()
-                    .map(i128::from)
-                    .collect(),
-                _ => python::from_dlpack::<Compact<i16>>(&arr)
-                    .unwrap()
-                    .data
-                    .to_vec()
-                    .unwrap()
-                    .into_iter()
-                    .map(i128::from)
-                    .collect(),
+                "u16" => ints::<u16>(&arr),
+                "i8" => ints::<i8>(&arr),
+                "u32" => ints::<u32>(&arr),
+                "u64" => ints::<u64>(&arr),
+                _ => ints::<i16>(&arr),
             };
             assert_eq!(values, [0, 1, 2], "{dtype}");
         }
@@ -932,4 +838,15 @@ fn numpy_reads_every_dtype_it_has() {
         collect(py);
         assert_eq!(counter.get(), 2);
     });
+}
+
+/// The values of an integer NumPy array, read through a compact consumer of `T`.
+fn ints<T: Element + Into<i128>>(arr: &Bound<'_, PyAny>) -> Vec<i128> {
+    let view: Compact<T> = python::from_dlpack(arr).unwrap();
+    view.data
+        .to_vec()
+        .unwrap()
+        .into_iter()
+        .map(Into::into)
+        .collect()
 }

@@ -7,30 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
 use dlpack_runtime::python::{self, FromDlpackOptions, export_once};
-use dlpack_runtime::{
-    DataType, Device, DlpackExport, DlpackImport, Element, ImportedData, ManagedTensor,
-};
+use dlpack_runtime::{DataType, Device, DlpackExport, ManagedTensor};
+use dlpack_tests::py::{collect, eval as run, with_numpy as locals};
+use dlpack_tests::types::{Compact, tensor};
 use dlpack_tests::{Counter, DropGuard};
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
-
-#[derive(DlpackExport)]
-struct Tensor<T: Element> {
-    #[dlpack(data)]
-    data: Vec<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    _guard: DropGuard,
-}
-
-#[derive(DlpackImport)]
-struct Compact<T: Element> {
-    #[dlpack(data)]
-    data: ImportedData<T>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-}
+use pyo3::types::PyCapsule;
 
 /// A frozen pyclass that publishes the C exchange API and counts `__dlpack__` calls.
 #[pyclass(frozen)]
@@ -66,32 +49,6 @@ impl Published {
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
         python::dlpack_exchange_api::<Self>(py)
     }
-}
-
-fn run<'py>(py: Python<'py>, code: &str, locals: &Bound<'py, PyDict>) -> Bound<'py, PyAny> {
-    let code = std::ffi::CString::new(code).unwrap();
-    py.run(&code, None, Some(locals))
-        .unwrap_or_else(|e| panic!("python failed: {e}"));
-    locals
-        .get_item("result")
-        .unwrap()
-        .expect("code sets `result`")
-}
-
-fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
-    let locals = PyDict::new(py);
-    locals
-        .set_item(
-            "np",
-            py.import("numpy")
-                .expect("NumPy from .venv: run scripts/test.sh"),
-        )
-        .unwrap();
-    locals
-}
-
-fn collect(py: Python<'_>) {
-    py.import("gc").unwrap().call_method0("collect").unwrap();
 }
 
 #[test]
@@ -317,15 +274,7 @@ fn deleters_run_on_another_thread_while_a_third_holds_the_gil() {
     use std::time::{Duration, Instant};
     let counter = Counter::new();
     let view = Python::attach(|py| {
-        let obj = export_once(
-            py,
-            Tensor {
-                data: vec![1u8, 2, 3],
-                shape: vec![3],
-                _guard: counter.guard(),
-            },
-        )
-        .unwrap();
+        let obj = export_once(py, tensor(vec![1u8, 2, 3], &[3], &counter)).unwrap();
         let arr = py
             .import("numpy")
             .unwrap()
