@@ -42,10 +42,7 @@ pub fn derive(input: &DeriveInput, derive: Derive) -> syn::Result<TokenStream> {
 /// `errors`, followed by a stand-in impl, as thiserror does: code that uses the type as a
 /// producer or consumer then compiles, and the user sees the derive's errors only.
 pub fn fallback(input: &DeriveInput, derive: Derive, errors: syn::Error) -> TokenStream {
-    let errors = errors.into_compile_error();
     let krate = crate::ast::crate_path(&input.attrs);
-    let ident = &input.ident;
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let (trait_name, items) = match derive {
         Derive::Export => (
             quote!(DlpackExport),
@@ -69,6 +66,22 @@ pub fn fallback(input: &DeriveInput, derive: Derive, errors: syn::Error) -> Toke
             },
         ),
     };
+    stand_in(input, errors, &krate, trait_name, items)
+}
+
+/// `errors`, then `impl #krate::__private::#trait_name for` the input type with `items`: the
+/// stand-in impl that every derive emits on error, so that uses of the type report nothing
+/// more than the derive's errors.
+pub fn stand_in(
+    input: &DeriveInput,
+    errors: syn::Error,
+    krate: &syn::Path,
+    trait_name: TokenStream,
+    items: TokenStream,
+) -> TokenStream {
+    let errors = errors.into_compile_error();
+    let ident = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     quote! {
         #errors
         const _: () = {

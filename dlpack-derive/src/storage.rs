@@ -108,10 +108,7 @@ pub fn derive(input: &DeriveInput, storage: Storage) -> syn::Result<TokenStream>
 
 /// `errors`, then a stand-in impl, so that uses of the storage report nothing more.
 pub fn fallback(input: &DeriveInput, storage: Storage, errors: syn::Error) -> TokenStream {
-    let errors = errors.into_compile_error();
     let krate = crate::ast::crate_path(&input.attrs);
-    let ident = &input.ident;
-    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let (trait_name, items) = match storage {
         Storage::Export => (
             quote!(AsExportBuffer),
@@ -132,15 +129,7 @@ pub fn fallback(input: &DeriveInput, storage: Storage, errors: syn::Error) -> To
             },
         ),
     };
-    quote! {
-        #errors
-        const _: () = {
-            #[automatically_derived]
-            impl #impl_generics #krate::__private::#trait_name for #ident #ty_generics #where_clause {
-                #items
-            }
-        };
-    }
+    crate::expand::stand_in(input, errors, &krate, trait_name, items)
 }
 
 /// The arms of the storage, each with one buffer; errors for variants that are not.

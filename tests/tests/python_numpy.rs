@@ -7,7 +7,7 @@
 
 use dlpack_runtime::python::{self, export_once};
 use dlpack_runtime::{Device, DlpackExport, Element};
-use dlpack_tests::py::{collect, eval, numpy};
+use dlpack_tests::py::{collect, eval, numpy, with_numpy};
 use dlpack_tests::types::{Compact, Strided, tensor};
 use dlpack_tests::{Counter, DropGuard};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
@@ -157,8 +157,7 @@ fn numpy_writes_are_seen_from_rust() {
 /// pointer against NumPy's.
 fn import_matches_numpy(expr: &str) {
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         let arr = eval(py, &format!("result = {expr}"), &locals);
         let view: Strided<f64> = python::from_dlpack(&arr).unwrap();
         let expected: Vec<f64> = arr
@@ -214,8 +213,7 @@ fn numpy_layouts_import_zero_copy() {
 fn c02_numpy_negative_strides() {
     import_matches_numpy("np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::-1]");
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         let arr = eval(
             py,
             "result = np.arange(12, dtype=np.float64).reshape(3, 4)[:, ::-1]",
@@ -268,8 +266,7 @@ fn c04_zero_size_with_numpy_both_ways() {
 #[test]
 fn c06_bool_with_numpy_both_ways() {
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         let arr = eval(py, "result = np.array([True, False, True])", &locals);
         let view: Compact<bool> = python::from_dlpack(&arr).unwrap();
         assert_eq!(view.data.as_slice().unwrap(), [true, false, true]);
@@ -282,8 +279,7 @@ fn c06_bool_with_numpy_both_ways() {
 #[test]
 fn c07_numpy_read_only_flag() {
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         let arr = eval(py, "result = np.arange(3, dtype=np.int64)", &locals);
         let mut view: Compact<i64> = python::from_dlpack(&arr).unwrap();
         assert_eq!(view.data.managed().flags(), 0);
@@ -598,8 +594,7 @@ fn foreign_capsule(py: Python<'_>) -> Bound<'_, PyAny> {
 #[test]
 fn c03_step_broadcast_and_fortran_slices() {
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         // (a) arange(10)[::2]: stride 2.
         let arr = eval(py, "result = np.arange(10, dtype=np.int64)[::2]", &locals);
         let view: Strided<i64> = python::from_dlpack(&arr).unwrap();
@@ -645,8 +640,7 @@ unsafe extern "C" fn test_capsule_destructor(capsule: *mut pyo3::ffi::PyObject) 
 #[test]
 fn c10_versioned_capsules_and_a_foreign_major() {
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         // NumPy's versioned capsule (max_version=(1, 0)) is read through the versioned layout.
         let capsule = eval(
             py,
@@ -705,8 +699,7 @@ fn numpy_dtypes_without_a_basic_rust_type() {
     use half::{bf16, f16};
     use num_complex::Complex;
     Python::attach(|py| {
-        let locals = PyDict::new(py);
-        locals.set_item("np", numpy(py)).unwrap();
+        let locals = with_numpy(py);
         let arr = eval(
             py,
             "result = np.array([0.5, -2.0], dtype=np.float16)",
