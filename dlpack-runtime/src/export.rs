@@ -1340,6 +1340,28 @@ struct Copied {
     shape: Vec<usize>,
 }
 
+/// Zeroed host memory for `numel` elements of `element_bytes`, 64-byte aligned.
+fn host_chunks(numel: usize, element_bytes: usize) -> Result<(Vec<Align64>, usize), ExportError> {
+    let too_large = LayoutError::CopyTooLarge {
+        numel,
+        element_bytes,
+    };
+    let byte_len = numel
+        .checked_mul(element_bytes)
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| too_large.clone())?;
+    let mut chunks = Vec::new();
+    chunks
+        .try_reserve_exact(byte_len.div_ceil(64))
+        .map_err(|_| too_large)?;
+    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    Ok((chunks, byte_len))
+}
+
+fn copied_parts(c: &mut Copied) -> ExportParts<'_> {
+    ExportParts::unique(&mut c.buffer, &c.shape)
+}
+
 /// A zeroed, compact row-major host tensor of `dtype` and `shape` (in elements), versioned,
 /// writable: what a producer's allocator hands out (spec section 5.3).
 #[cfg_attr(not(feature = "python"), allow(dead_code))]
@@ -1350,20 +1372,11 @@ pub(crate) fn allocate_host(
     let Some(size) = dtype.element_bytes() else {
         return Err(LayoutError::SubByteAccess { dtype }.into());
     };
-    let numel = shape.iter().try_fold(1usize, |acc, &e| acc.checked_mul(e));
-    let too_large = LayoutError::CopyTooLarge {
-        numel: numel.unwrap_or(usize::MAX),
-        element_bytes: size,
-    };
-    let byte_len = numel
-        .and_then(|n| n.checked_mul(size))
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| too_large.clone())?;
-    let mut chunks = Vec::new();
-    chunks
-        .try_reserve_exact(byte_len.div_ceil(64))
-        .map_err(|_| too_large)?;
-    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |acc, &e| acc.checked_mul(e))
+        .unwrap_or(usize::MAX);
+    let (chunks, byte_len) = host_chunks(numel, size)?;
     let owner = Copied {
         buffer: CopiedBuffer {
             chunks,
@@ -1372,10 +1385,45 @@ pub(crate) fn allocate_host(
         },
         shape,
     };
-    fn parts(c: &mut Copied) -> ExportParts<'_> {
-        ExportParts::unique(&mut c.buffer, &c.shape)
+    build_owned::<DLManagedTensorVersioned, _, _>(owner, &copied_parts)
+}
+
+/// A compact row-major host copy of the tensor `layout` describes, flagged `IS_COPIED` (spec
+/// section 2.7) and versioned when `versioned`: `fill` writes the elements to the new memory
+/// (`plan.bytes()` bytes at the pointer it gets) as `plan` describes.
+pub(crate) fn copy_to_host(
+    layout: &crate::layout::TensorLayout<'_>,
+    versioned: bool,
+    max_pitch: usize,
+    fill: impl FnOnce(*mut u8, &crate::copy::StridedCopy) -> Result<(), ExportError>,
+) -> Result<ManagedTensor, ExportError> {
+    let dtype = layout.dtype();
+    let Some(size) = dtype.element_bytes() else {
+        return Err(LayoutError::SubByteAccess { dtype }.into());
+    };
+    let (mut chunks, byte_len) = host_chunks(layout.numel(), size)?;
+    let plan =
+        crate::copy::StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
+    debug_assert_eq!(plan.bytes(), byte_len);
+    if byte_len > 0 {
+        fill(chunks.as_mut_ptr().cast::<u8>(), &plan)?;
     }
-    build_owned::<DLManagedTensorVersioned, _, _>(owner, &parts)
+    let shape = layout.shape().iter().map(|&e| e as usize).collect();
+    let copied = Copied {
+        buffer: CopiedBuffer {
+            chunks,
+            byte_len,
+            dtype,
+        },
+        shape,
+    };
+    let mut managed = if versioned {
+        build_owned::<DLManagedTensorVersioned, _, _>(copied, &copied_parts)?
+    } else {
+        build_owned::<DLManagedTensor, _, _>(copied, &copied_parts)?
+    };
+    managed.set_flags(ffi::DLPACK_FLAG_BITMASK_IS_COPIED);
+    Ok(managed)
 }
 
 /// A compact row-major copy of a host-accessible tensor, flagged `IS_COPIED` when versioned.
@@ -1389,51 +1437,12 @@ pub(crate) fn copy_of(
             device: layout.device(),
         });
     }
-    let dtype = layout.dtype();
-    let Some(size) = dtype.element_bytes() else {
-        return Err(LayoutError::SubByteAccess { dtype }.into());
-    };
-    let too_large = LayoutError::CopyTooLarge {
-        numel: layout.numel(),
-        element_bytes: size,
-    };
-    let byte_len = layout
-        .numel()
-        .checked_mul(size)
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| too_large.clone())?;
-    let mut chunks = Vec::new();
-    chunks
-        .try_reserve_exact(byte_len.div_ceil(64))
-        .map_err(|_| too_large)?;
-    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
-    let dst = chunks.as_mut_ptr().cast::<u8>();
     let src = layout.first_element_ptr();
-    let mut written = 0usize;
-    layout.for_each_offset(|offset| {
-        // SAFETY: `offset` addresses an element of the validated layout in host-accessible
-        // memory the producer keeps alive while `source` lives; `dst` has `byte_len` bytes and
-        // exactly `numel` elements of `size` bytes are written.
-        unsafe { ptr::copy_nonoverlapping(src.offset(offset), dst.add(written), size) };
-        written += size;
-    })?;
-    let shape = layout.shape().iter().map(|&e| e as usize).collect();
-    let copied = Copied {
-        buffer: CopiedBuffer {
-            chunks,
-            byte_len,
-            dtype,
-        },
-        shape,
-    };
-    fn parts(c: &mut Copied) -> ExportParts<'_> {
-        ExportParts::unique(&mut c.buffer, &c.shape)
-    }
-    let mut managed = if versioned {
-        build_owned::<DLManagedTensorVersioned, _, _>(copied, &parts)?
-    } else {
-        build_owned::<DLManagedTensor, _, _>(copied, &parts)?
-    };
-    managed.set_flags(ffi::DLPACK_FLAG_BITMASK_IS_COPIED);
-    Ok(managed)
+    copy_to_host(&layout, versioned, usize::MAX, |dst, plan| {
+        // SAFETY: `src` is element (0, ..., 0) of the validated layout the plan was made from,
+        // in host-accessible memory the producer keeps alive while `source` lives; `dst` is
+        // fresh memory of `plan.bytes()` bytes.
+        unsafe { plan.run_on_host(src, dst) };
+        Ok(())
+    })
 }

@@ -96,6 +96,7 @@
 
 #![warn(missing_docs)]
 
+mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;

@@ -1,0 +1,290 @@
+//! Strided copies into compact row-major memory, as a sequence of 2-D block copies.
+//!
+//! A copy requested with `copy=True` or `dl_device` (spec section 2.7) turns any valid strided
+//! layout into a compact row-major one. [`StridedCopy`] describes that copy as *blocks* shaped
+//! like the driver's 2-D copy (`cuMemcpy2D`: `height` rows of `width` bytes, rows `src_pitch`
+//! bytes apart in the source, packed in the destination), so the host and CUDA copies share one
+//! plan: the host copy runs each row as a `memcpy`, the CUDA copy enqueues one driver call per
+//! block on the consumer's stream.
+//!
+//! The plan merges the trailing axes that are contiguous in the source into one row, takes the
+//! next axis as the rows of a block when its stride is a legal pitch (non-negative, at least
+//! the row width, at most `max_pitch`), and steps the remaining axes one block at a time. So a
+//! contiguous tensor is one block, a column slice or a transposed matrix is one block per outer
+//! index, and only layouts with a reversed or broadcast innermost axis come down to one block
+//! per element. The plan is pure: it reads no memory.
+
+/// One 2-D block of a [`StridedCopy`], all in bytes: `height` rows of `width` bytes; row `r`
+/// is read at `src + r * src_pitch` (relative to the source's first element) and written at
+/// `dst + r * width` (relative to the start of the destination).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Block {
+    /// Offset of the first row in the source, in bytes, relative to element `(0, ..., 0)`.
+    pub src: isize,
+    /// Offset of the first row in the destination, in bytes.
+    pub dst: usize,
+    /// Bytes per row.
+    pub width: usize,
+    /// Rows.
+    pub height: usize,
+    /// Distance between rows in the source, in bytes (`>= width` when `height > 1`).
+    pub src_pitch: usize,
+}
+
+/// The blocks that copy a strided tensor into compact row-major memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StridedCopy {
+    width: usize,
+    height: usize,
+    src_pitch: usize,
+    /// Remaining axes, outermost first: (extent, stride in bytes); every extent `>= 2`.
+    outer: Vec<(usize, isize)>,
+    /// Whether the tensor has no elements (no blocks at all).
+    empty: bool,
+}
+
+impl StridedCopy {
+    /// Plans the copy of a tensor of `shape` (elements) and `strides` (elements, one per axis)
+    /// whose elements are `element_bytes` bytes, into `numel * element_bytes` compact bytes.
+    /// Row pitches above `max_pitch` bytes are split into rows of their own.
+    ///
+    /// The layout must be valid (as [`crate::layout::validate`] checks): every
+    /// `(extent - 1) * |stride| * element_bytes` of an axis with `extent >= 2` fits in `isize`.
+    pub(crate) fn new(
+        shape: &[i64],
+        strides: &[i64],
+        element_bytes: usize,
+        max_pitch: usize,
+    ) -> Self {
+        debug_assert_eq!(shape.len(), strides.len());
+        let empty = shape.iter().any(|&e| e == 0);
+        // Axes of extent 1 never move; axes of extent >= 2 have a byte stride that fits (valid
+        // layout). Extents fit in `usize`: they are factors of a validated element count.
+        let mut axes: Vec<(usize, isize)> = if empty {
+            Vec::new()
+        } else {
+            shape
+                .iter()
+                .zip(strides)
+                .filter(|&(&extent, _)| extent > 1)
+                .map(|(&extent, &stride)| {
+                    (extent as usize, stride as isize * element_bytes as isize)
+                })
+                .collect()
+        };
+        let mut width = element_bytes;
+        while let Some(&(extent, stride)) = axes.last() {
+            if stride != width as isize {
+                break;
+            }
+            // The merged row is inside the tensor's span, so it fits.
+            width *= extent;
+            axes.pop();
+        }
+        let (height, src_pitch) = match axes.last() {
+            Some(&(extent, stride)) if stride >= width as isize && stride as usize <= max_pitch => {
+                axes.pop();
+                (extent, stride as usize)
+            }
+            _ => (1, width),
+        };
+        Self {
+            width,
+            height,
+            src_pitch,
+            outer: axes,
+            empty,
+        }
+    }
+
+    /// Number of blocks: the product of the extents of the axes not merged into a block.
+    pub(crate) fn blocks(&self) -> usize {
+        if self.empty {
+            return 0;
+        }
+        self.outer.iter().map(|&(extent, _)| extent).product()
+    }
+
+    /// Bytes written to the destination: `numel * element_bytes`.
+    pub(crate) fn bytes(&self) -> usize {
+        self.blocks() * self.width * self.height
+    }
+
+    /// Calls `f` with every block, in destination order; stops at the first error.
+    pub(crate) fn try_for_each_block<E>(
+        &self,
+        mut f: impl FnMut(Block) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let count = self.blocks();
+        let block_bytes = self.width * self.height;
+        let mut index = vec![0usize; self.outer.len()];
+        let mut src: isize = 0;
+        for n in 0..count {
+            f(Block {
+                src,
+                dst: n * block_bytes,
+                width: self.width,
+                height: self.height,
+                src_pitch: self.src_pitch,
+            })?;
+            // Odometer step over the outer axes, innermost fastest. Every running offset is
+            // that of an element of the tensor, inside its validated span.
+            for (axis, &(extent, stride)) in self.outer.iter().enumerate().rev() {
+                if index[axis] + 1 < extent {
+                    index[axis] += 1;
+                    src += stride;
+                    break;
+                }
+                src -= stride * index[axis] as isize;
+                index[axis] = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the copy on the host.
+    ///
+    /// # Safety
+    ///
+    /// `src` points to element `(0, ..., 0)` of host-readable memory laid out as the shape and
+    /// strides this plan was made from; `dst` is writable for [`Self::bytes`] bytes and does not
+    /// overlap the source.
+    pub(crate) unsafe fn run_on_host(&self, src: *const u8, dst: *mut u8) {
+        let _ = self.try_for_each_block(|block| {
+            for row in 0..block.height {
+                // SAFETY: row `row` of a block addresses `width` bytes of elements of the
+                // tensor (the plan covers exactly its elements) and `width` bytes inside the
+                // destination's `bytes()` (caller); the two do not overlap (caller).
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        src.offset(block.src + (row * block.src_pitch) as isize),
+                        dst.add(block.dst + row * block.width),
+                        block.width,
+                    );
+                }
+            }
+            Ok::<(), core::convert::Infallible>(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The reference: element offsets in row-major order, by plain index arithmetic.
+    fn reference(shape: &[i64], strides: &[i64], size: usize) -> Vec<isize> {
+        let numel: i64 = shape.iter().product();
+        let mut out = Vec::new();
+        for linear in 0..numel {
+            let mut rest = linear;
+            let mut offset = 0isize;
+            for axis in (0..shape.len()).rev() {
+                let i = rest % shape[axis];
+                rest /= shape[axis];
+                offset += (i * strides[axis]) as isize * size as isize;
+            }
+            out.push(offset);
+        }
+        out
+    }
+
+    /// Copies a source buffer of distinct bytes through the plan and through the reference.
+    fn check(shape: &[i64], strides: &[i64], size: usize, max_pitch: usize) -> StridedCopy {
+        let plan = StridedCopy::new(shape, strides, size, max_pitch);
+        let offsets = reference(shape, strides, size);
+        assert_eq!(plan.bytes(), offsets.len() * size);
+        let lo = offsets.iter().copied().min().unwrap_or(0);
+        let hi = offsets.iter().copied().max().unwrap_or(0) + size as isize;
+        let len = (hi - lo).max(0) as usize;
+        let source: Vec<u8> = (0..len).map(|i| (i * 131 % 251) as u8).collect();
+        let first = (-lo) as usize;
+        let expected: Vec<u8> = offsets
+            .iter()
+            .flat_map(|&o| {
+                let at = (first as isize + o) as usize;
+                source[at..at + size].iter().copied()
+            })
+            .collect();
+        let mut copied = vec![0u8; plan.bytes()];
+        if !copied.is_empty() {
+            // SAFETY: `first` is element (0, ..., 0) of a buffer covering every element;
+            // `copied` has `bytes()` bytes.
+            unsafe { plan.run_on_host(source.as_ptr().add(first), copied.as_mut_ptr()) };
+        }
+        assert_eq!(
+            copied, expected,
+            "shape {shape:?} strides {strides:?} size {size}"
+        );
+        plan.try_for_each_block(|b| {
+            assert!(b.height == 1 || b.src_pitch >= b.width && b.src_pitch <= max_pitch);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        plan
+    }
+
+    #[test]
+    fn contiguous_is_one_block() {
+        let plan = check(&[4, 3, 2], &[6, 2, 1], 4, usize::MAX);
+        assert_eq!(plan.blocks(), 1);
+        assert_eq!((plan.width, plan.height), (96, 1));
+    }
+
+    #[test]
+    fn column_slice_is_one_block_of_rows() {
+        // x[:, :2] of a 5x8 matrix: rows of 2 elements, 8 apart.
+        let plan = check(&[5, 2], &[8, 1], 8, usize::MAX);
+        assert_eq!(plan.blocks(), 1);
+        assert_eq!((plan.width, plan.height, plan.src_pitch), (16, 5, 64));
+    }
+
+    #[test]
+    fn transposed_matrix_is_a_block_per_row() {
+        let plan = check(&[3, 4], &[1, 3], 2, usize::MAX);
+        assert_eq!((plan.width, plan.height, plan.src_pitch), (2, 4, 6));
+        assert_eq!(plan.blocks(), 3);
+    }
+
+    #[test]
+    fn pitch_limit_splits_rows() {
+        let plan = check(&[3, 2], &[1000, 1], 4, 3999);
+        assert_eq!((plan.height, plan.blocks()), (1, 3));
+        let plan = check(&[3, 2], &[1000, 1], 4, 4000);
+        assert_eq!((plan.height, plan.blocks()), (3, 1));
+    }
+
+    #[test]
+    fn reversed_and_broadcast_axes_copy_element_by_element() {
+        let plan = check(&[4], &[-1], 4, usize::MAX);
+        assert_eq!(plan.blocks(), 4);
+        let plan = check(&[3, 4], &[0, 1], 4, usize::MAX);
+        assert_eq!((plan.blocks(), plan.width), (3, 16));
+        check(&[3, 4], &[1, 0], 4, usize::MAX);
+    }
+
+    #[test]
+    fn empty_and_scalar() {
+        assert_eq!(check(&[3, 0, 2], &[0, 2, 1], 4, usize::MAX).blocks(), 0);
+        let scalar = check(&[], &[], 8, usize::MAX);
+        assert_eq!((scalar.blocks(), scalar.bytes()), (1, 8));
+        // Extent-1 axes with any stride are skipped.
+        assert_eq!(
+            check(&[1, 5, 1], &[i64::MAX, 1, -7], 1, usize::MAX).blocks(),
+            1
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn every_layout_copies_like_the_reference(
+            axes in proptest::collection::vec((0i64..5, -7i64..8), 0..5),
+            size in prop::sample::select(vec![1usize, 2, 4, 8, 16]),
+            max_pitch in prop::sample::select(vec![usize::MAX, 64, 7]),
+        ) {
+            let (shape, strides): (Vec<i64>, Vec<i64>) = axes.into_iter().unzip();
+            check(&shape, &strides, size, max_pitch);
+        }
+    }
+}
