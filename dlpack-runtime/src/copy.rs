@@ -57,7 +57,7 @@ impl StridedCopy {
         max_pitch: usize,
     ) -> Self {
         debug_assert_eq!(shape.len(), strides.len());
-        let empty = shape.iter().any(|&e| e == 0);
+        let empty = shape.contains(&0);
         // Axes of extent 1 never move; axes of extent >= 2 have a byte stride that fits (valid
         // layout). Extents fit in `usize`: they are factors of a validated element count.
         let mut axes: Vec<(usize, isize)> = if empty {
