@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, result, sys};
 
 use crate::managed::ManagedTensor;
-use crate::stream::{ProducerStream, SyncPlan};
+use crate::stream::{CopySync, ProducerStream, SyncPlan};
 
 /// A CUDA failure, or the absence of a driver.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,6 +55,21 @@ pub enum CudaError {
         /// Its device ordinal.
         found: i32,
         /// The device the tensor names.
+        expected: i32,
+    },
+    /// A stream belongs to another device than the tensor (`cuStreamGetCtx`; for a producer
+    /// stream, its context's device).
+    #[error(
+        "{role} stream {stream:#x} belongs to CUDA device {found}, expected the tensor's device {expected}"
+    )]
+    StreamOnOtherDevice {
+        /// `"consumer"` or `"producer"`.
+        role: &'static str,
+        /// The stream handle.
+        stream: u64,
+        /// The device of the stream's context.
+        found: i32,
+        /// The tensor's device.
         expected: i32,
     },
     /// The reaper thread of stream-ordered release is gone.
@@ -105,6 +120,107 @@ pub fn identity(stream: &CudaStream) -> ProducerStream {
         h => ProducerStream::Handle(
             core::num::NonZeroU64::new(h as u64).unwrap_or(core::num::NonZeroU64::MIN),
         ),
+    }
+}
+
+/// The primary context of CUDA device `ordinal`, retained once per process.
+///
+/// # Errors
+///
+/// [`CudaError::NoDriver`]; [`CudaError::Driver`] for an ordinal the driver does not know.
+pub fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
+    driver()?;
+    static CONTEXTS: OnceLock<Mutex<HashMap<i32, Arc<CudaContext>>>> = OnceLock::new();
+    let contexts = CONTEXTS.get_or_init(Default::default);
+    if let Some(ctx) = contexts.lock().ok().and_then(|c| c.get(&ordinal).cloned()) {
+        return Ok(ctx);
+    }
+    let index = usize::try_from(ordinal).map_err(|_| CudaError::Driver {
+        call: "cuDeviceGet",
+        code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
+    })?;
+    let ctx = CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
+    if let Ok(mut c) = contexts.lock() {
+        c.entry(ordinal).or_insert_with(|| ctx.clone());
+    }
+    Ok(ctx)
+}
+
+/// The device a context belongs to, as a `CUdevice` handle (`cuCtxGetDevice` with the context
+/// pushed, then popped).
+fn context_device(ctx: sys::CUcontext) -> Result<sys::CUdevice, CudaError> {
+    // SAFETY: `ctx` is a live context (the driver returned it for a live stream); pushing it
+    // and popping it right after leaves this thread's context stack as it was.
+    unsafe {
+        sys::cuCtxPushCurrent_v2(ctx)
+            .result()
+            .map_err(driver_error("cuCtxPushCurrent"))?;
+        let mut device: sys::CUdevice = 0;
+        let got = sys::cuCtxGetDevice(&mut device)
+            .result()
+            .map_err(driver_error("cuCtxGetDevice"));
+        let mut popped: sys::CUcontext = core::ptr::null_mut();
+        sys::cuCtxPopCurrent_v2(&mut popped)
+            .result()
+            .map_err(driver_error("cuCtxPopCurrent"))?;
+        got.map(|()| device)
+    }
+}
+
+/// Checks that the consumer's stream `stream` belongs to CUDA device `expected`
+/// (`cuStreamGetCtx`). The special handles (legacy and per-thread default streams) name the
+/// default stream of whatever context is current, which this crate binds to the tensor's
+/// device before using them, so they pass.
+///
+/// # Errors
+///
+/// [`CudaError::StreamOnOtherDevice`]; [`CudaError::Driver`] for a handle the driver does not
+/// know.
+pub fn check_consumer_stream(stream: ProducerStream, expected: i32) -> Result<(), CudaError> {
+    let ProducerStream::Handle(handle) = stream else {
+        return Ok(());
+    };
+    let ctx = context(expected)?;
+    let mut found_ctx: sys::CUcontext = core::ptr::null_mut();
+    // SAFETY: `handle` is the consumer's stream, valid for the duration of the call (spec
+    // section 2.4); `found_ctx` is a valid out-pointer.
+    unsafe { sys::cuStreamGetCtx(handle.get() as sys::CUstream, &mut found_ctx) }
+        .result()
+        .map_err(driver_error("cuStreamGetCtx"))?;
+    if found_ctx == ctx.cu_ctx() {
+        return Ok(());
+    }
+    // Another context: fine if it is on the same device (a non-primary context).
+    let found = context_device(found_ctx)?;
+    let wanted = result::device::get(expected).map_err(driver_error("cuDeviceGet"))?;
+    if found == wanted {
+        Ok(())
+    } else {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "consumer",
+            stream: handle.get(),
+            found,
+            expected,
+        })
+    }
+}
+
+/// Checks that a producer stream belongs to CUDA device `expected` (its context's ordinal).
+///
+/// # Errors
+///
+/// [`CudaError::StreamOnOtherDevice`].
+pub fn check_producer_stream(stream: &CudaStream, expected: i32) -> Result<(), CudaError> {
+    let found = stream.context().ordinal() as i32;
+    if found == expected {
+        Ok(())
+    } else {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "producer",
+            stream: stream.cu_stream() as u64,
+            found,
+            expected,
+        })
     }
 }
 
@@ -265,6 +381,24 @@ impl ReadyEvents {
         Ok(Self { events })
     }
 
+    /// Records one event on the raw stream `stream` of `ctx` (valid for the call).
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError`] from the driver.
+    pub(crate) fn record_raw(
+        ctx: &Arc<CudaContext>,
+        stream: sys::CUstream,
+    ) -> Result<Self, CudaError> {
+        let event = PooledEvent::take(ctx)?;
+        // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
+        unsafe { result::event::record(event.event().cu_event(), stream) }
+            .map_err(driver_error("cuEventRecord"))?;
+        Ok(Self {
+            events: vec![event],
+        })
+    }
+
     /// Makes `stream` wait for every event; the host does not block.
     ///
     /// # Errors
@@ -340,16 +474,29 @@ pub fn check_pointer(pointer: u64, expected: i32) -> Result<(), CudaError> {
     }
 }
 
+/// What the stream work of one export leaves for the rest of it.
+#[derive(Debug, Default)]
+pub(crate) struct Synced {
+    /// Ready events recorded on the producer streams, when asked for.
+    pub ready: Option<ReadyEvents>,
+    /// Where the copy of a CUDA tensor goes, when the request needs one: the producer's work is
+    /// already ordered before it.
+    pub copy: Option<CopySync>,
+}
+
 /// The stream work of one export (called by the exporter while the producer's streams are
-/// borrowed): checks that a CUDA `data` pointer belongs to the tensor's device, parses the
-/// request's `stream` for the device the consumer will use, plans the synchronization
-/// ([`crate::stream::plan_sync`]) and carries it out; with `want_ready`, also records
-/// [`ReadyEvents`] on the pending streams.
+/// borrowed): checks that a CUDA `data` pointer and the producer streams belong to the tensor's
+/// device, parses the request's `stream` for the device the consumer will use, plans the
+/// synchronization ([`crate::stream::plan_sync`], or [`crate::stream::plan_copy`] when the
+/// request needs a copy of CUDA memory), checks the consumer's stream (`cuStreamGetCtx`) and
+/// carries the plan out; with `want_ready`, also records [`ReadyEvents`] on the pending streams.
 ///
 /// # Errors
 ///
-/// [`ExportError::Stream`] for an illegal or unsupported `stream`; [`ExportError::Cuda`] for a
-/// driver failure, a missing driver with pending work, or a pointer on another device.
+/// [`ExportError::Stream`](crate::ExportError::Stream) for an illegal or unsupported `stream`;
+/// the errors of [`crate::ExportRequest::check`] when a copy is needed;
+/// [`ExportError::Cuda`](crate::ExportError::Cuda) for a driver failure, a missing driver with
+/// pending work, or a pointer or stream on another device.
 pub(crate) fn sync_export(
     device: crate::Device,
     data: u64,
@@ -357,22 +504,55 @@ pub(crate) fn sync_export(
     pending: &[&CudaStream],
     request: &crate::ExportRequest,
     want_ready: bool,
-) -> Result<Option<ReadyEvents>, crate::ExportError> {
-    if device.device_type == crate::DeviceType::Cuda && has_elements && driver().is_ok() {
+) -> Result<Synced, crate::ExportError> {
+    let cuda = device.device_type == crate::DeviceType::Cuda;
+    if cuda && has_elements && driver().is_ok() {
         check_pointer(data, device.device_id)?;
     }
+    if cuda {
+        for stream in pending {
+            check_producer_stream(stream, device.device_id)?;
+        }
+    }
+    let identities: Vec<ProducerStream> = pending.iter().map(|s| identity(s)).collect();
+    if request.needs_copy(device) {
+        request.check(device)?;
+        if cuda {
+            let copy = copy_sync(device, request, &identities)?;
+            if copy.before != SyncPlan::Nothing {
+                check_consumer_stream(copy.on, device.device_id)?;
+                execute(&copy.before, pending)?;
+            }
+            return Ok(Synced {
+                ready: None,
+                copy: Some(copy),
+            });
+        }
+        // Host-accessible memory is copied by the host: it waits for the pending work.
+        let plan =
+            crate::stream::plan_sync(device, &identities, crate::stream::StreamRequest::Host)?;
+        execute(&plan, pending)?;
+        return Ok(Synced::default());
+    }
     if pending.is_empty() {
-        return Ok(None);
+        return Ok(Synced::default());
     }
     let target = request.dl_device.unwrap_or(device);
     let stream_request = crate::stream::parse_stream(target, request.stream)?;
-    let identities: Vec<ProducerStream> = pending.iter().map(|s| identity(s)).collect();
     let plan = crate::stream::plan_sync(device, &identities, stream_request)?;
+    if let SyncPlan::EventDependency { wait_on, .. } = &plan {
+        if cuda {
+            check_consumer_stream(*wait_on, device.device_id)?;
+        }
+    }
     execute(&plan, pending)?;
-    Ok(if want_ready {
-        Some(ReadyEvents::record(pending)?)
-    } else {
-        None
+    Ok(Synced {
+        ready: if want_ready {
+            Some(ReadyEvents::record(pending)?)
+        } else {
+            None
+        },
+        copy: None,
     })
 }
 
@@ -409,32 +589,69 @@ unsafe impl<T: crate::Element + cudarc::driver::DeviceRepr> crate::ExportBuffer
     }
 }
 
-struct Release {
-    event: PooledEvent,
-    tensor: ManagedTensor,
+/// Work for the reaper thread: frees that must wait for the device.
+enum Job {
+    /// Drop `tensor` once `event` has completed.
+    Release {
+        event: PooledEvent,
+        tensor: ManagedTensor,
+    },
+    /// Free device memory of `ctx` once the device has finished all work submitted so far.
+    Free {
+        ctx: Arc<CudaContext>,
+        ptr: sys::CUdeviceptr,
+    },
 }
 
-fn reaper() -> Option<&'static Mutex<Sender<Release>>> {
-    static REAPER: OnceLock<Option<Mutex<Sender<Release>>>> = OnceLock::new();
+impl Job {
+    fn run(self) {
+        match self {
+            Job::Release { event, tensor } => {
+                // On a driver error the wait is over all the same (the context is broken):
+                // free rather than leak.
+                let _ = event.event().synchronize();
+                drop(tensor);
+                drop(event);
+            }
+            Job::Free { ctx, ptr } => {
+                if ctx.bind_to_thread().is_ok() {
+                    // The deleter carries no stream (spec section 6, corner 7): wait for every
+                    // stream of the context, then free.
+                    let _ = ctx.synchronize();
+                    // SAFETY: `ptr` came from `cuMemAlloc` in this context and is freed once,
+                    // here, after every access enqueued before the free was asked has finished.
+                    let _ = unsafe { result::free_sync(ptr) };
+                }
+            }
+        }
+    }
+}
+
+fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
+    static REAPER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
     REAPER
         .get_or_init(|| {
-            let (tx, rx) = channel::<Release>();
+            let (tx, rx) = channel::<Job>();
             std::thread::Builder::new()
                 .name("dlpack-release".into())
-                .spawn(move || {
-                    for release in rx {
-                        // Wait until the consumer's stream has passed the event, then free. On a
-                        // driver error the wait is over all the same (the context is broken):
-                        // free rather than leak.
-                        let _ = release.event.event().synchronize();
-                        drop(release.tensor);
-                        drop(release.event);
-                    }
-                })
+                .spawn(move || rx.into_iter().for_each(Job::run))
                 .ok()
                 .map(|_| Mutex::new(tx))
         })
         .as_ref()
+}
+
+/// Hands `job` to the reaper thread, or runs it here (blocking) if the thread is gone.
+fn reap(job: Job) -> Result<(), CudaError> {
+    let job = match reaper().and_then(|r| r.lock().ok()) {
+        Some(sender) => match sender.send(job) {
+            Ok(()) => return Ok(()),
+            Err(returned) => returned.0,
+        },
+        None => job,
+    };
+    job.run();
+    Err(CudaError::ReaperGone)
 }
 
 /// Stream-ordered release: `tensor`'s deleter runs only after `stream` has completed the work
@@ -446,38 +663,266 @@ fn reaper() -> Option<&'static Mutex<Sender<Release>>> {
 /// [`CudaError`] when the event cannot be recorded: the tensor is then released after a host
 /// synchronization of `stream` (or at once if that fails too), never leaked.
 pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), CudaError> {
+    release_after_raw(tensor, stream.context(), stream.cu_stream())
+}
+
+/// [`release_after`] for a raw stream handle of `ctx` (a consumer's stream, or a special
+/// handle), valid for the duration of the call.
+pub(crate) fn release_after_raw(
+    tensor: ManagedTensor,
+    ctx: &Arc<CudaContext>,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
     let recorded = driver().and_then(|()| {
-        let event = PooledEvent::take(stream.context())?;
-        event
-            .event()
-            .record(stream)
+        ctx.bind_to_thread()
+            .map_err(driver_error("cuCtxSetCurrent"))?;
+        let event = PooledEvent::take(ctx)?;
+        // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
+        unsafe { result::event::record(event.event().cu_event(), stream) }
             .map_err(driver_error("cuEventRecord"))?;
         Ok(event)
     });
-    let event = match recorded {
-        Ok(event) => event,
+    match recorded {
+        Ok(event) => reap(Job::Release { event, tensor }),
         Err(err) => {
-            let _ = stream.synchronize();
+            // SAFETY: as above; waiting on a valid stream.
+            let _ = unsafe { result::stream::synchronize(stream) };
             drop(tensor);
-            return Err(err);
-        }
-    };
-    match reaper().and_then(|r| r.lock().ok()) {
-        Some(sender) => match sender.send(Release { event, tensor }) {
-            Ok(()) => Ok(()),
-            Err(returned) => {
-                let Release { event, tensor } = returned.0;
-                let _ = event.event().synchronize();
-                drop(tensor);
-                Err(CudaError::ReaperGone)
-            }
-        },
-        None => {
-            let _ = event.event().synchronize();
-            drop(tensor);
-            Err(CudaError::ReaperGone)
+            Err(err)
         }
     }
+}
+
+/// Device memory of one copy, from `cuMemAlloc`; freed by the reaper once the device has
+/// finished the work submitted before the drop (the deleter carries no stream).
+struct DeviceMemory {
+    ptr: sys::CUdeviceptr,
+    byte_len: usize,
+    dtype: crate::DataType,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceMemory {
+    fn alloc(
+        ctx: &Arc<CudaContext>,
+        byte_len: usize,
+        dtype: crate::DataType,
+    ) -> Result<Self, CudaError> {
+        let ptr = if byte_len == 0 {
+            0
+        } else {
+            ctx.bind_to_thread()
+                .map_err(driver_error("cuCtxSetCurrent"))?;
+            // SAFETY: allocates `byte_len` bytes in the bound context; the memory is written by
+            // the copy before anyone reads it, and freed once, in `drop`.
+            unsafe { result::malloc_sync(byte_len) }.map_err(driver_error("cuMemAlloc"))?
+        };
+        Ok(Self {
+            ptr,
+            byte_len,
+            dtype,
+            ctx: ctx.clone(),
+        })
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            let _ = reap(Job::Free {
+                ctx: self.ctx.clone(),
+                ptr: self.ptr,
+            });
+        }
+    }
+}
+
+// SAFETY: `ptr` owns `byte_len` bytes of device memory of the context's device (or is 0 with
+// no bytes); `cuMemAlloc` aligns to at least 256 bytes, enough for every element type.
+unsafe impl crate::ExportBuffer for DeviceMemory {
+    fn dtype(&self) -> crate::DataType {
+        self.dtype
+    }
+    fn device(&self) -> crate::Device {
+        crate::Device::cuda(self.ctx.ordinal() as i32)
+    }
+    fn byte_len(&self) -> usize {
+        self.byte_len
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.ptr as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.ptr as usize as *mut core::ffi::c_void)
+    }
+}
+
+/// A copy's owner: its memory and its shape, in elements.
+struct DeviceCopy {
+    memory: DeviceMemory,
+    shape: Vec<usize>,
+}
+
+fn device_copy_parts(c: &mut DeviceCopy) -> crate::ExportParts<'_> {
+    crate::ExportParts::unique(&mut c.memory, &c.shape)
+}
+
+/// Where a copy writes.
+#[derive(Clone, Copy)]
+enum CopyTarget {
+    Host(*mut u8),
+    Device(sys::CUdeviceptr),
+}
+
+/// Enqueues one block of a strided copy from device memory (`src` is the source's first
+/// element) on `stream`.
+fn enqueue(
+    block: crate::copy::Block,
+    src: sys::CUdeviceptr,
+    dst: CopyTarget,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    let from = src.wrapping_add_signed(block.src as i64);
+    if block.height == 1 {
+        // The block addresses `width` bytes of the source tensor's elements (the plan covers
+        // exactly them) and `width` bytes inside the destination, which the caller sized to
+        // the plan; `stream` is valid for the call. The destination stays alive until the copy
+        // has finished (the caller waits, or frees through the reaper).
+        return match dst {
+            // SAFETY: as above, into host memory.
+            CopyTarget::Host(p) => unsafe {
+                sys::cuMemcpyDtoHAsync_v2(p.add(block.dst).cast(), from, block.width, stream)
+            }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoHAsync")),
+            // SAFETY: as above, into device memory.
+            CopyTarget::Device(p) => unsafe {
+                sys::cuMemcpyDtoDAsync_v2(p + block.dst as u64, from, block.width, stream)
+            }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoDAsync")),
+        };
+    }
+    let (dst_type, dst_host, dst_device) = match dst {
+        // SAFETY: `block.dst` is inside the destination (as above).
+        CopyTarget::Host(p) => (
+            sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            unsafe { p.add(block.dst) }.cast(),
+            0,
+        ),
+        CopyTarget::Device(p) => (
+            sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            core::ptr::null_mut(),
+            p + block.dst as u64,
+        ),
+    };
+    let copy = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: core::ptr::null(),
+        srcDevice: from,
+        srcArray: core::ptr::null_mut(),
+        srcPitch: block.src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host,
+        dstDevice: dst_device,
+        dstArray: core::ptr::null_mut(),
+        dstPitch: block.width,
+        WidthInBytes: block.width,
+        Height: block.height,
+    };
+    // SAFETY: `height` rows of `width` bytes, `src_pitch` apart, are elements of the source
+    // (the plan covers exactly them; `src_pitch >= width`, within the device's maximum pitch);
+    // the destination rows are packed inside memory sized to the plan; as above for lifetimes.
+    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream) }
+        .result()
+        .map_err(driver_error("cuMemcpy2DAsync"))
+}
+
+/// The device's largest pitch for 2-D copies, in bytes.
+fn max_pitch(ctx: &CudaContext) -> Result<usize, CudaError> {
+    let pitch = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)
+        .map_err(driver_error("cuDeviceGetAttribute"))?;
+    Ok(usize::try_from(pitch).unwrap_or(0))
+}
+
+/// Where a copy of a CUDA tensor for `request` goes, for the producer streams `pending`
+/// (spec sections 2.5 and 2.7; [`crate::stream::plan_copy`]).
+pub(crate) fn copy_sync(
+    device: crate::Device,
+    request: &crate::ExportRequest,
+    pending: &[ProducerStream],
+) -> Result<CopySync, crate::ExportError> {
+    let target = request.dl_device.unwrap_or(device);
+    let stream_request = crate::stream::parse_stream(target, request.stream)?;
+    Ok(crate::stream::plan_copy(device, pending, stream_request)?)
+}
+
+/// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; spec sections
+/// 2.5 and 2.7) as `copy` says: the strided source becomes compact row-major memory, written by
+/// driver copies enqueued on `copy.on` (the consumer's stream). A device copy is new device
+/// memory and the host does not block: the source is released once the stream has passed the
+/// copy ([`release_after`]). A host copy waits for the stream, then releases the source. The
+/// result is flagged `IS_COPIED` and writable; with `want_ready`, an event recorded on
+/// `copy.on` after a device copy comes with it.
+pub(crate) fn copy_export(
+    source: ManagedTensor,
+    request: &crate::ExportRequest,
+    copy: &CopySync,
+    want_ready: bool,
+) -> Result<(ManagedTensor, Option<ReadyEvents>), crate::ExportError> {
+    let layout = source.layout()?;
+    let device = layout.device();
+    if device.device_type != crate::DeviceType::Cuda {
+        return Err(crate::ExportError::CopyUnsupported { device });
+    }
+    let ctx = context(device.device_id)?;
+    ctx.bind_to_thread()
+        .map_err(driver_error("cuCtxSetCurrent"))?;
+    check_consumer_stream(copy.on, device.device_id)?;
+    let stream = raw_stream(copy.on);
+    let max_pitch = max_pitch(&ctx)?;
+    let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
+    let versioned = request.wants_versioned();
+    if copy.host_wait {
+        let copied = crate::export::copy_to_host(&layout, versioned, max_pitch, |dst, plan| {
+            let enqueued =
+                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream));
+            // Wait even after a failed enqueue: the copies already enqueued write to `dst`.
+            // SAFETY: `stream` is valid for the call.
+            let waited = unsafe { result::stream::synchronize(stream) }
+                .map_err(driver_error("cuStreamSynchronize"));
+            enqueued.and(waited).map_err(Into::into)
+        });
+        drop(source);
+        return Ok((copied?, None));
+    }
+    let dtype = layout.dtype();
+    let Some(size) = dtype.element_bytes() else {
+        return Err(crate::LayoutError::SubByteAccess { dtype }.into());
+    };
+    let plan =
+        crate::copy::StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
+    let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
+    let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
+    let enqueued = plan
+        .try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr), stream));
+    // The copies read the source on `stream`: release it once the stream has passed them
+    // (whether or not every block was enqueued). The new memory's drop waits for the device.
+    let _ = release_after_raw(source, &ctx, stream);
+    enqueued?;
+    let copied =
+        crate::export::build_copied(DeviceCopy { memory, shape }, &device_copy_parts, versioned)?;
+    let ready = if want_ready {
+        Some(ReadyEvents::record_raw(&ctx, stream)?)
+    } else {
+        None
+    };
+    Ok((copied, ready))
 }
 
 impl<T: crate::Element> crate::ImportedData<T> {

@@ -282,7 +282,9 @@ pub enum ExportError {
         requested: Device,
     },
     /// A copy is needed or asked for, but this crate cannot copy memory of this device.
-    #[error("cannot copy {device} memory (copy=True), expected host-accessible memory")]
+    #[error(
+        "cannot copy {device} memory, expected host-accessible memory or, with the `cuda` feature, CUDA device memory"
+    )]
     CopyUnsupported {
         /// The tensor's device.
         device: Device,

@@ -620,8 +620,9 @@ where
     } else {
         build::<DLManagedTensor, O, F>(owner, ndim, &parts_of, &mut sync)?
     };
+    let managed = finish(managed, request, &mut sync)?;
     let ready = sync.ready.flatten().unwrap_or_default();
-    Ok((finish(managed, request)?, ready))
+    Ok((managed, ready))
 }
 
 /// Shared export: the `Arc` stays alive while any consumer holds the tensor, and the export is
@@ -705,32 +706,49 @@ impl ExportRequest {
 
     /// Checks what can be checked before exporting a tensor on `device`: `stream` must be legal
     /// for the device the consumer will use (spec section 2.4), and `dl_device` must be
-    /// `device` itself or, for host-accessible memory, `cpu:0` (spec section 2.7).
+    /// `device` itself, `cpu:0` for host-accessible memory, or (feature `cuda`) `cpu:0` for
+    /// CUDA memory, which is then copied (spec section 2.7).
     ///
     /// # Errors
     ///
-    /// [`ExportError::Stream`], [`ExportError::CopyRequired`] (`copy=False` but the device
-    /// differs), [`ExportError::UnsupportedDevice`].
+    /// [`ExportError::Stream`], [`ExportError::CopyRequired`] (`copy=False` but serving
+    /// `dl_device` needs a copy), [`ExportError::UnsupportedDevice`].
     pub fn check(&self, device: Device) -> Result<(), ExportError> {
         let target = self.dl_device.unwrap_or(device);
         parse_stream(target, self.stream)?;
-        let same_memory = target == device || target == Device::CPU && device.is_host_accessible();
-        if !same_memory && self.copy == Some(false) {
+        if same_memory(device, target) {
+            return Ok(());
+        }
+        if self.copy == Some(false) {
             return Err(ExportError::CopyRequired { requested: target });
         }
-        if !same_memory {
-            return Err(ExportError::UnsupportedDevice {
-                found: device,
-                requested: target,
-            });
+        if cfg!(feature = "cuda") && device.device_type == DeviceType::Cuda && target == Device::CPU
+        {
+            return Ok(());
         }
-        Ok(())
+        Err(ExportError::UnsupportedDevice {
+            found: device,
+            requested: target,
+        })
+    }
+
+    /// Whether serving this request for a tensor on `device` makes a copy: `copy=True`, or a
+    /// `dl_device` that the memory is not reachable from (spec section 2.7).
+    #[inline]
+    pub fn needs_copy(&self, device: Device) -> bool {
+        self.copy == Some(true) || self.dl_device.is_some_and(|t| !same_memory(device, t))
     }
 
     #[inline]
     pub(crate) fn wants_versioned(&self) -> bool {
         self.max_version.is_some_and(|v| v.major >= 1)
     }
+}
+
+/// Whether memory on `device` can be handed to a consumer on `target` without a copy.
+#[inline]
+fn same_memory(device: Device, target: Device) -> bool {
+    target == device || target == Device::CPU && device.is_host_accessible()
 }
 
 /// Exports `owner`, described by `parts_of`, as `request` asks. This is what
@@ -758,13 +776,9 @@ where
     // would be read back while the caller's writes to it are still in flight (a
     // store-forwarding stall that cost about a tenth of an export).
     let ndim = parts_of(&mut owner).shape.len();
+    let mut sync = StreamSync::new(request);
     let managed = if request.wants_versioned() {
-        let managed = build::<DLManagedTensorVersioned, O, F>(
-            owner,
-            ndim,
-            &parts_of,
-            &mut StreamSync::new(request),
-        );
+        let managed = build::<DLManagedTensorVersioned, O, F>(owner, ndim, &parts_of, &mut sync);
         if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
             // `to_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
             // the result as built.
@@ -772,28 +786,82 @@ where
         }
         managed?
     } else {
-        build::<DLManagedTensor, O, F>(owner, ndim, &parts_of, &mut StreamSync::new(request))?
+        build::<DLManagedTensor, O, F>(owner, ndim, &parts_of, &mut sync)?
     };
-    finish(managed, request)
+    finish(managed, request, &mut sync)
 }
 
 /// What `request` asks of a tensor `build` made, beyond building it.
-fn finish(managed: ManagedTensor, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
-    // Without `stream` and `dl_device` the check cannot fail (no stream is legal on every
-    // device, and the target is the tensor's own device): skip it, as for `to_dlpack()`.
-    if request.stream.is_some() || request.dl_device.is_some() {
-        request.check(Device::from_raw(managed.dl_tensor().device))?;
-    }
-    // A producer without stream fields has no pending work on any stream: nothing to order.
-    if request.copy == Some(true) {
-        // The copy is fresh and writable, whatever the source was.
-        return copy_of(&managed, request.wants_versioned());
+fn finish(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+    sync: &mut StreamSync<'_>,
+) -> Result<ManagedTensor, ExportError> {
+    // Without `stream`, `dl_device` and `copy=True` nothing can fail or change (no stream is
+    // legal on every device, and the target is the tensor's own device): skip the checks, as
+    // for `to_dlpack()`.
+    if request.stream.is_some() || request.dl_device.is_some() || request.copy.is_some() {
+        let device = Device::from_raw(managed.dl_tensor().device);
+        request.check(device)?;
+        if request.needs_copy(device) {
+            // The copy is fresh and writable, whatever the source was.
+            return copy_for(managed, request, sync);
+        }
     }
     // A versioned tensor carries its own read-only flag; a legacy one cannot.
     if managed.is_legacy() && legacy_read_only(&managed) {
         return Err(ExportError::ReadOnlyLegacy);
     }
     Ok(managed)
+}
+
+/// Serves `request` with a managed tensor built before it came (a prebuilt export, or a
+/// tensor a producer handed over without honouring `copy`): checks it, and copies when it asks
+/// for a copy. The tensor is returned as it is otherwise.
+///
+/// # Errors
+///
+/// As [`ExportRequest::check`], and those of the copy.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn serve(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+) -> Result<ManagedTensor, ExportError> {
+    let device = Device::from_raw(managed.dl_tensor().device);
+    request.check(device)?;
+    if request.needs_copy(device) {
+        return copy_for(managed, request, &mut StreamSync::new(request));
+    }
+    Ok(managed)
+}
+
+/// The copy `request` asks for: on the host for host-accessible memory, with the driver on the
+/// consumer's stream for CUDA memory (feature `cuda`).
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn copy_for(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+    sync: &mut StreamSync<'_>,
+) -> Result<ManagedTensor, ExportError> {
+    #[cfg(feature = "cuda")]
+    {
+        let device = Device::from_raw(managed.dl_tensor().device);
+        if device.device_type == DeviceType::Cuda {
+            let copy = match sync.copy.take() {
+                Some(copy) => copy,
+                // Built without stream work (no producer stream, no elements, or prebuilt):
+                // nothing is pending, so nothing is ordered before the copy.
+                None => crate::cuda::copy_sync(device, request, &[])?,
+            };
+            let want_ready = sync.ready.is_some();
+            let (copied, ready) = crate::cuda::copy_export(managed, request, &copy, want_ready)?;
+            if want_ready {
+                sync.ready = Some(ready);
+            }
+            return Ok(copied);
+        }
+    }
+    copy_of(&managed, request.wants_versioned())
 }
 
 /// Whether a legacy tensor freshly built by [`build`] was meant to be read-only; legacy
@@ -991,6 +1059,10 @@ pub(crate) struct StreamSync<'r> {
     request: &'r ExportRequest,
     #[cfg(feature = "cuda")]
     ready: Option<Option<crate::cuda::ReadyEvents>>,
+    /// Where the copy of a CUDA tensor goes, decided while the producer's streams were
+    /// borrowed (their work is ordered before it).
+    #[cfg(feature = "cuda")]
+    copy: Option<crate::stream::CopySync>,
     #[cfg(not(feature = "cuda"))]
     _request: core::marker::PhantomData<&'r ExportRequest>,
 }
@@ -1003,6 +1075,8 @@ impl<'r> StreamSync<'r> {
             request,
             #[cfg(feature = "cuda")]
             ready: None,
+            #[cfg(feature = "cuda")]
+            copy: None,
             #[cfg(not(feature = "cuda"))]
             _request: core::marker::PhantomData,
         }
@@ -1138,7 +1212,7 @@ where
         let has_elements = numel.is_some_and(|n| n > 0);
         if !pending.is_empty() || device.device_type == DeviceType::Cuda && has_elements {
             let data = buffer.as_ptr() as u64 + byte_offset as u64;
-            let ready = crate::cuda::sync_export(
+            let synced = crate::cuda::sync_export(
                 device,
                 data,
                 has_elements,
@@ -1146,9 +1220,10 @@ where
                 sync.request,
                 sync.ready.is_some(),
             )?;
-            if ready.is_some() {
-                sync.ready = Some(ready);
+            if synced.ready.is_some() {
+                sync.ready = Some(synced.ready);
             }
+            sync.copy = synced.copy;
         }
     }
     let (data, read_only) = match parts.buffer {
@@ -1417,10 +1492,24 @@ pub(crate) fn copy_to_host(
         },
         shape,
     };
+    build_copied(copied, &copied_parts, versioned)
+}
+
+/// Builds the export of a copy `owner` (fresh memory, writable), flagged `IS_COPIED` (spec
+/// section 2.7); versioned when `versioned`.
+pub(crate) fn build_copied<O, F>(
+    owner: O,
+    parts_of: &F,
+    versioned: bool,
+) -> Result<ManagedTensor, ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
     let mut managed = if versioned {
-        build_owned::<DLManagedTensorVersioned, _, _>(copied, &copied_parts)?
+        build_owned::<DLManagedTensorVersioned, O, F>(owner, parts_of)?
     } else {
-        build_owned::<DLManagedTensor, _, _>(copied, &copied_parts)?
+        build_owned::<DLManagedTensor, O, F>(owner, parts_of)?
     };
     managed.set_flags(ffi::DLPACK_FLAG_BITMASK_IS_COPIED);
     Ok(managed)

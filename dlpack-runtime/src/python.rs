@@ -103,7 +103,7 @@ use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use crate::device::Device;
 use crate::error::{ExportError, ImportError};
-use crate::export::{DlpackExport, ExportRequest, allocate_host, copy_of, export_with};
+use crate::export::{DlpackExport, ExportRequest, allocate_host, export_with, serve};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion};
 use crate::import::DlpackImport;
 use crate::managed::{ManagedTensor, RawManagedTensor};
@@ -616,17 +616,32 @@ fn settle(
     unasked: bool,
 ) -> PyResult<ManagedTensor> {
     let found = Device::from_raw(managed.dl_tensor().device);
-    if let Some(wanted) = options.device {
-        let reachable = found == wanted || wanted == Device::CPU && found.is_host_accessible();
-        if !reachable {
+    let unreachable = options.device.filter(|&wanted| {
+        !(found == wanted || wanted == Device::CPU && found.is_host_accessible())
+    });
+    // CUDA memory a producer handed over despite `dl_device=(CPU, 0)` is copied here, as the
+    // producer should have done (feature `cuda`).
+    let copy_to_host = unreachable == Some(Device::CPU)
+        && cfg!(feature = "cuda")
+        && found.device_type == crate::DeviceType::Cuda
+        && options.copy != Some(false);
+    if let Some(wanted) = unreachable {
+        if !copy_to_host {
             return Err(PyBufferError::new_err(format!(
                 "the producer handed over a {found} tensor, expected {wanted} (from_dlpack(device=...))"
             )));
         }
     }
-    if unasked && options.copy == Some(true) && !managed.is_copied() {
-        // The copy is ours: versioned, writable, flagged IS_COPIED.
-        return copy_of(&managed, true).map_err(Into::into);
+    if copy_to_host || unasked && options.copy == Some(true) && !managed.is_copied() {
+        // The copy is ours: versioned, writable, flagged IS_COPIED; a CUDA copy goes on the
+        // stream the producer was asked to order its work on.
+        let request = ExportRequest::versioned().copy(Some(true));
+        let request = if copy_to_host {
+            request.dl_device(Device::CPU)
+        } else {
+            request.stream(options.stream)
+        };
+        return serve(managed, &request).map_err(Into::into);
     }
     Ok(managed)
 }
@@ -675,10 +690,10 @@ struct Prebuilt(ManagedTensor);
 
 impl ErasedExport for Prebuilt {
     fn export(self: Box<Self>, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
-        request.check(Device::from_raw(self.0.dl_tensor().device))?;
-        if request.copy == Some(true) {
-            return copy_of(&self.0, request.wants_versioned());
+        if request.needs_copy(Device::from_raw(self.0.dl_tensor().device)) {
+            return serve(self.0, request);
         }
+        request.check(Device::from_raw(self.0.dl_tensor().device))?;
         if !self.0.is_legacy() && !request.wants_versioned() {
             return Err(ExportError::VersionedOnly);
         }

@@ -224,6 +224,72 @@ pub fn plan_sync(
     }
 }
 
+/// How a producer copies device memory for its consumer (`copy=True`, or `dl_device=(CPU, 0)`
+/// for CUDA memory; spec sections 2.5 and 2.7). Decided by [`plan_copy`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopySync {
+    /// The stream the copy is enqueued on: the consumer's stream when it names one (spec
+    /// section 2.5: "the copy must be enqueued on the consumer's stream").
+    pub on: ProducerStream,
+    /// What makes the producer's pending work visible on [`CopySync::on`] before the copy.
+    pub before: SyncPlan,
+    /// Whether the host waits for the copy to finish: the consumer reads on the host.
+    pub host_wait: bool,
+}
+
+impl StreamRequest {
+    /// The request that names `stream` as the consumer's stream.
+    fn naming(stream: ProducerStream) -> Self {
+        match stream {
+            ProducerStream::LegacyDefault => Self::LegacyDefault,
+            ProducerStream::PerThreadDefault => Self::PerThreadDefault,
+            ProducerStream::Handle(h) => Self::Handle(h),
+        }
+    }
+}
+
+/// Decides where a copy of a tensor on `device` is enqueued, for the producer's `pending`
+/// streams and the parsed `stream` argument `request` ([`parse_stream`] for the device the
+/// consumer will use).
+///
+/// - A consumer stream (`None`, `1`, `2` or a handle on CUDA): the copy goes on it, after an
+///   event dependency on every other pending producer stream; the host does not block.
+/// - `stream=-1`: the consumer orders its work itself, so the copy goes on the producer's first
+///   pending stream (the one a `-1` consumer shares), or on the legacy default stream when
+///   nothing is pending; the producer's other streams are ordered before it.
+/// - A host consumer ([`StreamRequest::Host`], `dl_device=(CPU, 0)`): the copy goes on the
+///   per-thread default stream after the pending work, and the host waits for it, as the spec
+///   requires for a CPU consumer (section 2.4).
+///
+/// # Errors
+///
+/// As [`plan_sync`]: pending work on a device type whose streams this crate cannot order.
+pub fn plan_copy(
+    device: Device,
+    pending: &[ProducerStream],
+    request: StreamRequest,
+) -> Result<CopySync, StreamError> {
+    let (on, host_wait) = match request {
+        StreamRequest::Host => (ProducerStream::PerThreadDefault, true),
+        StreamRequest::NoSync => (
+            pending
+                .first()
+                .copied()
+                .unwrap_or(ProducerStream::LegacyDefault),
+            false,
+        ),
+        StreamRequest::LegacyDefault => (ProducerStream::LegacyDefault, false),
+        StreamRequest::PerThreadDefault => (ProducerStream::PerThreadDefault, false),
+        StreamRequest::Handle(h) => (ProducerStream::Handle(h), false),
+    };
+    let before = plan_sync(device, pending, StreamRequest::naming(on))?;
+    Ok(CopySync {
+        on,
+        before,
+        host_wait,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +507,59 @@ mod tests {
             plan_sync(Device::CPU, &[], StreamRequest::Host),
             Ok(SyncPlan::Nothing)
         );
+    }
+
+    /// Copies go on the consumer's stream after the producer's work, for every stream value
+    /// legal on CUDA and every producer set; host consumers wait.
+    #[test]
+    fn copies_are_enqueued_on_the_consumers_stream() {
+        let cuda = Device::cuda(0);
+        let sets: [&[ProducerStream]; 4] = [
+            &[],
+            &[h(0x1000)],
+            &[h(0x1000), h(0x2000)],
+            &[ProducerStream::PerThreadDefault],
+        ];
+        for pending in sets {
+            for (value, on) in [
+                (None, ProducerStream::LegacyDefault),
+                (Some(1), ProducerStream::LegacyDefault),
+                (Some(2), ProducerStream::PerThreadDefault),
+                (Some(0x3000), h(0x3000)),
+                (Some(0x1000), h(0x1000)),
+            ] {
+                let request = parse_stream(cuda, value).unwrap();
+                let copy = plan_copy(cuda, pending, request).unwrap();
+                assert_eq!(copy.on, on, "stream={value:?}");
+                assert!(!copy.host_wait);
+                assert_eq!(copy.before, plan_sync(cuda, pending, request).unwrap());
+            }
+            // -1: the producer's own (first) stream, its other streams ordered before it.
+            let copy = plan_copy(cuda, pending, StreamRequest::NoSync).unwrap();
+            let on = pending
+                .first()
+                .copied()
+                .unwrap_or(ProducerStream::LegacyDefault);
+            assert_eq!(copy.on, on);
+            let others: Vec<_> = pending.iter().copied().filter(|s| *s != on).collect();
+            let expected = if others.is_empty() {
+                SyncPlan::Nothing
+            } else {
+                SyncPlan::EventDependency {
+                    record_on: others,
+                    wait_on: on,
+                }
+            };
+            assert_eq!(copy.before, expected, "pending={pending:?}");
+            // dl_device=(CPU, 0): the per-thread stream, then the host waits.
+            let request = parse_stream(Device::CPU, None).unwrap();
+            let copy = plan_copy(cuda, pending, request).unwrap();
+            assert_eq!(copy.on, ProducerStream::PerThreadDefault);
+            assert!(copy.host_wait);
+            assert_eq!(
+                copy.before,
+                plan_sync(cuda, pending, StreamRequest::PerThreadDefault).unwrap()
+            );
+        }
     }
 }

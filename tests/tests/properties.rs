@@ -1,7 +1,10 @@
-//! Property tests: export then import of random strided layouts preserves every element, and
-//! an export is refused exactly when its layout reaches outside the buffer.
+//! Property tests: export then import of random strided layouts preserves every element, a
+//! `copy=True` export is the compact row-major copy of every element, and an export is refused
+//! exactly when its layout reaches outside the buffer.
 
-use dlpack_runtime::{DlpackExport, DlpackImport, ExportError, ImportedData, LayoutError};
+use dlpack_runtime::{
+    DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData, LayoutError,
+};
 use dlpack_tests::{Counter, DropGuard};
 use proptest::prelude::*;
 
@@ -95,6 +98,34 @@ proptest! {
         }
         drop(view);
         prop_assert_eq!(counter.get(), 1);
+    }
+
+    #[test]
+    fn copy_true_is_the_compact_copy_of_every_element((shape, strides) in layout(), slack in 0usize..3) {
+        let numel: usize = shape.iter().product();
+        let (mut lo, mut hi) = (0isize, 0isize);
+        for (&e, &s) in shape.iter().zip(&strides) {
+            if e > 0 {
+                let reach = (e as isize - 1) * s;
+                if reach < 0 { lo += reach } else { hi += reach }
+            }
+        }
+        let first = -lo + slack as isize;
+        let len = (first + hi + 1) as usize + slack;
+        let buffer: Vec<i32> = (0..len as i32).map(|v| v * 7 - 3).collect();
+        let expected: Vec<i32> = if numel == 0 {
+            vec![]
+        } else {
+            reference_indices(&shape, &strides, first).into_iter().map(|i| buffer[i as usize]).collect()
+        };
+        let counter = Counter::new();
+        let tensor = Tensor { data: buffer, shape: shape.clone(), strides, offset: first as usize * 4, _guard: counter.guard() };
+        let managed = tensor.to_dlpack_with(&ExportRequest::versioned().copy(Some(true))).unwrap();
+        prop_assert_eq!(counter.get(), 1, "the source is released once copied");
+        prop_assert!(managed.is_copied());
+        let view = Strided::from_managed(managed).unwrap();
+        prop_assert_eq!(&view.shape, &shape);
+        prop_assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
     }
 
     #[test]
