@@ -9,9 +9,10 @@
 #
 # What runs: tests/tests/cuda.rs with --include-ignored (cross-stream race without and with the
 # event dependency over 100 trials, host time of an export with >= 50 ms pending, no event
-# created per exchange after warm-up, stream-ordered release, ready events, refusals), then
-# examples/python-ext/gpu_tests (PyTorch and CuPy both ways with their current streams, the C
-# exchange API consumed from torch).
+# created per exchange after warm-up, stream-ordered release, ready events, copy=True on the
+# consumer's stream and dl_device=(CPU, 0) copies of strided views, stream device checks,
+# refusals), then examples/python-ext/gpu_tests (PyTorch and CuPy both ways with their current
+# streams, copies for NumPy, PyTorch and CuPy, the C exchange API consumed from torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -35,10 +36,15 @@ for line in sys.stdin:
     ;;
 run)
     log="${OUT:-/tmp}/gpu-suite.log"
+    # Both halves run even if the first fails; the exit status is that of the first failure.
+    status=0
     {
         nvidia-smi -L || true
-        ./gpu-bundle/cuda-tests --include-ignored --test-threads=1 --nocapture
-        PYTHONPATH="$PWD/gpu-bundle/site" PYTHONUNBUFFERED=1 python3 -m pytest -q -s gpu-bundle/test_gpu.py
+        ./gpu-bundle/cuda-tests --include-ignored --test-threads=1 --nocapture || status=$?
+        PYTHONPATH="$PWD/gpu-bundle/site" PYTHONUNBUFFERED=1 python3 -m pytest -q -s gpu-bundle/test_gpu.py \
+            || [ "$status" -ne 0 ] || status=$?
+        echo "gpu-suite: exit status $status"
+        exit "$status"
     } 2>&1 | tee "$log"
     ;;
 *)

@@ -313,6 +313,56 @@ fn record_and_wait(producer: &CudaStream, consumer: sys::CUstream) -> Result<(),
     .map_err(driver_error("cuStreamWaitEvent"))
 }
 
+/// Orders a producer's work on its raw stream `producer` (a C exchange API's
+/// `current_work_stream`; NULL is the legacy default stream) before the consumer's `request`
+/// for a tensor on CUDA device `device_id`: an event recorded on `producer` that the consumer's
+/// stream waits on, or nothing for the same stream or `stream=-1`. A host consumer
+/// ([`crate::stream::StreamRequest::Host`]) waits on the host.
+///
+/// # Errors
+///
+/// [`CudaError`] from the probe, the context check of the consumer's stream, or the driver.
+pub(crate) fn order_raw(
+    device_id: i32,
+    producer: sys::CUstream,
+    request: crate::stream::StreamRequest,
+) -> Result<(), CudaError> {
+    use crate::stream::StreamRequest;
+    if request == StreamRequest::NoSync {
+        return Ok(());
+    }
+    let ctx = context(device_id)?;
+    ctx.bind_to_thread()
+        .map_err(driver_error("cuCtxSetCurrent"))?;
+    let producer = if producer.is_null() {
+        raw_stream(ProducerStream::LegacyDefault)
+    } else {
+        producer
+    };
+    let Some(consumer) = ProducerStream::of_request(request) else {
+        // SAFETY: `producer` is the producer's current stream, valid for this call.
+        return unsafe { result::stream::synchronize(producer) }
+            .map_err(driver_error("cuStreamSynchronize"));
+    };
+    if raw_stream(consumer) == producer {
+        return Ok(());
+    }
+    check_consumer_stream(consumer, device_id)?;
+    let event = PooledEvent::take(&ctx)?;
+    // SAFETY: the event is live; `producer` and the consumer's stream are valid for this call
+    // (spec sections 2.4 and 5.3); `cuStreamWaitEvent` captures the event's state now.
+    unsafe {
+        result::event::record(event.event().cu_event(), producer)
+            .map_err(driver_error("cuEventRecord"))?;
+        result::stream::wait_event(
+            raw_stream(consumer),
+            event.event().cu_event(),
+            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        )
+        .map_err(driver_error("cuStreamWaitEvent"))
+    }
+}
+
 /// Carries out `plan` for the producer streams `pending` (the streams that named the plan's
 /// identities, in this call).
 ///

@@ -414,13 +414,15 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// Protocol (spec sections 2.2, 2.6, 2.9, 5): when the producer's type publishes the C
 /// exchange API (`__dlpack_c_exchange_api__`, version 1.x; looked up once per type) and no
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
-/// and kept if it is host memory (which needs no synchronization). Otherwise it calls
-/// `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)` with no stream (this consumer has
-/// none, and `None` is the only legal value for CPU; so `__dlpack_device__` is not needed to
-/// choose one), and on `TypeError`
-/// retries `__dlpack__()` for producers that predate the keywords, then serves `copy=True`
-/// itself and checks `device`. The capsule is consumed as [`consume_capsule`] describes, and
-/// the tensor is validated by `T`'s import before anything reads it.
+/// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA memory, whose
+/// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
+/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. Otherwise it calls
+/// `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword left at
+/// its default is passed; so `__dlpack_device__` is not needed to choose a stream), and on
+/// `TypeError` retries `__dlpack__()` (with `stream` only, if one was given) for producers that
+/// predate the keywords, then serves `copy=True` and `device` itself (copying CUDA memory with
+/// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
+/// describes, and the tensor is validated by `T`'s import before anything reads it.
 ///
 /// # Errors
 ///
@@ -450,15 +452,15 @@ pub fn managed_from_object(
         return settle(consume_capsule(obj)?, options, true);
     }
     let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
-    if plain {
+    if options.device.is_none() && options.copy.is_none() {
         if let Some(api) = exchange_api_of(&obj.get_type())? {
             let managed = via_exchange_api(obj, api)?;
-            if Device::from_raw(managed.dl_tensor().device).is_host_accessible() {
-                return Ok(managed);
+            match order_exchanged(py, &managed, api, options)? {
+                true => return Ok(managed),
+                // Memory this consumer cannot order: give it back and ask `__dlpack__`, which
+                // synchronizes.
+                false => drop(managed),
             }
-            // Device memory taken without synchronization: this consumer has no stream to
-            // order it on, so give it back and ask `__dlpack__`, which synchronizes.
-            drop(managed);
         }
     }
     // The consumer's stream, if any, is the caller's choice; so the producer's device does not
@@ -646,6 +648,48 @@ fn settle(
     Ok(managed)
 }
 
+/// Makes a tensor taken through a C exchange API without synchronization safe to use as
+/// `__dlpack__(stream=options.stream)` would (spec sections 2.5 and 5.4): host memory needs
+/// nothing; CUDA memory (feature `cuda`) gets an event dependency from the producer's
+/// `current_work_stream` to the consumer's stream (`None`: the legacy default stream). Returns
+/// `false` for memory this consumer cannot order, which the caller gives back.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn order_exchanged(
+    py: Python<'_>,
+    managed: &ManagedTensor,
+    api: &ffi::DLPackExchangeAPI,
+    options: &FromDlpackOptions,
+) -> PyResult<bool> {
+    let raw = managed.dl_tensor().device;
+    let device = Device::from_raw(raw);
+    if device.device_type == crate::DeviceType::Cpu {
+        return Ok(options.stream.is_none());
+    }
+    #[cfg(feature = "cuda")]
+    if matches!(
+        device.device_type,
+        crate::DeviceType::Cuda | crate::DeviceType::CudaHost | crate::DeviceType::CudaManaged
+    ) {
+        let Some(current) = api.current_work_stream else {
+            return Ok(false);
+        };
+        let request =
+            crate::stream::parse_stream(device, options.stream).map_err(ExportError::from)?;
+        let mut stream: *mut c_void = core::ptr::null_mut();
+        // SAFETY: the table's contract (spec section 5.3): GIL held, a valid out-pointer; the
+        // stream written is valid until control returns to Python.
+        if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        // Host and managed memory live on device 0 of their type; the stream belongs to the
+        // current device then, whose context `order_raw` binds for device 0.
+        crate::cuda::order_raw(device.device_id, stream.cast(), request)
+            .map_err(ExportError::from)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
 /// Takes the tensor through a C exchange API table (spec section 5.3).
 fn via_exchange_api(
     obj: &Bound<'_, PyAny>,
@@ -795,7 +839,8 @@ impl ExportOnce {
 /// [`dlpack`]; `managed_tensor_allocator` allocates zeroed host tensors;
 /// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
 /// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
-/// `current_work_stream` reports no stream (host memory).
+/// `current_work_stream` reports NULL: no stream for host memory, the legacy default stream for
+/// CUDA memory, before which the conversion orders the producer's pending work (an event).
 ///
 /// # Errors
 ///
@@ -874,8 +919,17 @@ where
         // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
         let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
+        // CUDA tensors: the pending work on the producer's streams is ordered before the
+        // stream `current_work_stream` reports (NULL, the legacy default stream) by an event,
+        // without blocking the host, so a consumer that launches there reads finished data.
+        let request = match obj.get().dlpack_device().device_type {
+            crate::DeviceType::Cuda
+            | crate::DeviceType::CudaHost
+            | crate::DeviceType::CudaManaged => ExportRequest::versioned().stream(Some(1)),
+            _ => ExportRequest::versioned(),
+        };
         let owner = PyOwner(Some(obj.unbind()));
-        let managed = export_with(owner, PyOwner::parts, &ExportRequest::versioned())?;
+        let managed = export_with(owner, PyOwner::parts, &request)?;
         match managed.into_raw() {
             // SAFETY: `out` is a valid out-pointer (checked non-NULL; caller's contract).
             RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
@@ -986,7 +1040,9 @@ unsafe extern "C" fn c_api_to_py(
     })
 }
 
-/// `current_work_stream`: this producer's tensors are host memory; there is no stream.
+/// `current_work_stream`: NULL. Host tensors have no stream; for CUDA tensors NULL is the
+/// legacy default stream, before which `managed_tensor_from_py_object_no_sync` orders the
+/// producer's pending work (an event; the host does not block).
 unsafe extern "C" fn c_api_current_work_stream(
     _device_type: ffi::DLDeviceType,
     _device_id: i32,

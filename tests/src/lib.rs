@@ -316,6 +316,61 @@ pub mod types {
         pub strides: Vec<isize>,
     }
 
+    /// A CUDA buffer described by hand: `len` `f32` at a made-up device address, for tests of
+    /// what happens before any device memory is touched. Never read or written.
+    pub struct FakeCuda {
+        /// The made-up device address.
+        pub address: usize,
+        /// Elements.
+        pub len: usize,
+    }
+
+    // SAFETY: the tests that use it never let the memory be read or written: without a driver
+    // (or without the `cuda` feature) every export that would touch the device is refused
+    // first, and consumers only check metadata.
+    unsafe impl dlpack_runtime::ExportBuffer for FakeCuda {
+        fn dtype(&self) -> dlpack_runtime::DataType {
+            dlpack_runtime::DataType::F32
+        }
+        fn device(&self) -> dlpack_runtime::Device {
+            dlpack_runtime::Device::cuda(0)
+        }
+        fn byte_len(&self) -> usize {
+            self.len * 4
+        }
+        fn as_ptr(&self) -> *const core::ffi::c_void {
+            self.address as *const core::ffi::c_void
+        }
+        fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+            Some(self.address as *mut core::ffi::c_void)
+        }
+    }
+
+    /// A producer of a [`FakeCuda`] buffer.
+    #[derive(DlpackExport)]
+    pub struct CudaTensor {
+        /// The buffer.
+        #[dlpack(data)]
+        pub data: FakeCuda,
+        /// Extents in elements.
+        #[dlpack(shape)]
+        pub shape: Vec<usize>,
+        /// Counts drops.
+        pub guard: DropGuard,
+    }
+
+    /// A [`CudaTensor`] of `len` elements at a made-up address, counted by `counter`.
+    pub fn fake_cuda(len: usize, counter: &Counter) -> CudaTensor {
+        CudaTensor {
+            data: FakeCuda {
+                address: 0x7f00_0000_0000,
+                len,
+            },
+            shape: vec![len],
+            guard: counter.guard(),
+        }
+    }
+
     /// A consumer that requires C-contiguous data.
     #[derive(DlpackImport)]
     pub struct Compact<T: Element> {

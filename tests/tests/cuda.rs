@@ -343,3 +343,227 @@ fn illegal_streams_and_wrong_devices_are_refused() {
         other => panic!("expected WrongDevice, found {other:?}"),
     }
 }
+
+/// A strided view of device memory; strides and offset in elements.
+#[derive(DlpackExport)]
+struct GpuStrided {
+    #[dlpack(data)]
+    data: CudaSlice<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+    #[dlpack(offset)]
+    offset: usize,
+    #[dlpack(stream)]
+    stream: Arc<CudaStream>,
+    _guard: DropGuard,
+}
+
+#[derive(DlpackImport)]
+struct HostView {
+    #[dlpack(data)]
+    data: ImportedData<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(device)]
+    device: Device,
+}
+
+/// `len` values `0..len` written on `stream` behind `passes` memsets of the whole buffer: a
+/// consumer that is not ordered after `stream` reads memset values.
+fn pattern_behind_pending_work(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    passes: u32,
+) -> CudaSlice<u32> {
+    let mut buf = stream.alloc_zeros::<u32>(len).unwrap();
+    let ptr = cuda_ptr(&buf, stream);
+    for value in 0..passes {
+        // SAFETY: `ptr` points to `len` u32 of a live allocation; stream-ordered.
+        unsafe { sys::cuMemsetD32Async(ptr, value | 0x8000_0000, len, stream.cu_stream()) }
+            .result()
+            .unwrap();
+    }
+    let host: Vec<u32> = (0..len as u32).collect();
+    stream.memcpy_htod(&host, &mut buf).unwrap();
+    buf
+}
+
+/// Reads `len` u32 at `ptr` on `stream`, then waits for `stream` only.
+fn read_all_on(ptr: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Vec<u32> {
+    let mut out = vec![0u32; len];
+    // SAFETY: `ptr` is the start of `len` u32 of device memory; `out` has room; synchronized.
+    unsafe {
+        sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), ptr, len * 4, stream.cu_stream())
+            .result()
+            .unwrap();
+    }
+    stream.synchronize().unwrap();
+    out
+}
+
+/// Row-major element indices of a strided view (strides and offset in elements).
+fn indices(shape: &[usize], strides: &[isize], offset: usize) -> Vec<usize> {
+    let numel: usize = shape.iter().product();
+    (0..numel)
+        .map(|linear| {
+            let mut rest = linear;
+            let mut at = offset as isize;
+            for axis in (0..shape.len()).rev() {
+                at += (rest % shape[axis]) as isize * strides[axis];
+                rest /= shape[axis];
+            }
+            at as usize
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn copy_true_is_enqueued_on_the_consumer_stream() {
+    let (ctx, a, b) = setup();
+    let c = ctx.new_stream().unwrap();
+    let (rows, cols) = (256usize, 512usize);
+    // (shape, strides, offset): transposed (2-D blocks of one element per row), every other
+    // column of reversed rows (element by element), a column slice (one 2-D block).
+    let views: [(Vec<usize>, Vec<isize>, usize); 3] = [
+        (vec![cols, rows], vec![1, cols as isize], 0),
+        (
+            vec![rows, cols / 2],
+            vec![-(cols as isize), 2],
+            (rows - 1) * cols,
+        ),
+        (vec![rows, 16], vec![cols as isize, 1], 8),
+    ];
+    for (shape, strides, offset) in views {
+        let counter = Counter::new();
+        let t = GpuStrided {
+            data: pattern_behind_pending_work(&a, rows * cols, 50),
+            shape: shape.clone(),
+            strides: strides.clone(),
+            offset,
+            stream: a.clone(),
+            _guard: counter.guard(),
+        };
+        let request = ExportRequest::versioned()
+            .stream(Some(b.cu_stream() as i64))
+            .copy(Some(true));
+        let (managed, ready) = t.to_dlpack_with_ready_events(&request).unwrap();
+        assert!(managed.is_copied(), "{shape:?}");
+        assert!(!ready.is_empty(), "a ready event follows the copy");
+        let view = GpuView::from_managed(managed).unwrap();
+        assert_eq!(view.device, Device::cuda(0));
+        assert_eq!(view.shape, shape);
+        let numel: usize = shape.iter().product();
+        let expected: Vec<u32> = indices(&shape, &strides, offset)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect();
+        let ptr = view.data.cuda_device_ptr().unwrap();
+        // The consumer's stream sees the copy; so does any stream that waits on the event.
+        assert_eq!(read_all_on(ptr, numel, &b), expected, "{shape:?} on B");
+        ready.wait_on(&c).unwrap();
+        assert_eq!(
+            read_all_on(ptr, numel, &c),
+            expected,
+            "{shape:?} after the ready event"
+        );
+        // The source is released once the consumer's stream has passed the copy.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while counter.get() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(counter.get(), 1);
+        drop(view);
+    }
+    println!("copy=True: transposed, reversed and sliced views copied on the consumer's stream");
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
+    let (_ctx, a, _b) = setup();
+    let counter = Counter::new();
+    let (rows, cols) = (4096usize, 1024usize);
+    let t = GpuStrided {
+        data: pattern_behind_pending_work(&a, rows * cols, 200),
+        shape: vec![rows, 24],
+        strides: vec![cols as isize, 1],
+        offset: 100,
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let managed = t
+        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+        .unwrap();
+    assert_eq!(
+        counter.get(),
+        1,
+        "the source is released once the host has its copy"
+    );
+    assert!(managed.is_copied());
+    let view = HostView::from_managed(managed).unwrap();
+    assert_eq!(view.device, Device::CPU);
+    assert_eq!(view.shape, [rows, 24]);
+    let expected: Vec<u32> = indices(&[rows, 24], &[cols as isize, 1], 100)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
+    // copy=False cannot be served.
+    let t = GpuStrided {
+        data: a.alloc_zeros::<u32>(4).unwrap(),
+        shape: vec![4],
+        strides: vec![1],
+        offset: 0,
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    assert_eq!(
+        t.to_dlpack_with(
+            &ExportRequest::versioned()
+                .dl_device(Device::CPU)
+                .copy(Some(false))
+        )
+        .unwrap_err(),
+        ExportError::CopyRequired {
+            requested: Device::CPU
+        }
+    );
+    assert_eq!(counter.get(), 2);
+    println!("dl_device=(CPU, 0): strided CUDA view copied to the host after 200 pending memsets");
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
+fn streams_are_checked_against_the_tensor_device() {
+    use dlpack_runtime::stream::ProducerStream;
+    let (_ctx, a, b) = setup();
+    let handle = ProducerStream::Handle(core::num::NonZeroU64::new(b.cu_stream() as u64).unwrap());
+    assert_eq!(cuda::check_consumer_stream(handle, 0), Ok(()));
+    assert_eq!(
+        cuda::check_consumer_stream(ProducerStream::LegacyDefault, 0),
+        Ok(())
+    );
+    match cuda::check_consumer_stream(handle, 1) {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "consumer",
+            found: 0,
+            expected: 1,
+            ..
+        }) => {}
+        // One GPU: there is no device 1 to compare with.
+        Err(CudaError::Driver { .. }) if CudaContext::device_count().unwrap() < 2 => {}
+        other => panic!("expected a refusal of device 1, found {other:?}"),
+    }
+    match cuda::check_producer_stream(&a, 3) {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "producer",
+            found: 0,
+            expected: 3,
+            ..
+        }) => {}
+        other => panic!("expected StreamOnOtherDevice, found {other:?}"),
+    }
+}

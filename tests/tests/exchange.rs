@@ -536,56 +536,13 @@ fn copy_true_makes_a_compact_flagged_copy() {
     );
 }
 
-/// A CUDA buffer described by hand: `len` `f32` at a made-up device address. Never read.
-struct FakeCuda {
-    address: usize,
-    len: usize,
-}
-
-// SAFETY: the memory is never read or written by these tests: without a driver (or without
-// the `cuda` feature) every export of it that would touch the device is refused first, and
-// with no elements nothing is addressed.
-unsafe impl dlpack_runtime::ExportBuffer for FakeCuda {
-    fn dtype(&self) -> DataType {
-        DataType::F32
-    }
-    fn device(&self) -> Device {
-        Device::cuda(0)
-    }
-    fn byte_len(&self) -> usize {
-        self.len * 4
-    }
-    fn as_ptr(&self) -> *const core::ffi::c_void {
-        self.address as *const core::ffi::c_void
-    }
-    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
-        Some(self.address as *mut core::ffi::c_void)
-    }
-}
-
-#[derive(DlpackExport)]
-struct CudaTensor {
-    #[dlpack(data)]
-    data: FakeCuda,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    _guard: DropGuard,
-}
-
 /// `copy=True` and `dl_device=(CPU, 0)` on CUDA memory (spec section 2.7): a copy by the driver
 /// with the `cuda` feature, so an error without a driver; refused without the feature;
 /// `copy=False` is refused everywhere. The source is released exactly once on every path.
 #[test]
 fn copies_of_cuda_memory_need_the_driver() {
     let counter = Counter::new();
-    let make = |len: usize| CudaTensor {
-        data: FakeCuda {
-            address: 0x7f00_0000_0000,
-            len,
-        },
-        shape: vec![len],
-        _guard: counter.guard(),
-    };
+    let make = |len: usize| dlpack_tests::types::fake_cuda(len, &counter);
     let err = make(4)
         .to_dlpack_with(
             &ExportRequest::versioned()

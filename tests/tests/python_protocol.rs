@@ -119,6 +119,113 @@ result = Old(np.arange(3, dtype=np.int32))
     });
 }
 
+/// A frozen pyclass over CUDA memory (made up: never touched) that publishes the C exchange API.
+#[pyclass(frozen)]
+#[derive(DlpackExport)]
+struct CudaPublished {
+    #[dlpack(data)]
+    data: dlpack_tests::types::FakeCuda,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _guard: DropGuard,
+}
+
+#[pymethods]
+impl CudaPublished {
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        python::dlpack(slf, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        python::dlpack_device(self)
+    }
+
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        python::dlpack_exchange_api::<Self>(py)
+    }
+}
+
+/// CUDA memory taken through the C exchange API is ordered before the consumer's stream with
+/// the driver (feature `cuda`); without a driver that is an error, and the tensor taken is
+/// released. Host tensors with a `stream` go through `__dlpack__`, which refuses it.
+#[cfg(feature = "cuda")]
+#[test]
+fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
+    use dlpack_runtime::cuda::{self, CudaError};
+    if !matches!(cuda::driver(), Err(CudaError::NoDriver)) {
+        eprintln!("a CUDA driver is present: the GPU suite covers CUDA exchanges on this machine");
+        return;
+    }
+    Python::attach(|py| {
+        let counter = Counter::new();
+        let obj = Bound::new(
+            py,
+            CudaPublished {
+                data: dlpack_tests::types::FakeCuda {
+                    address: 0x7f00_0000_0000,
+                    len: 4,
+                },
+                shape: vec![4],
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        for options in [
+            FromDlpackOptions::new(),
+            FromDlpackOptions::new().stream(Some(0x5000)),
+        ] {
+            let err = python::managed_from_object(obj.as_any(), &options).unwrap_err();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+            assert!(err.to_string().contains("no CUDA driver"), "{err}");
+        }
+        // `stream=-1`: the consumer orders its work itself; nothing to ask of the driver.
+        let managed =
+            python::managed_from_object(obj.as_any(), &FromDlpackOptions::new().stream(Some(-1)))
+                .unwrap();
+        assert_eq!(
+            Device::from_raw(managed.dl_tensor().device),
+            Device::cuda(0)
+        );
+        drop((managed, obj));
+        collect(py);
+        assert_eq!(counter.get(), 1, "every tensor taken was released");
+
+        // A host producer asked for a stream: the C path is left for `__dlpack__`, which
+        // refuses a stream for host memory.
+        let calls = Arc::new(AtomicUsize::new(0));
+        let host = Bound::new(
+            py,
+            Published {
+                data: vec![1.0],
+                shape: vec![1],
+                calls: calls.clone(),
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        let err =
+            python::managed_from_object(host.as_any(), &FromDlpackOptions::new().stream(Some(1)))
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("stream=1 is not valid for a cpu:0 tensor"),
+            "{err}"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        drop(host);
+        collect(py);
+        assert_eq!(counter.get(), 2);
+    });
+}
+
 #[test]
 fn c_exchange_api_is_published_and_used() {
     Python::attach(|py| {

@@ -56,3 +56,41 @@ def test_c_exchange_api_consumed_from_torch():
     total, used_c_api = de.cuda_sum_via_c_api(x)
     assert used_c_api
     assert total == float(expected().astype(np.float64).sum())
+
+
+def test_numpy_gets_a_host_copy_of_a_rust_cuda_tensor():
+    # NumPy asks for dl_device=(CPU, 0): the producer copies to the host after its pending work.
+    host = np.from_dlpack(de.cuda_arange(N), device="cpu")
+    assert host.flags.writeable
+    np.testing.assert_array_equal(host, expected())
+
+
+class CopyRequest:
+    """Forwards the DLPack protocol, asking the producer for a copy (copy=True)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.inner.__dlpack__(*args, copy=True, **kwargs)
+
+
+def test_torch_gets_a_copy_enqueued_on_its_current_stream():
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t = torch.from_dlpack(CopyRequest(de.cuda_arange(N)))
+        assert t.device.type == "cuda"
+        t += 1  # the copy is writable
+        host = t.cpu().numpy()
+    np.testing.assert_array_equal(host, expected() + 1)
+
+
+def test_cupy_gets_a_copy_enqueued_on_its_current_stream():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        a = cupy.from_dlpack(CopyRequest(de.cuda_arange(N)))
+        host = cupy.asnumpy(a)
+    np.testing.assert_array_equal(host, expected())
