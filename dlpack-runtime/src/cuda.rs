@@ -18,7 +18,16 @@
 //! - **Stream-ordered release** ([`release_after`]): drops an imported tensor only after the
 //!   consumer's stream has passed a recorded event. A reaper thread waits on the event and then
 //!   calls the deleter; no CUDA call is made from a host callback.
-//! - [`check_pointer`]: the device a pointer belongs to (`cuPointerGetAttribute`).
+//! - **Copies** (`copy=True`, or `dl_device=(CPU, 0)` for device memory; spec section 2.7):
+//!   the strided source becomes compact row-major memory through driver copies, one per 2-D
+//!   block of the layout (`cuMemcpy2DAsync`), enqueued on the consumer's stream after the
+//!   producer's work ([`crate::stream::plan_copy`] decides where). A device copy is new memory
+//!   (`cuMemAlloc`; freed after the device has drained, since the deleter carries no stream)
+//!   and the host does not block; the source is released once the stream has passed the copy.
+//!   A host copy waits for the stream. Copies are flagged `IS_COPIED`.
+//! - [`check_pointer`]: the device a pointer belongs to (`cuPointerGetAttribute`);
+//!   [`check_consumer_stream`] and [`check_producer_stream`]: the device a stream belongs to
+//!   (`cuStreamGetCtx`; the stream's context). A CUDA export checks each one it uses.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -530,8 +539,9 @@ pub(crate) struct Synced {
     /// Ready events recorded on the producer streams, when asked for.
     pub ready: Option<ReadyEvents>,
     /// Where the copy of a CUDA tensor goes, when the request needs one: the producer's work is
-    /// already ordered before it.
-    pub copy: Option<CopySync>,
+    /// already ordered before it, in the context of the producer's first stream (the default
+    /// streams are per context).
+    pub copy: Option<(CopySync, Option<Arc<CudaContext>>)>,
 }
 
 /// The stream work of one export (called by the exporter while the producer's streams are
@@ -573,9 +583,10 @@ pub(crate) fn sync_export(
                 check_consumer_stream(copy.on, device.device_id)?;
                 execute(&copy.before, pending)?;
             }
+            let ctx = pending.first().map(|s| s.context().clone());
             return Ok(Synced {
                 ready: None,
-                copy: Some(copy),
+                copy: Some((copy, ctx)),
             });
         }
         // Host-accessible memory is copied by the host: it waits for the pending work.
@@ -918,11 +929,13 @@ pub(crate) fn copy_sync(
 /// memory and the host does not block: the source is released once the stream has passed the
 /// copy ([`release_after`]). A host copy waits for the stream, then releases the source. The
 /// result is flagged `IS_COPIED` and writable; with `want_ready`, an event recorded on
-/// `copy.on` after a device copy comes with it.
+/// `copy.on` after a device copy comes with it. The copy runs in `ctx` (the context of the
+/// producer's stream that `copy.before` ordered), or the device's primary context.
 pub(crate) fn copy_export(
     source: ManagedTensor,
     request: &crate::ExportRequest,
     copy: &CopySync,
+    ctx: Option<Arc<CudaContext>>,
     want_ready: bool,
 ) -> Result<(ManagedTensor, Option<ReadyEvents>), crate::ExportError> {
     let layout = source.layout()?;
@@ -930,7 +943,10 @@ pub(crate) fn copy_export(
     if device.device_type != crate::DeviceType::Cuda {
         return Err(crate::ExportError::CopyUnsupported { device });
     }
-    let ctx = context(device.device_id)?;
+    let ctx = match ctx {
+        Some(ctx) => ctx,
+        None => context(device.device_id)?,
+    };
     ctx.bind_to_thread()
         .map_err(driver_error("cuCtxSetCurrent"))?;
     check_consumer_stream(copy.on, device.device_id)?;

@@ -75,7 +75,8 @@ class CopyRequest:
         return self.inner.__dlpack_device__()
 
     def __dlpack__(self, *args, **kwargs):
-        return self.inner.__dlpack__(*args, copy=True, **kwargs)
+        kwargs["copy"] = True
+        return self.inner.__dlpack__(*args, **kwargs)
 
 
 def test_torch_gets_a_copy_enqueued_on_its_current_stream():
