@@ -115,7 +115,9 @@ impl ProducerStream {
 /// pending work on the tensor (feature `cuda`). Several fields may play this role.
 ///
 /// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work).
+/// no pending work). A user stream type implements it by handing out a cudarc stream; a stream
+/// owned by another library (a raw `CUstream`) becomes one with cudarc's
+/// `CudaContext::wrap_borrowed_stream`, which never destroys it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
     label = "not a producer stream",
