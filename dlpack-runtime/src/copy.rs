@@ -7,16 +7,17 @@
 //! plan: the host copy runs each row as a `memcpy`, the CUDA copy enqueues one driver call per
 //! block on the consumer's stream.
 //!
-//! The plan merges the trailing axes that are contiguous in the source into one row, takes the
-//! next axis as the rows of a block when its stride is a legal pitch (non-negative, at least
-//! the row width, at most `max_pitch`), and steps the remaining axes one block at a time. So a
-//! contiguous tensor is one block, a column slice or a transposed matrix is one block per outer
-//! index, and only layouts with a reversed or broadcast innermost axis come down to one block
-//! per element. The plan is pure: it reads no memory.
+//! The plan merges the trailing axes that are contiguous in the source into one row, takes as
+//! the rows of a block the remaining axis of largest extent whose source and destination
+//! strides are legal pitches (non-negative, at least the row width, at most `max_pitch`), and
+//! steps the other axes one block at a time. So a contiguous tensor is one block; a column
+//! slice, a transposed matrix or a matrix with reversed columns is one block per index of the
+//! other axis; only a reversed or broadcast vector comes down to one block per element. The
+//! plan is pure: it reads no memory.
 
 /// One 2-D block of a [`StridedCopy`], all in bytes: `height` rows of `width` bytes; row `r`
 /// is read at `src + r * src_pitch` (relative to the source's first element) and written at
-/// `dst + r * width` (relative to the start of the destination).
+/// `dst + r * dst_pitch` (relative to the start of the destination).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Block {
     /// Offset of the first row in the source, in bytes, relative to element `(0, ..., 0)`.
@@ -29,6 +30,8 @@ pub(crate) struct Block {
     pub height: usize,
     /// Distance between rows in the source, in bytes (`>= width` when `height > 1`).
     pub src_pitch: usize,
+    /// Distance between rows in the destination, in bytes (`>= width` when `height > 1`).
+    pub dst_pitch: usize,
 }
 
 /// The blocks that copy a strided tensor into compact row-major memory.
@@ -37,8 +40,10 @@ pub(crate) struct StridedCopy {
     width: usize,
     height: usize,
     src_pitch: usize,
-    /// Remaining axes, outermost first: (extent, stride in bytes); every extent `>= 2`.
-    outer: Vec<(usize, isize)>,
+    dst_pitch: usize,
+    /// Remaining axes, outermost first: (extent, source stride, destination stride), strides
+    /// in bytes; every extent `>= 2`.
+    outer: Vec<(usize, isize, usize)>,
     /// Whether the tensor has no elements (no blocks at all).
     empty: bool,
 }
@@ -59,21 +64,23 @@ impl StridedCopy {
         debug_assert_eq!(shape.len(), strides.len());
         let empty = shape.contains(&0);
         // Axes of extent 1 never move; axes of extent >= 2 have a byte stride that fits (valid
-        // layout). Extents fit in `usize`: they are factors of a validated element count.
-        let mut axes: Vec<(usize, isize)> = if empty {
-            Vec::new()
-        } else {
-            shape
-                .iter()
-                .zip(strides)
-                .filter(|&(&extent, _)| extent > 1)
-                .map(|(&extent, &stride)| {
-                    (extent as usize, stride as isize * element_bytes as isize)
-                })
-                .collect()
-        };
+        // layout). Extents fit in `usize`: they are factors of a validated element count. The
+        // destination strides are compact row-major over the moving axes, which is the same as
+        // over all axes.
+        let mut axes: Vec<(usize, isize, usize)> = Vec::new();
+        if !empty {
+            let mut dst = element_bytes;
+            for (&extent, &stride) in shape.iter().zip(strides).rev() {
+                if extent > 1 {
+                    let extent = extent as usize;
+                    axes.push((extent, stride as isize * element_bytes as isize, dst));
+                    dst *= extent;
+                }
+            }
+            axes.reverse();
+        }
         let mut width = element_bytes;
-        while let Some(&(extent, stride)) = axes.last() {
+        while let Some(&(extent, stride, _)) = axes.last() {
             if stride != width as isize {
                 break;
             }
@@ -81,17 +88,29 @@ impl StridedCopy {
             width *= extent;
             axes.pop();
         }
-        let (height, src_pitch) = match axes.last() {
-            Some(&(extent, stride)) if stride >= width as isize && stride as usize <= max_pitch => {
-                axes.pop();
-                (extent, stride as usize)
+        // The rows of a block: the legal axis of largest extent (the innermost on a tie).
+        let legal = |&(_, src, dst): &(usize, isize, usize)| {
+            src >= width as isize && src as usize <= max_pitch && dst <= max_pitch
+        };
+        let rows = axes
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, axis)| legal(axis))
+            .max_by_key(|(axis, (extent, _, _))| (*extent, *axis))
+            .map(|(axis, _)| axis);
+        let (height, src_pitch, dst_pitch) = match rows {
+            Some(axis) => {
+                let (extent, src, dst) = axes.remove(axis);
+                (extent, src as usize, dst)
             }
-            _ => (1, width),
+            None => (1, width, width),
         };
         Self {
             width,
             height,
             src_pitch,
+            dst_pitch,
             outer: axes,
             empty,
         }
@@ -102,7 +121,7 @@ impl StridedCopy {
         if self.empty {
             return 0;
         }
-        self.outer.iter().map(|&(extent, _)| extent).product()
+        self.outer.iter().map(|&(extent, _, _)| extent).product()
     }
 
     /// Bytes written to the destination: `numel * element_bytes`.
@@ -110,32 +129,34 @@ impl StridedCopy {
         self.blocks() * self.width * self.height
     }
 
-    /// Calls `f` with every block, in destination order; stops at the first error.
+    /// Calls `f` with every block; stops at the first error.
     pub(crate) fn try_for_each_block<E>(
         &self,
         mut f: impl FnMut(Block) -> Result<(), E>,
     ) -> Result<(), E> {
         let count = self.blocks();
-        let block_bytes = self.width * self.height;
         let mut index = vec![0usize; self.outer.len()];
-        let mut src: isize = 0;
-        for n in 0..count {
+        let (mut src, mut dst): (isize, usize) = (0, 0);
+        for _ in 0..count {
             f(Block {
                 src,
-                dst: n * block_bytes,
+                dst,
                 width: self.width,
                 height: self.height,
                 src_pitch: self.src_pitch,
+                dst_pitch: self.dst_pitch,
             })?;
             // Odometer step over the outer axes, innermost fastest. Every running offset is
-            // that of an element of the tensor, inside its validated span.
-            for (axis, &(extent, stride)) in self.outer.iter().enumerate().rev() {
+            // that of an element of the tensor (of the destination), inside its span.
+            for (axis, &(extent, src_stride, dst_stride)) in self.outer.iter().enumerate().rev() {
                 if index[axis] + 1 < extent {
                     index[axis] += 1;
-                    src += stride;
+                    src += src_stride;
+                    dst += dst_stride;
                     break;
                 }
-                src -= stride * index[axis] as isize;
+                src -= src_stride * index[axis] as isize;
+                dst -= dst_stride * index[axis];
                 index[axis] = 0;
             }
         }
@@ -158,7 +179,7 @@ impl StridedCopy {
                 unsafe {
                     core::ptr::copy_nonoverlapping(
                         src.offset(block.src + (row * block.src_pitch) as isize),
-                        dst.add(block.dst + row * block.width),
+                        dst.add(block.dst + row * block.dst_pitch),
                         block.width,
                     );
                 }
@@ -217,11 +238,20 @@ mod tests {
             copied, expected,
             "shape {shape:?} strides {strides:?} size {size}"
         );
+        let mut written = 0;
         plan.try_for_each_block(|b| {
-            assert!(b.height == 1 || b.src_pitch >= b.width && b.src_pitch <= max_pitch);
+            assert!(
+                b.height == 1
+                    || b.src_pitch >= b.width
+                        && b.src_pitch <= max_pitch
+                        && b.dst_pitch >= b.width
+                        && b.dst_pitch <= max_pitch
+            );
+            written += b.width * b.height;
             Ok::<(), ()>(())
         })
         .unwrap();
+        assert_eq!(written, plan.bytes());
         plan
     }
 
@@ -248,6 +278,20 @@ mod tests {
     }
 
     #[test]
+    fn reversed_columns_are_a_block_per_column() {
+        // x[:, ::-1] of a 5x8 matrix: one block of 5 rows per column.
+        let plan = check(&[5, 8], &[8, -1], 4, usize::MAX);
+        assert_eq!(
+            (plan.width, plan.height, plan.src_pitch, plan.dst_pitch),
+            (4, 5, 32, 32)
+        );
+        assert_eq!(plan.blocks(), 8);
+        // The longer axis gives the rows.
+        let plan = check(&[3, 5, 8], &[40, 8, -1], 4, usize::MAX);
+        assert_eq!((plan.height, plan.blocks()), (5, 24));
+    }
+
+    #[test]
     fn pitch_limit_splits_rows() {
         let plan = check(&[3, 2], &[1000, 1], 4, 3999);
         assert_eq!((plan.height, plan.blocks()), (1, 3));
@@ -259,6 +303,7 @@ mod tests {
     fn reversed_and_broadcast_axes_copy_element_by_element() {
         let plan = check(&[4], &[-1], 4, usize::MAX);
         assert_eq!(plan.blocks(), 4);
+        // A broadcast row: its rows cannot overlap in a 2-D copy.
         let plan = check(&[3, 4], &[0, 1], 4, usize::MAX);
         assert_eq!((plan.blocks(), plan.width), (3, 16));
         check(&[3, 4], &[1, 0], 4, usize::MAX);

@@ -81,6 +81,17 @@ pub enum CudaError {
         /// The tensor's device.
         expected: i32,
     },
+    /// A consumer stream of a context other than its device's primary context, where this
+    /// crate must enqueue work of its own (a copy, a stream-ordered release).
+    #[error(
+        "consumer stream {stream:#x} belongs to a context other than the primary context of CUDA device {device}, expected a stream of the primary context (the runtime API's)"
+    )]
+    NotPrimaryContext {
+        /// The stream handle.
+        stream: u64,
+        /// The tensor's device.
+        device: i32,
+    },
     /// The reaper thread of stream-ordered release is gone.
     #[error(
         "the stream-ordered release thread has stopped; the tensor was released at once after a host synchronization"
@@ -109,6 +120,43 @@ pub fn driver() -> Result<(), CudaError> {
             result::init().map_err(driver_error("cuInit"))
         })
         .clone()
+}
+
+/// Restores the thread's current context when dropped. The CUDA runtime (PyTorch, CuPy, JAX)
+/// follows the driver's current context, so every entry point here leaves it as it found it.
+struct CurrentContext(Option<sys::CUcontext>);
+
+impl CurrentContext {
+    /// Saves the current context (nothing without a driver).
+    fn save() -> Self {
+        if driver().is_err() {
+            return Self(None);
+        }
+        let mut ctx: sys::CUcontext = core::ptr::null_mut();
+        // SAFETY: the driver is loaded (probed above); a valid out-pointer. On failure `ctx`
+        // stays NULL, and NULL is restored: no context, as the driver reported.
+        let _ = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+        Self(Some(ctx))
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: the context (or NULL) was current on this thread when saved.
+            let _ = unsafe { sys::cuCtxSetCurrent(ctx) };
+        }
+    }
+}
+
+/// Makes `ctx` current on this thread (`cuCtxSetCurrent`), without cudarc's check of errors
+/// recorded on its context by other work.
+fn bind(ctx: sys::CUcontext) -> Result<(), CudaError> {
+    // SAFETY: `ctx` is a live context (a retained primary context, or one the driver returned
+    // for a live stream).
+    unsafe { sys::cuCtxSetCurrent(ctx) }
+        .result()
+        .map_err(driver_error("cuCtxSetCurrent"))
 }
 
 /// The raw handle of a stream identity, for the driver: `CU_STREAM_LEGACY`,
@@ -148,7 +196,10 @@ pub fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
         call: "cuDeviceGet",
         code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
     })?;
-    let ctx = CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
+    let ctx = {
+        let _current = CurrentContext::save();
+        CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?
+    };
     if let Ok(mut c) = contexts.lock() {
         c.entry(ordinal).or_insert_with(|| ctx.clone());
     }
@@ -176,20 +227,34 @@ fn context_device(ctx: sys::CUcontext) -> Result<sys::CUdevice, CudaError> {
     }
 }
 
+/// The ordinal of a `CUdevice` handle.
+fn ordinal_of(device: sys::CUdevice) -> i32 {
+    let count = result::device::get_count().unwrap_or(0);
+    (0..count)
+        .find(|&i| result::device::get(i).is_ok_and(|d| d == device))
+        .unwrap_or(-1)
+}
+
 /// Checks that the consumer's stream `stream` belongs to CUDA device `expected`
-/// (`cuStreamGetCtx`). The special handles (legacy and per-thread default streams) name the
-/// default stream of whatever context is current, which this crate binds to the tensor's
-/// device before using them, so they pass.
+/// (`cuStreamGetCtx`). The special handles (legacy and per-thread default streams) pass: this
+/// crate resolves them in the device's primary context, the one the CUDA runtime uses.
 ///
 /// # Errors
 ///
 /// [`CudaError::StreamOnOtherDevice`]; [`CudaError::Driver`] for a handle the driver does not
 /// know.
 pub fn check_consumer_stream(stream: ProducerStream, expected: i32) -> Result<(), CudaError> {
+    consumer_context(stream, expected).map(|_| ())
+}
+
+/// As [`check_consumer_stream`], and whether the stream is in the device's primary context
+/// (special handles are).
+fn consumer_context(stream: ProducerStream, expected: i32) -> Result<bool, CudaError> {
     let ProducerStream::Handle(handle) = stream else {
-        return Ok(());
+        return Ok(true);
     };
     let ctx = context(expected)?;
+    let _current = CurrentContext::save();
     let mut found_ctx: sys::CUcontext = core::ptr::null_mut();
     // SAFETY: `handle` is the consumer's stream, valid for the duration of the call (spec
     // section 2.4); `found_ctx` is a valid out-pointer.
@@ -197,20 +262,32 @@ pub fn check_consumer_stream(stream: ProducerStream, expected: i32) -> Result<()
         .result()
         .map_err(driver_error("cuStreamGetCtx"))?;
     if found_ctx == ctx.cu_ctx() {
-        return Ok(());
+        return Ok(true);
     }
     // Another context: fine if it is on the same device (a non-primary context).
     let found = context_device(found_ctx)?;
     let wanted = result::device::get(expected).map_err(driver_error("cuDeviceGet"))?;
     if found == wanted {
-        Ok(())
+        Ok(false)
     } else {
         Err(CudaError::StreamOnOtherDevice {
             role: "consumer",
             stream: handle.get(),
-            found,
+            found: ordinal_of(found),
             expected,
         })
+    }
+}
+
+/// Checks that a consumer's stream is one this crate may enqueue its own work on: of the
+/// tensor's device, in its primary context.
+fn check_primary_stream(stream: ProducerStream, device: i32) -> Result<(), CudaError> {
+    match (consumer_context(stream, device)?, stream) {
+        (false, ProducerStream::Handle(h)) => Err(CudaError::NotPrimaryContext {
+            stream: h.get(),
+            device,
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -298,23 +375,29 @@ impl Drop for PooledEvent {
     }
 }
 
-/// Records a pooled event on `producer` and makes the raw `consumer` stream wait on it.
-fn record_and_wait(producer: &CudaStream, consumer: sys::CUstream) -> Result<(), CudaError> {
-    producer
-        .context()
-        .bind_to_thread()
-        .map_err(driver_error("cuCtxSetCurrent"))?;
+/// Records a pooled event on `producer` and makes the `consumer` stream wait on it. A special
+/// handle (legacy or per-thread default stream) is resolved in `primary`, the device's primary
+/// context; the event may come from another context (`cuStreamWaitEvent` allows it).
+fn record_and_wait(
+    producer: &CudaStream,
+    consumer: ProducerStream,
+    primary: &CudaContext,
+) -> Result<(), CudaError> {
+    bind(producer.context().cu_ctx())?;
     let event = PooledEvent::take(producer.context())?;
-    event
-        .event()
-        .record(producer)
+    // SAFETY: the event is live and of the producer's context, which is current; the producer's
+    // stream is live (borrowed).
+    unsafe { result::event::record(event.event().cu_event(), producer.cu_stream()) }
         .map_err(driver_error("cuEventRecord"))?;
-    // SAFETY: `consumer` is the consumer's stream, valid for the duration of this call (spec
-    // section 2.4); the event is valid and recorded. `cuStreamWaitEvent` captures the event's
-    // state now, so the event may be reused once this returns.
+    if !matches!(consumer, ProducerStream::Handle(_)) {
+        bind(primary.cu_ctx())?;
+    }
+    // SAFETY: the consumer's stream is valid for the duration of this call (spec section 2.4);
+    // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
+    // may be reused once this returns.
     unsafe {
         result::stream::wait_event(
-            consumer,
+            raw_stream(consumer),
             event.event().cu_event(),
             sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
         )
@@ -323,14 +406,14 @@ fn record_and_wait(producer: &CudaStream, consumer: sys::CUstream) -> Result<(),
 }
 
 /// Orders a producer's work on its raw stream `producer` (a C exchange API's
-/// `current_work_stream`; NULL is the legacy default stream) before the consumer's `request`
-/// for a tensor on CUDA device `device_id`: an event recorded on `producer` that the consumer's
-/// stream waits on, or nothing for the same stream or `stream=-1`. A host consumer
+/// `current_work_stream`, of the primary context of CUDA device `device_id`; NULL is the legacy
+/// default stream) before the consumer's `request`: an event recorded on `producer` that the
+/// consumer's stream waits on, or nothing for the same stream or `stream=-1`. A host consumer
 /// ([`crate::stream::StreamRequest::Host`]) waits on the host.
 ///
 /// # Errors
 ///
-/// [`CudaError`] from the probe, the context check of the consumer's stream, or the driver.
+/// [`CudaError`] from the probe, the device check of the consumer's stream, or the driver.
 pub(crate) fn order_raw(
     device_id: i32,
     producer: sys::CUstream,
@@ -341,8 +424,8 @@ pub(crate) fn order_raw(
         return Ok(());
     }
     let ctx = context(device_id)?;
-    ctx.bind_to_thread()
-        .map_err(driver_error("cuCtxSetCurrent"))?;
+    let _current = CurrentContext::save();
+    bind(ctx.cu_ctx())?;
     let producer = if producer.is_null() {
         raw_stream(ProducerStream::LegacyDefault)
     } else {
@@ -357,6 +440,7 @@ pub(crate) fn order_raw(
         return Ok(());
     }
     check_consumer_stream(consumer, device_id)?;
+    bind(ctx.cu_ctx())?;
     let event = PooledEvent::take(&ctx)?;
     // SAFETY: the event is live; `producer` and the consumer's stream are valid for this call
     // (spec sections 2.4 and 5.3); `cuStreamWaitEvent` captures the event's state now.
@@ -373,35 +457,42 @@ pub(crate) fn order_raw(
 }
 
 /// Carries out `plan` for the producer streams `pending` (the streams that named the plan's
-/// identities, in this call).
+/// identities, in this call). The thread's current context is left as it was.
 ///
 /// # Errors
 ///
-/// [`CudaError`] from the probe or the driver calls; nothing has been waited on then.
+/// [`CudaError`] from the probe or the driver calls.
 pub fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), CudaError> {
     match plan {
         SyncPlan::Nothing => Ok(()),
         SyncPlan::EventDependency { record_on, wait_on } => {
             driver()?;
-            let consumer = raw_stream(*wait_on);
-            for stream in pending
+            let _current = CurrentContext::save();
+            let mut recorded = pending
                 .iter()
                 .copied()
                 .filter(|s| record_on.contains(&identity(s)))
-            {
-                record_and_wait(stream, consumer)?;
+                .peekable();
+            let Some(first) = recorded.peek() else {
+                return Ok(());
+            };
+            let primary = context(first.context().ordinal() as i32)?;
+            for stream in recorded {
+                record_and_wait(stream, *wait_on, &primary)?;
             }
             Ok(())
         }
         SyncPlan::HostSync { streams } => {
             driver()?;
+            let _current = CurrentContext::save();
             for stream in pending
                 .iter()
                 .copied()
                 .filter(|s| streams.contains(&identity(s)))
             {
-                stream
-                    .synchronize()
+                bind(stream.context().cu_ctx())?;
+                // SAFETY: a live stream (borrowed), of the current context.
+                unsafe { result::stream::synchronize(stream.cu_stream()) }
                     .map_err(driver_error("cuStreamSynchronize"))?;
             }
             Ok(())
@@ -428,6 +519,7 @@ impl ReadyEvents {
             return Ok(Self::default());
         }
         driver()?;
+        let _current = CurrentContext::save();
         let mut events = Vec::with_capacity(streams.len());
         for stream in streams {
             let event = PooledEvent::take(stream.context())?;
@@ -449,6 +541,8 @@ impl ReadyEvents {
         ctx: &Arc<CudaContext>,
         stream: sys::CUstream,
     ) -> Result<Self, CudaError> {
+        let _current = CurrentContext::save();
+        bind(ctx.cu_ctx())?;
         let event = PooledEvent::take(ctx)?;
         // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
         unsafe { result::event::record(event.event().cu_event(), stream) }
@@ -464,6 +558,7 @@ impl ReadyEvents {
     ///
     /// [`CudaError::Driver`] from `cuStreamWaitEvent`.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
+        let _current = CurrentContext::save();
         for event in &self.events {
             stream
                 .wait(event.event())
@@ -478,6 +573,7 @@ impl ReadyEvents {
     ///
     /// [`CudaError::Driver`] from `cuEventSynchronize`.
     pub fn synchronize(&self) -> Result<(), CudaError> {
+        let _current = CurrentContext::save();
         for event in &self.events {
             event
                 .event()
@@ -539,9 +635,8 @@ pub(crate) struct Synced {
     /// Ready events recorded on the producer streams, when asked for.
     pub ready: Option<ReadyEvents>,
     /// Where the copy of a CUDA tensor goes, when the request needs one: the producer's work is
-    /// already ordered before it, in the context of the producer's first stream (the default
-    /// streams are per context).
-    pub copy: Option<(CopySync, Option<Arc<CudaContext>>)>,
+    /// already ordered before it.
+    pub copy: Option<CopySync>,
 }
 
 /// The stream work of one export (called by the exporter while the producer's streams are
@@ -580,13 +675,13 @@ pub(crate) fn sync_export(
         if cuda {
             let copy = copy_sync(device, request, &identities)?;
             if copy.before != SyncPlan::Nothing {
-                check_consumer_stream(copy.on, device.device_id)?;
+                driver()?;
+                check_primary_stream(copy.on, device.device_id)?;
                 execute(&copy.before, pending)?;
             }
-            let ctx = pending.first().map(|s| s.context().clone());
             return Ok(Synced {
                 ready: None,
-                copy: Some((copy, ctx)),
+                copy: Some(copy),
             });
         }
         // Host-accessible memory is copied by the host: it waits for the pending work.
@@ -635,12 +730,15 @@ unsafe impl<T: crate::Element + cudarc::driver::DeviceRepr> crate::ExportBuffer
     }
     fn as_ptr(&self) -> *const core::ffi::c_void {
         use cudarc::driver::DevicePtr;
+        // cudarc's access tracking may bind the slice's context: leave the thread's as it was.
+        let _current = CurrentContext::save();
         let stream = self.stream().clone();
         let (ptr, _record) = self.device_ptr(&stream);
         ptr as usize as *const core::ffi::c_void
     }
     fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
         use cudarc::driver::DevicePtrMut;
+        let _current = CurrentContext::save();
         let stream = self.stream().clone();
         let (ptr, _record) = self.device_ptr_mut(&stream);
         Some(ptr as usize as *mut core::ffi::c_void)
@@ -665,27 +763,64 @@ enum Job {
 }
 
 impl Job {
+    /// Waits, then frees. A wait that fails leaves the memory alone (leaked, and said on
+    /// stderr) unless the context is broken for good, where nothing can read it any more:
+    /// freeing memory that may still be read is worse than a leak.
     fn run(self) {
         match self {
             Job::Release { event, tensor } => {
-                // On a driver error the wait is over all the same (the context is broken):
-                // free rather than leak.
-                let _ = event.event().synchronize();
-                drop(tensor);
+                // SAFETY: the event is live (pooled, owned by this job) and recorded.
+                let waited = unsafe { result::event::synchronize(event.event().cu_event()) };
+                if waited.is_ok() || context_is_broken(event.event().context()) {
+                    drop(tensor);
+                } else {
+                    leak("a tensor whose release could not wait for the consumer's stream");
+                    core::mem::forget(tensor);
+                }
                 drop(event);
             }
             Job::Free { ctx, ptr } => {
-                if ctx.bind_to_thread().is_ok() {
-                    // The deleter carries no stream (spec section 6, corner 7): wait for every
-                    // stream of the context, then free.
-                    let _ = ctx.synchronize();
-                    // SAFETY: `ptr` came from `cuMemAlloc` in this context and is freed once,
-                    // here, after every access enqueued before the free was asked has finished.
+                let _current = CurrentContext::save();
+                // The deleter carries no stream (spec section 6, corner 7): wait for every
+                // stream of the context, then free.
+                let waited = bind(ctx.cu_ctx()).and_then(|()| {
+                    // SAFETY: `ctx` is current.
+                    unsafe { sys::cuCtxSynchronize() }
+                        .result()
+                        .map_err(driver_error("cuCtxSynchronize"))
+                });
+                if waited.is_ok() || context_is_broken(&ctx) {
+                    // SAFETY: `ptr` came from `cuMemAlloc` in `ctx` and is freed once, here,
+                    // after every access enqueued before the free was asked has finished.
                     let _ = unsafe { result::free_sync(ptr) };
+                } else {
+                    leak("device memory of a copy that could not wait for the device");
                 }
             }
         }
     }
+}
+
+/// Whether `ctx` has hit a sticky error: every later call fails, nothing runs any more.
+fn context_is_broken(ctx: &CudaContext) -> bool {
+    let _current = CurrentContext::save();
+    if bind(ctx.cu_ctx()).is_err() {
+        return true;
+    }
+    // SAFETY: `ctx` is current; a query that only reports the context's state.
+    let state = unsafe { sys::cuCtxSynchronize() };
+    !matches!(
+        state,
+        sys::CUresult::CUDA_SUCCESS
+            | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            | sys::CUresult::CUDA_ERROR_NOT_PERMITTED
+    )
+}
+
+fn leak(what: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "dlpack-runtime: leaked {what}");
 }
 
 fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
@@ -695,7 +830,14 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
             let (tx, rx) = channel::<Job>();
             std::thread::Builder::new()
                 .name("dlpack-release".into())
-                .spawn(move || rx.into_iter().for_each(Job::run))
+                .spawn(move || {
+                    for job in rx {
+                        // A panic in one job must not end the thread: the jobs queued behind it
+                        // would be dropped without their waits.
+                        let _ =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
+                    }
+                })
                 .ok()
                 .map(|_| Mutex::new(tx))
         })
@@ -734,9 +876,9 @@ pub(crate) fn release_after_raw(
     ctx: &Arc<CudaContext>,
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
+    let _current = CurrentContext::save();
     let recorded = driver().and_then(|()| {
-        ctx.bind_to_thread()
-            .map_err(driver_error("cuCtxSetCurrent"))?;
+        bind(ctx.cu_ctx())?;
         let event = PooledEvent::take(ctx)?;
         // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
         unsafe { result::event::record(event.event().cu_event(), stream) }
@@ -747,8 +889,13 @@ pub(crate) fn release_after_raw(
         Ok(event) => reap(Job::Release { event, tensor }),
         Err(err) => {
             // SAFETY: as above; waiting on a valid stream.
-            let _ = unsafe { result::stream::synchronize(stream) };
-            drop(tensor);
+            let waited = unsafe { result::stream::synchronize(stream) };
+            if waited.is_ok() || context_is_broken(ctx) {
+                drop(tensor);
+            } else {
+                leak("a tensor whose release could not wait for the consumer's stream");
+                core::mem::forget(tensor);
+            }
             Err(err)
         }
     }
@@ -772,8 +919,7 @@ impl DeviceMemory {
         let ptr = if byte_len == 0 {
             0
         } else {
-            ctx.bind_to_thread()
-                .map_err(driver_error("cuCtxSetCurrent"))?;
+            bind(ctx.cu_ctx())?;
             // SAFETY: allocates `byte_len` bytes in the bound context; the memory is written by
             // the copy before anyone reads it, and freed once, in `drop`.
             unsafe { result::malloc_sync(byte_len) }.map_err(driver_error("cuMemAlloc"))?
@@ -924,18 +1070,18 @@ pub(crate) fn copy_sync(
 }
 
 /// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; spec sections
-/// 2.5 and 2.7) as `copy` says: the strided source becomes compact row-major memory, written by
-/// driver copies enqueued on `copy.on` (the consumer's stream). A device copy is new device
-/// memory and the host does not block: the source is released once the stream has passed the
-/// copy ([`release_after`]). A host copy waits for the stream, then releases the source. The
+/// 2.5 and 2.7) as `copy` says, in the device's primary context: the strided source becomes
+/// compact row-major memory, written by driver copies enqueued on `copy.on` (the consumer's
+/// stream). A device copy is new device memory; unless `copy.host_wait`, the host does not
+/// block and the source is released once the stream has passed the copy ([`release_after`]).
+/// A host copy (`copy.to_host`) waits for the stream; a layout of many blocks whose span is not
+/// much larger than its elements comes over in one transfer and is compacted on the host. The
 /// result is flagged `IS_COPIED` and writable; with `want_ready`, an event recorded on
-/// `copy.on` after a device copy comes with it. The copy runs in `ctx` (the context of the
-/// producer's stream that `copy.before` ordered), or the device's primary context.
+/// `copy.on` after a device copy comes with it.
 pub(crate) fn copy_export(
     source: ManagedTensor,
     request: &crate::ExportRequest,
     copy: &CopySync,
-    ctx: Option<Arc<CudaContext>>,
     want_ready: bool,
 ) -> Result<(ManagedTensor, Option<ReadyEvents>), crate::ExportError> {
     let layout = source.layout()?;
@@ -943,26 +1089,62 @@ pub(crate) fn copy_export(
     if device.device_type != crate::DeviceType::Cuda {
         return Err(crate::ExportError::CopyUnsupported { device });
     }
-    let ctx = match ctx {
-        Some(ctx) => ctx,
-        None => context(device.device_id)?,
-    };
-    ctx.bind_to_thread()
-        .map_err(driver_error("cuCtxSetCurrent"))?;
-    check_consumer_stream(copy.on, device.device_id)?;
+    let ctx = context(device.device_id)?;
+    let _current = CurrentContext::save();
+    check_primary_stream(copy.on, device.device_id)?;
+    bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
     let max_pitch = max_pitch(&ctx)?;
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();
-    if copy.host_wait {
+    if copy.to_host {
+        let span = layout.span();
+        let span_len = (span.end - span.start) as usize;
+        let first = layout.byte_offset() as isize - span.start;
+        let base =
+            (layout.data() as usize as sys::CUdeviceptr).wrapping_add_signed(span.start as i64);
         let copied = crate::export::copy_to_host(&layout, versioned, max_pitch, |dst, plan| {
-            let enqueued =
-                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream));
-            // Wait even after a failed enqueue: the copies already enqueued write to `dst`.
+            let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
+            let mut staging: Vec<u8> = Vec::new();
+            let enqueued = if staged {
+                staging
+                    .try_reserve_exact(span_len)
+                    .map_err(|_| CudaError::Driver {
+                        call: "host staging allocation",
+                        code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                    })
+                    .and_then(|()| {
+                        // SAFETY: `base` is the start of the tensor's validated span in device
+                        // memory, `span_len` bytes; `staging` has room for them (reserved);
+                        // synchronized below before anything reads it.
+                        unsafe {
+                            sys::cuMemcpyDtoHAsync_v2(
+                                staging.as_mut_ptr().cast(),
+                                base,
+                                span_len,
+                                stream,
+                            )
+                        }
+                        .result()
+                        .map_err(driver_error("cuMemcpyDtoHAsync"))
+                    })
+            } else {
+                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
+            };
+            // Wait even after a failed enqueue: the copies already enqueued write to host
+            // memory.
             // SAFETY: `stream` is valid for the call.
             let waited = unsafe { result::stream::synchronize(stream) }
                 .map_err(driver_error("cuStreamSynchronize"));
-            enqueued.and(waited).map_err(Into::into)
+            enqueued.and(waited)?;
+            if staged {
+                // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
+                unsafe { staging.set_len(span_len) };
+                // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
+                // every element of the layout the plan was made from; `dst` has `bytes()`.
+                unsafe { plan.run_on_host(staging.as_ptr().offset(first), dst) };
+            }
+            Ok(())
         });
         drop(source);
         return Ok((copied?, None));
@@ -977,13 +1159,26 @@ pub(crate) fn copy_export(
     let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
     let enqueued = plan
         .try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr), stream));
-    // The copies read the source on `stream`: release it once the stream has passed them
-    // (whether or not every block was enqueued). The new memory's drop waits for the device.
-    let _ = release_after_raw(source, &ctx, stream);
-    enqueued?;
+    // The copies read the source on `stream` (whether or not every block was enqueued); the
+    // new memory's drop waits for the device.
+    if copy.host_wait {
+        // SAFETY: `stream` is valid for the call.
+        let waited = unsafe { result::stream::synchronize(stream) }
+            .map_err(driver_error("cuStreamSynchronize"));
+        if waited.is_ok() || context_is_broken(&ctx) {
+            drop(source);
+        } else {
+            leak("a tensor whose copy could not be waited for");
+            core::mem::forget(source);
+        }
+        enqueued.and(waited)?;
+    } else {
+        let _ = release_after_raw(source, &ctx, stream);
+        enqueued?;
+    }
     let copied =
         crate::export::build_copied(DeviceCopy { memory, shape }, &device_copy_parts, versioned)?;
-    let ready = if want_ready {
+    let ready = if want_ready && !copy.host_wait {
         Some(ReadyEvents::record_raw(&ctx, stream)?)
     } else {
         None

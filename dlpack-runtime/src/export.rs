@@ -847,15 +847,14 @@ fn copy_for(
     {
         let device = Device::from_raw(managed.dl_tensor().device);
         if device.device_type == DeviceType::Cuda {
-            let (copy, ctx) = match sync.copy.take() {
-                Some(decided) => decided,
+            let copy = match sync.copy.take() {
+                Some(copy) => copy,
                 // Built without stream work (no producer stream, no elements, or prebuilt):
                 // nothing is pending, so nothing is ordered before the copy.
-                None => (crate::cuda::copy_sync(device, request, &[])?, None),
+                None => crate::cuda::copy_sync(device, request, &[])?,
             };
             let want_ready = sync.ready.is_some();
-            let (copied, ready) =
-                crate::cuda::copy_export(managed, request, &copy, ctx, want_ready)?;
+            let (copied, ready) = crate::cuda::copy_export(managed, request, &copy, want_ready)?;
             if want_ready {
                 sync.ready = Some(ready);
             }
@@ -1063,10 +1062,7 @@ pub(crate) struct StreamSync<'r> {
     /// Where the copy of a CUDA tensor goes, decided while the producer's streams were
     /// borrowed (their work is ordered before it).
     #[cfg(feature = "cuda")]
-    copy: Option<(
-        crate::stream::CopySync,
-        Option<Arc<cudarc::driver::CudaContext>>,
-    )>,
+    copy: Option<crate::stream::CopySync>,
     #[cfg(not(feature = "cuda"))]
     _request: core::marker::PhantomData<&'r ExportRequest>,
 }

@@ -414,7 +414,7 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// Protocol (spec sections 2.2, 2.6, 2.9, 5): when the producer's type publishes the C
 /// exchange API (`__dlpack_c_exchange_api__`, version 1.x; looked up once per type) and no
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
-/// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA memory, whose
+/// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA device memory, whose
 /// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
 /// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. Otherwise it calls
 /// `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword left at
@@ -666,10 +666,9 @@ fn order_exchanged(
         return Ok(options.stream.is_none());
     }
     #[cfg(feature = "cuda")]
-    if matches!(
-        device.device_type,
-        crate::DeviceType::Cuda | crate::DeviceType::CudaHost | crate::DeviceType::CudaManaged
-    ) {
+    // Host and managed CUDA memory: `current_work_stream` is per device, and these have none
+    // (device 0 by convention), so `__dlpack__` orders them instead.
+    if device.device_type == crate::DeviceType::Cuda {
         let Some(current) = api.current_work_stream else {
             return Ok(false);
         };
@@ -681,8 +680,6 @@ fn order_exchanged(
         if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
             return Err(PyErr::fetch(py));
         }
-        // Host and managed memory live on device 0 of their type; the stream belongs to the
-        // current device then, whose context `order_raw` binds for device 0.
         crate::cuda::order_raw(device.device_id, stream.cast(), request)
             .map_err(ExportError::from)?;
         return Ok(true);
@@ -839,8 +836,10 @@ impl ExportOnce {
 /// [`dlpack`]; `managed_tensor_allocator` allocates zeroed host tensors;
 /// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
 /// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
-/// `current_work_stream` reports NULL: no stream for host memory, the legacy default stream for
-/// CUDA memory, before which the conversion orders the producer's pending work (an event).
+/// `current_work_stream` reports NULL (no current stream). The conversion performs no
+/// synchronization, as the spec requires: for a CUDA pyclass whose data may still be written on
+/// its `#[dlpack(stream)]` streams, consumers must use `__dlpack__(stream=...)`, which orders
+/// that work before their stream; the C exchange API has no way to name it.
 ///
 /// # Errors
 ///
@@ -919,14 +918,12 @@ where
         // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
         let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
-        // CUDA tensors: the pending work on the producer's streams is ordered before the
-        // stream `current_work_stream` reports (NULL, the legacy default stream) by an event,
-        // without blocking the host, so a consumer that launches there reads finished data.
+        // No synchronization (spec section 5.3): `stream=-1` where a stream is legal. The table
+        // carries no stream per tensor, so work pending on the producer's own streams is not
+        // ordered before anything; the consumer must know it finished (or use `__dlpack__`).
         let request = match obj.get().dlpack_device().device_type {
-            crate::DeviceType::Cuda
-            | crate::DeviceType::CudaHost
-            | crate::DeviceType::CudaManaged => ExportRequest::versioned().stream(Some(1)),
-            _ => ExportRequest::versioned(),
+            crate::DeviceType::Cpu => ExportRequest::versioned(),
+            _ => ExportRequest::versioned().stream(Some(-1)),
         };
         let owner = PyOwner(Some(obj.unbind()));
         let managed = export_with(owner, PyOwner::parts, &request)?;
@@ -1040,9 +1037,8 @@ unsafe extern "C" fn c_api_to_py(
     })
 }
 
-/// `current_work_stream`: NULL. Host tensors have no stream; for CUDA tensors NULL is the
-/// legacy default stream, before which `managed_tensor_from_py_object_no_sync` orders the
-/// producer's pending work (an event; the host does not block).
+/// `current_work_stream`: NULL. This producer has no current stream: its CUDA tensors carry
+/// their own streams, which the C exchange API cannot name.
 unsafe extern "C" fn c_api_current_work_stream(
     _device_type: ffi::DLDeviceType,
     _device_id: i32,

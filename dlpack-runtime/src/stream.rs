@@ -235,7 +235,10 @@ pub struct CopySync {
     pub on: ProducerStream,
     /// What makes the producer's pending work visible on [`CopySync::on`] before the copy.
     pub before: SyncPlan,
-    /// Whether the host waits for the copy to finish: the consumer reads on the host.
+    /// Whether the copy goes to host memory (`dl_device=(CPU, 0)`).
+    pub to_host: bool,
+    /// Whether the host waits for the copy to finish: the consumer reads on the host, or
+    /// (`stream=-1`) has no stream the copy could be ordered before.
     pub host_wait: bool,
 }
 
@@ -256,9 +259,10 @@ impl StreamRequest {
 ///
 /// - A consumer stream (`None`, `1`, `2` or a handle on CUDA): the copy goes on it, after an
 ///   event dependency on every other pending producer stream; the host does not block.
-/// - `stream=-1`: the consumer orders its work itself, so the copy goes on the producer's first
-///   pending stream (the one a `-1` consumer shares), or on the legacy default stream when
-///   nothing is pending; the producer's other streams are ordered before it.
+/// - `stream=-1`: the consumer names no stream, so the copy goes on the producer's first
+///   pending stream, or on the legacy default stream when nothing is pending (the producer's
+///   other streams are ordered before it), and the host waits for it: a copy the consumer
+///   cannot order itself after must be finished when it is handed over.
 /// - A host consumer ([`StreamRequest::Host`], `dl_device=(CPU, 0)`): the copy goes on the
 ///   per-thread default stream after the pending work, and the host waits for it, as the spec
 ///   requires for a CPU consumer (section 2.4).
@@ -278,7 +282,7 @@ pub fn plan_copy(
                 .first()
                 .copied()
                 .unwrap_or(ProducerStream::LegacyDefault),
-            false,
+            true,
         ),
         StreamRequest::LegacyDefault => (ProducerStream::LegacyDefault, false),
         StreamRequest::PerThreadDefault => (ProducerStream::PerThreadDefault, false),
@@ -288,6 +292,7 @@ pub fn plan_copy(
     Ok(CopySync {
         on,
         before,
+        to_host: request == StreamRequest::Host,
         host_wait,
     })
 }
@@ -533,16 +538,21 @@ mod tests {
                 let request = parse_stream(cuda, value).unwrap();
                 let copy = plan_copy(cuda, pending, request).unwrap();
                 assert_eq!(copy.on, on, "stream={value:?}");
-                assert!(!copy.host_wait);
+                assert!(!copy.host_wait && !copy.to_host);
                 assert_eq!(copy.before, plan_sync(cuda, pending, request).unwrap());
             }
-            // -1: the producer's own (first) stream, its other streams ordered before it.
+            // -1: the producer's own (first) stream, its other streams ordered before it, and the
+            // host waits.
             let copy = plan_copy(cuda, pending, StreamRequest::NoSync).unwrap();
             let on = pending
                 .first()
                 .copied()
                 .unwrap_or(ProducerStream::LegacyDefault);
             assert_eq!(copy.on, on);
+            assert!(
+                copy.host_wait && !copy.to_host,
+                "-1: the host waits for a device copy"
+            );
             let others: Vec<_> = pending.iter().copied().filter(|s| *s != on).collect();
             let expected = if others.is_empty() {
                 SyncPlan::Nothing
@@ -557,7 +567,7 @@ mod tests {
             let request = parse_stream(Device::CPU, None).unwrap();
             let copy = plan_copy(cuda, pending, request).unwrap();
             assert_eq!(copy.on, ProducerStream::PerThreadDefault);
-            assert!(copy.host_wait);
+            assert!(copy.host_wait && copy.to_host);
             assert_eq!(
                 copy.before,
                 plan_sync(cuda, pending, StreamRequest::PerThreadDefault).unwrap()

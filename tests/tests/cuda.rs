@@ -26,6 +26,7 @@ struct GpuTensor {
     _guard: DropGuard,
 }
 
+/// A consumer of compact `u32` tensors on any device.
 #[derive(DlpackImport)]
 struct GpuView {
     #[dlpack(data)]
@@ -360,16 +361,6 @@ struct GpuStrided {
     _guard: DropGuard,
 }
 
-#[derive(DlpackImport)]
-struct HostView {
-    #[dlpack(data)]
-    data: ImportedData<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(device)]
-    device: Device,
-}
-
 /// `len` values `0..len` written on `stream` behind `passes` memsets of the whole buffer: a
 /// consumer that is not ordered after `stream` reads memset values.
 fn pattern_behind_pending_work(
@@ -477,6 +468,35 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         assert_eq!(counter.get(), 1);
         drop(view);
     }
+    // stream=-1: no stream to order the copy before, so the host waits for it; any stream
+    // then reads it.
+    let counter = Counter::new();
+    let (shape, strides) = (vec![cols, rows], vec![1isize, cols as isize]);
+    let t = GpuStrided {
+        data: pattern_behind_pending_work(&a, rows * cols, 50),
+        shape: shape.clone(),
+        strides: strides.clone(),
+        offset: 0,
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let managed = t
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
+        .unwrap();
+    assert_eq!(
+        counter.get(),
+        1,
+        "the source is released once the copy has finished"
+    );
+    let view = GpuView::from_managed(managed).unwrap();
+    let expected: Vec<u32> = indices(&shape, &strides, 0)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    assert_eq!(
+        read_all_on(view.data.cuda_device_ptr().unwrap(), rows * cols, &c),
+        expected
+    );
     println!("copy=True: transposed, reversed and sliced views copied on the consumer's stream");
 }
 
@@ -503,7 +523,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         "the source is released once the host has its copy"
     );
     assert!(managed.is_copied());
-    let view = HostView::from_managed(managed).unwrap();
+    let view = GpuView::from_managed(managed).unwrap();
     assert_eq!(view.device, Device::CPU);
     assert_eq!(view.shape, [rows, 24]);
     let expected: Vec<u32> = indices(&[rows, 24], &[cols as isize, 1], 100)
@@ -557,6 +577,29 @@ fn streams_are_checked_against_the_tensor_device() {
         Err(CudaError::Driver { .. }) if CudaContext::device_count().unwrap() < 2 => {}
         other => panic!("expected a refusal of device 1, found {other:?}"),
     }
+    // An exchange leaves the thread's current context as it found it (here: none), so the
+    // CUDA runtime of the caller (PyTorch, CuPy) keeps its device.
+    // SAFETY: unbinding the current context is always allowed.
+    unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) }
+        .result()
+        .unwrap();
+    let counter = Counter::new();
+    let t = GpuTensor {
+        data: a.alloc_zeros::<u32>(16).unwrap(),
+        shape: vec![16],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let managed = t
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        .unwrap();
+    let mut current: sys::CUcontext = std::ptr::dangling_mut();
+    // SAFETY: a valid out-pointer.
+    unsafe { sys::cuCtxGetCurrent(&mut current) }
+        .result()
+        .unwrap();
+    assert!(current.is_null(), "the current context was restored");
+    drop(managed);
     match cuda::check_producer_stream(&a, 3) {
         Err(CudaError::StreamOnOtherDevice {
             role: "producer",

@@ -56,6 +56,36 @@ fn reference_indices(shape: &[usize], strides: &[isize], first: isize) -> Vec<is
     out
 }
 
+/// A buffer that holds a layout with `slack` spare elements on each side, its values
+/// `value(i)` for buffer index `i`; the element offset of `(0, ..., 0)`; and the values of the
+/// layout's elements in row-major order.
+fn fixture(
+    shape: &[usize],
+    strides: &[isize],
+    slack: usize,
+    value: impl Fn(i32) -> i32,
+) -> (Vec<i32>, usize, Vec<i32>) {
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&e, &s) in shape.iter().zip(strides) {
+        if e > 0 {
+            let reach = (e as isize - 1) * s;
+            if reach < 0 { lo += reach } else { hi += reach }
+        }
+    }
+    let first = -lo + slack as isize;
+    let len = (first + hi + 1) as usize + slack;
+    let buffer: Vec<i32> = (0..len as i32).map(value).collect();
+    let expected: Vec<i32> = if shape.contains(&0) {
+        vec![]
+    } else {
+        reference_indices(shape, strides, first)
+            .into_iter()
+            .map(|i| buffer[i as usize])
+            .collect()
+    };
+    (buffer, first as usize, expected)
+}
+
 fn layout() -> impl Strategy<Value = (Vec<usize>, Vec<isize>)> {
     (0usize..=4).prop_flat_map(|ndim| {
         (
@@ -71,23 +101,9 @@ proptest! {
     #[test]
     fn round_trip_preserves_every_element((shape, strides) in layout(), slack in 0usize..3) {
         let numel: usize = shape.iter().product();
-        let (mut lo, mut hi) = (0isize, 0isize);
-        for (&e, &s) in shape.iter().zip(&strides) {
-            if e > 0 {
-                let reach = (e as isize - 1) * s;
-                if reach < 0 { lo += reach } else { hi += reach }
-            }
-        }
-        let first = -lo + slack as isize;
-        let len = (first + hi + 1) as usize + slack;
-        let buffer: Vec<i32> = (0..len as i32).collect();
-        let expected: Vec<i32> = if numel == 0 {
-            vec![]
-        } else {
-            reference_indices(&shape, &strides, first).into_iter().map(|i| buffer[i as usize]).collect()
-        };
+        let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i);
         let counter = Counter::new();
-        let tensor = Tensor { data: buffer, shape: shape.clone(), strides: strides.clone(), offset: first as usize * 4, _guard: counter.guard() };
+        let tensor = Tensor { data: buffer, shape: shape.clone(), strides: strides.clone(), offset: first * 4, _guard: counter.guard() };
         let view = Strided::from_managed(tensor.to_dlpack().unwrap()).unwrap();
         prop_assert_eq!(&view.shape, &shape);
         prop_assert_eq!(view.data.to_vec().unwrap(), expected);
@@ -102,24 +118,9 @@ proptest! {
 
     #[test]
     fn copy_true_is_the_compact_copy_of_every_element((shape, strides) in layout(), slack in 0usize..3) {
-        let numel: usize = shape.iter().product();
-        let (mut lo, mut hi) = (0isize, 0isize);
-        for (&e, &s) in shape.iter().zip(&strides) {
-            if e > 0 {
-                let reach = (e as isize - 1) * s;
-                if reach < 0 { lo += reach } else { hi += reach }
-            }
-        }
-        let first = -lo + slack as isize;
-        let len = (first + hi + 1) as usize + slack;
-        let buffer: Vec<i32> = (0..len as i32).map(|v| v * 7 - 3).collect();
-        let expected: Vec<i32> = if numel == 0 {
-            vec![]
-        } else {
-            reference_indices(&shape, &strides, first).into_iter().map(|i| buffer[i as usize]).collect()
-        };
+        let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i * 7 - 3);
         let counter = Counter::new();
-        let tensor = Tensor { data: buffer, shape: shape.clone(), strides, offset: first as usize * 4, _guard: counter.guard() };
+        let tensor = Tensor { data: buffer, shape: shape.clone(), strides, offset: first * 4, _guard: counter.guard() };
         let managed = tensor.to_dlpack_with(&ExportRequest::versioned().copy(Some(true))).unwrap();
         prop_assert_eq!(counter.get(), 1, "the source is released once copied");
         prop_assert!(managed.is_copied());

@@ -27,29 +27,37 @@ struct Published {
     _guard: DropGuard,
 }
 
-#[pymethods]
-impl Published {
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        slf.get().calls.fetch_add(1, Ordering::SeqCst);
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
+/// The DLPack methods of a frozen pyclass with a `calls` counter of `__dlpack__` calls, and
+/// the C exchange API.
+macro_rules! published {
+    ($ty:ty) => {
+        #[pymethods]
+        impl $ty {
+            #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+            fn __dlpack__<'py>(
+                slf: &Bound<'py, Self>,
+                stream: Option<i64>,
+                max_version: Option<(u32, u32)>,
+                dl_device: Option<(i32, i32)>,
+                copy: Option<bool>,
+            ) -> PyResult<Bound<'py, PyCapsule>> {
+                slf.get().calls.fetch_add(1, Ordering::SeqCst);
+                python::dlpack(slf, stream, max_version, dl_device, copy)
+            }
 
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
-    }
+            fn __dlpack_device__(&self) -> (i32, i32) {
+                python::dlpack_device(self)
+            }
 
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        python::dlpack_exchange_api::<Self>(py)
-    }
+            #[classattr]
+            fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+                python::dlpack_exchange_api::<Self>(py)
+            }
+        }
+    };
 }
+
+published!(Published);
 
 #[test]
 fn copy_and_device_options_reach_the_producer() {
@@ -127,31 +135,11 @@ struct CudaPublished {
     data: dlpack_tests::types::FakeCuda,
     #[dlpack(shape)]
     shape: Vec<usize>,
+    calls: Arc<AtomicUsize>,
     _guard: DropGuard,
 }
 
-#[pymethods]
-impl CudaPublished {
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
-    }
-
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        python::dlpack_exchange_api::<Self>(py)
-    }
-}
+published!(CudaPublished);
 
 /// CUDA memory taken through the C exchange API is ordered before the consumer's stream with
 /// the driver (feature `cuda`); without a driver that is an error, and the tensor taken is
@@ -166,6 +154,7 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
     }
     Python::attach(|py| {
         let counter = Counter::new();
+        let calls = Arc::new(AtomicUsize::new(0));
         let obj = Bound::new(
             py,
             CudaPublished {
@@ -174,6 +163,7 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
                     len: 4,
                 },
                 shape: vec![4],
+                calls: calls.clone(),
                 _guard: counter.guard(),
             },
         )
@@ -194,13 +184,17 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
             Device::from_raw(managed.dl_tensor().device),
             Device::cuda(0)
         );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "taken through the C exchange API"
+        );
         drop((managed, obj));
         collect(py);
         assert_eq!(counter.get(), 1, "every tensor taken was released");
 
         // A host producer asked for a stream: the C path is left for `__dlpack__`, which
         // refuses a stream for host memory.
-        let calls = Arc::new(AtomicUsize::new(0));
         let host = Bound::new(
             py,
             Published {
