@@ -50,7 +50,8 @@ pub(crate) struct StridedCopy {
 
 impl StridedCopy {
     /// Plans the copy of a tensor of `shape` (elements) and `strides` (elements, one per axis)
-    /// whose elements are `element_bytes` bytes, into `numel * element_bytes` compact bytes.
+    /// whose elements are `element_bytes` bytes, into `numel * element_bytes` compact bytes, for
+    /// a copy engine (few blocks): the rows of a block are the legal axis of largest extent.
     /// Row pitches above `max_pitch` bytes are split into rows of their own.
     ///
     /// The layout must be valid (as [`crate::layout::validate`] checks): every
@@ -60,6 +61,22 @@ impl StridedCopy {
         strides: &[i64],
         element_bytes: usize,
         max_pitch: usize,
+    ) -> Self {
+        Self::plan(shape, strides, element_bytes, max_pitch, false)
+    }
+
+    /// As [`StridedCopy::new`], for the host: the destination is written in order (the rows of
+    /// a block are the axis just outside the row, when legal), which caches favour.
+    pub(crate) fn for_host(shape: &[i64], strides: &[i64], element_bytes: usize) -> Self {
+        Self::plan(shape, strides, element_bytes, usize::MAX, true)
+    }
+
+    fn plan(
+        shape: &[i64],
+        strides: &[i64],
+        element_bytes: usize,
+        max_pitch: usize,
+        in_order: bool,
     ) -> Self {
         debug_assert_eq!(shape.len(), strides.len());
         let empty = shape.contains(&0);
@@ -88,17 +105,21 @@ impl StridedCopy {
             width *= extent;
             axes.pop();
         }
-        // The rows of a block: the legal axis of largest extent (the innermost on a tie).
+        // The rows of a block: the legal axis of largest extent (the innermost on a tie), or
+        // in destination order the axis just outside the row.
         let legal = |&(_, src, dst): &(usize, isize, usize)| {
             src >= width as isize && src as usize <= max_pitch && dst <= max_pitch
         };
-        let rows = axes
-            .iter()
-            .enumerate()
-            .rev()
-            .filter(|(_, axis)| legal(axis))
-            .max_by_key(|(axis, (extent, _, _))| (*extent, *axis))
-            .map(|(axis, _)| axis);
+        let rows = if in_order {
+            axes.len().checked_sub(1).filter(|&last| legal(&axes[last]))
+        } else {
+            axes.iter()
+                .enumerate()
+                .rev()
+                .filter(|(_, axis)| legal(axis))
+                .max_by_key(|(axis, (extent, _, _))| (*extent, *axis))
+                .map(|(axis, _)| axis)
+        };
         let (height, src_pitch, dst_pitch) = match rows {
             Some(axis) => {
                 let (extent, src, dst) = axes.remove(axis);
@@ -177,7 +198,7 @@ impl StridedCopy {
                 // tensor (the plan covers exactly its elements) and `width` bytes inside the
                 // destination's `bytes()` (caller); the two do not overlap (caller).
                 unsafe {
-                    core::ptr::copy_nonoverlapping(
+                    copy_row(
                         src.offset(block.src + (row * block.src_pitch) as isize),
                         dst.add(block.dst + row * block.dst_pitch),
                         block.width,
@@ -186,6 +207,37 @@ impl StridedCopy {
             }
             Ok::<(), core::convert::Infallible>(())
         });
+    }
+}
+
+/// Copies `width` bytes; the widths of single elements are copied as fixed-size values.
+///
+/// # Safety
+///
+/// As `ptr::copy_nonoverlapping(src, dst, width)`; no alignment is required.
+#[inline(always)]
+unsafe fn copy_row(src: *const u8, dst: *mut u8, width: usize) {
+    /// # Safety
+    ///
+    /// `src` readable and `dst` writable for `N` bytes, not overlapping.
+    #[inline(always)]
+    unsafe fn fixed<const N: usize>(src: *const u8, dst: *mut u8) {
+        // SAFETY: caller; unaligned accesses of a byte array.
+        unsafe {
+            dst.cast::<[u8; N]>()
+                .write_unaligned(src.cast::<[u8; N]>().read_unaligned())
+        }
+    }
+    // SAFETY: caller, for each width.
+    unsafe {
+        match width {
+            1 => fixed::<1>(src, dst),
+            2 => fixed::<2>(src, dst),
+            4 => fixed::<4>(src, dst),
+            8 => fixed::<8>(src, dst),
+            16 => fixed::<16>(src, dst),
+            _ => core::ptr::copy_nonoverlapping(src, dst, width),
+        }
     }
 }
 
@@ -213,7 +265,29 @@ mod tests {
 
     /// Copies a source buffer of distinct bytes through the plan and through the reference.
     fn check(shape: &[i64], strides: &[i64], size: usize, max_pitch: usize) -> StridedCopy {
-        let plan = StridedCopy::new(shape, strides, size, max_pitch);
+        check_plan(
+            StridedCopy::for_host(shape, strides, size),
+            shape,
+            strides,
+            size,
+            usize::MAX,
+        );
+        check_plan(
+            StridedCopy::new(shape, strides, size, max_pitch),
+            shape,
+            strides,
+            size,
+            max_pitch,
+        )
+    }
+
+    fn check_plan(
+        plan: StridedCopy,
+        shape: &[i64],
+        strides: &[i64],
+        size: usize,
+        max_pitch: usize,
+    ) -> StridedCopy {
         let offsets = reference(shape, strides, size);
         assert_eq!(plan.bytes(), offsets.len() * size);
         let lo = offsets.iter().copied().min().unwrap_or(0);
@@ -275,6 +349,24 @@ mod tests {
         let plan = check(&[3, 4], &[1, 3], 2, usize::MAX);
         assert_eq!((plan.width, plan.height, plan.src_pitch), (2, 4, 6));
         assert_eq!(plan.blocks(), 3);
+    }
+
+    #[test]
+    fn host_plans_write_in_destination_order() {
+        // Reversed columns: no legal row axis just outside the row, so element by element, in
+        // order.
+        let plan = StridedCopy::for_host(&[5, 8], &[8, -1], 4);
+        assert_eq!((plan.height, plan.blocks()), (1, 40));
+        let mut last = None;
+        plan.try_for_each_block(|b| {
+            assert!(last.is_none_or(|l| b.dst > l));
+            last = Some(b.dst);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        // A column slice: rows just outside the row.
+        let plan = StridedCopy::for_host(&[5, 2], &[8, 1], 8);
+        assert_eq!((plan.width, plan.height, plan.dst_pitch), (16, 5, 16));
     }
 
     #[test]

@@ -1103,49 +1103,59 @@ pub(crate) fn copy_export(
         let first = layout.byte_offset() as isize - span.start;
         let base =
             (layout.data() as usize as sys::CUdeviceptr).wrapping_add_signed(span.start as i64);
-        let copied = crate::export::copy_to_host(&layout, versioned, max_pitch, |dst, plan| {
-            let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
-            let mut staging: Vec<u8> = Vec::new();
-            let enqueued = if staged {
-                staging
-                    .try_reserve_exact(span_len)
-                    .map_err(|_| CudaError::Driver {
-                        call: "host staging allocation",
-                        code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        let copied =
+            crate::export::copy_to_host(&layout, versioned, Some(max_pitch), |dst, plan| {
+                let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
+                let mut staging: Vec<u8> = Vec::new();
+                let enqueued = if staged {
+                    staging
+                        .try_reserve_exact(span_len)
+                        .map_err(|_| CudaError::Driver {
+                            call: "host staging allocation",
+                            code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                        })
+                        .and_then(|()| {
+                            // SAFETY: `base` is the start of the tensor's validated span in device
+                            // memory, `span_len` bytes; `staging` has room for them (reserved);
+                            // synchronized below before anything reads it.
+                            unsafe {
+                                sys::cuMemcpyDtoHAsync_v2(
+                                    staging.as_mut_ptr().cast(),
+                                    base,
+                                    span_len,
+                                    stream,
+                                )
+                            }
+                            .result()
+                            .map_err(driver_error("cuMemcpyDtoHAsync"))
+                        })
+                } else {
+                    plan.try_for_each_block(|block| {
+                        enqueue(block, src, CopyTarget::Host(dst), stream)
                     })
-                    .and_then(|()| {
-                        // SAFETY: `base` is the start of the tensor's validated span in device
-                        // memory, `span_len` bytes; `staging` has room for them (reserved);
-                        // synchronized below before anything reads it.
-                        unsafe {
-                            sys::cuMemcpyDtoHAsync_v2(
-                                staging.as_mut_ptr().cast(),
-                                base,
-                                span_len,
-                                stream,
-                            )
-                        }
-                        .result()
-                        .map_err(driver_error("cuMemcpyDtoHAsync"))
-                    })
-            } else {
-                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
-            };
-            // Wait even after a failed enqueue: the copies already enqueued write to host
-            // memory.
-            // SAFETY: `stream` is valid for the call.
-            let waited = unsafe { result::stream::synchronize(stream) }
-                .map_err(driver_error("cuStreamSynchronize"));
-            enqueued.and(waited)?;
-            if staged {
-                // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
-                unsafe { staging.set_len(span_len) };
-                // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
-                // every element of the layout the plan was made from; `dst` has `bytes()`.
-                unsafe { plan.run_on_host(staging.as_ptr().offset(first), dst) };
-            }
-            Ok(())
-        });
+                };
+                // Wait even after a failed enqueue: the copies already enqueued write to host
+                // memory.
+                // SAFETY: `stream` is valid for the call.
+                let waited = unsafe { result::stream::synchronize(stream) }
+                    .map_err(driver_error("cuStreamSynchronize"));
+                enqueued.and(waited)?;
+                if staged {
+                    // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
+                    unsafe { staging.set_len(span_len) };
+                    // Compacted in destination order, which the host's caches favour.
+                    let size = plan.bytes() / layout.numel();
+                    let host = crate::copy::StridedCopy::for_host(
+                        layout.shape(),
+                        &layout.strides_vec(),
+                        size,
+                    );
+                    // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
+                    // every element of the layout; `dst` has `bytes()` bytes, as `host` writes.
+                    unsafe { host.run_on_host(staging.as_ptr().offset(first), dst) };
+                }
+                Ok(())
+            });
         drop(source);
         return Ok((copied?, None));
     }

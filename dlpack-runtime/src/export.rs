@@ -1416,7 +1416,13 @@ struct Copied {
 }
 
 /// Zeroed host memory for `numel` elements of `element_bytes`, 64-byte aligned.
-fn host_chunks(numel: usize, element_bytes: usize) -> Result<(Vec<Align64>, usize), ExportError> {
+/// Host memory for `numel` elements of `element_bytes`, 64-byte aligned: zeroed when `zeroed`,
+/// else allocated only (length 0, capacity for every byte).
+fn host_chunks(
+    numel: usize,
+    element_bytes: usize,
+    zeroed: bool,
+) -> Result<(Vec<Align64>, usize), ExportError> {
     let too_large = LayoutError::CopyTooLarge {
         numel,
         element_bytes,
@@ -1429,7 +1435,9 @@ fn host_chunks(numel: usize, element_bytes: usize) -> Result<(Vec<Align64>, usiz
     chunks
         .try_reserve_exact(byte_len.div_ceil(64))
         .map_err(|_| too_large)?;
-    chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    if zeroed {
+        chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    }
     Ok((chunks, byte_len))
 }
 
@@ -1451,7 +1459,7 @@ pub(crate) fn allocate_host(
         .iter()
         .try_fold(1usize, |acc, &e| acc.checked_mul(e))
         .unwrap_or(usize::MAX);
-    let (chunks, byte_len) = host_chunks(numel, size)?;
+    let (chunks, byte_len) = host_chunks(numel, size, true)?;
     let owner = Copied {
         buffer: CopiedBuffer {
             chunks,
@@ -1465,23 +1473,34 @@ pub(crate) fn allocate_host(
 
 /// A compact row-major host copy of the tensor `layout` describes, flagged `IS_COPIED` (spec
 /// section 2.7) and versioned when `versioned`: `fill` writes the elements to the new memory
-/// (`plan.bytes()` bytes at the pointer it gets) as `plan` describes.
+/// (`plan.bytes()` bytes at the pointer it gets) as `plan` describes: a plan for a copy engine
+/// with that maximum pitch (`engine_pitch`), or for the host.
 pub(crate) fn copy_to_host(
     layout: &crate::layout::TensorLayout<'_>,
     versioned: bool,
-    max_pitch: usize,
+    engine_pitch: Option<usize>,
     fill: impl FnOnce(*mut u8, &crate::copy::StridedCopy) -> Result<(), ExportError>,
 ) -> Result<ManagedTensor, ExportError> {
     let dtype = layout.dtype();
     let Some(size) = dtype.element_bytes() else {
         return Err(LayoutError::SubByteAccess { dtype }.into());
     };
-    let (mut chunks, byte_len) = host_chunks(layout.numel(), size)?;
-    let plan =
-        crate::copy::StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
+    // Not zeroed: the copy writes every byte but the padding of the last chunk, zeroed here.
+    let (mut chunks, byte_len) = host_chunks(layout.numel(), size, false)?;
+    let len = byte_len.div_ceil(64);
+    let strides = layout.strides_vec();
+    let plan = match engine_pitch {
+        Some(pitch) => crate::copy::StridedCopy::new(layout.shape(), &strides, size, pitch),
+        None => crate::copy::StridedCopy::for_host(layout.shape(), &strides, size),
+    };
     debug_assert_eq!(plan.bytes(), byte_len);
     if byte_len > 0 {
+        // SAFETY: the capacity holds `len >= 1` chunks; the last one is written whole.
+        unsafe { chunks.as_mut_ptr().add(len - 1).write(Align64([0; 64])) };
         fill(chunks.as_mut_ptr().cast::<u8>(), &plan)?;
+        // SAFETY: `fill` succeeded, so the plan's `byte_len` bytes are written, and the padding
+        // after them (inside the last chunk) was zeroed: `len` chunks are initialized.
+        unsafe { chunks.set_len(len) };
     }
     let shape = layout.shape().iter().map(|&e| e as usize).collect();
     let copied = Copied {
@@ -1527,7 +1546,7 @@ pub(crate) fn copy_of(
         });
     }
     let src = layout.first_element_ptr();
-    copy_to_host(&layout, versioned, usize::MAX, |dst, plan| {
+    copy_to_host(&layout, versioned, None, |dst, plan| {
         // SAFETY: `src` is element (0, ..., 0) of the validated layout the plan was made from,
         // in host-accessible memory the producer keeps alive while `source` lives; `dst` is
         // fresh memory of `plan.bytes()` bytes.
