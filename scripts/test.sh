@@ -7,9 +7,11 @@ source scripts/env.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
-echo "==> cargo clippy (default features, then all features)"
+echo "==> cargo clippy (default features, all features, then each of cuda and python alone)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 echo "==> cargo test (default features)"
 cargo test --workspace --locked
 echo "==> cargo test (all features: python)"

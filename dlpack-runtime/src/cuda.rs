@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError, result, sys};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result, sys};
 
 use crate::managed::ManagedTensor;
 use crate::stream::{CopySync, ProducerStream, SyncPlan};
@@ -81,12 +81,15 @@ pub enum CudaError {
         /// The tensor's device.
         expected: i32,
     },
-    /// A consumer stream of a context other than its device's primary context, where this
-    /// crate must enqueue work of its own (a copy, a stream-ordered release).
+    /// A stream of a context other than its device's primary context, where this crate needs
+    /// the primary one: a consumer stream it enqueues work of its own on (a copy), or a
+    /// producer's default stream (the special handles resolve in the primary context).
     #[error(
-        "consumer stream {stream:#x} belongs to a context other than the primary context of CUDA device {device}, expected a stream of the primary context (the runtime API's)"
+        "{role} stream {stream:#x} belongs to a context other than the primary context of CUDA device {device}, expected a stream of the primary context (the runtime API's)"
     )]
     NotPrimaryContext {
+        /// `"consumer"` or `"producer"`.
+        role: &'static str,
         /// The stream handle.
         stream: u64,
         /// The tensor's device.
@@ -124,11 +127,11 @@ pub fn driver() -> Result<(), CudaError> {
 
 /// Restores the thread's current context when dropped. The CUDA runtime (PyTorch, CuPy, JAX)
 /// follows the driver's current context, so every entry point here leaves it as it found it.
-struct CurrentContext(Option<sys::CUcontext>);
+pub(crate) struct CurrentContext(Option<sys::CUcontext>);
 
 impl CurrentContext {
     /// Saves the current context (nothing without a driver).
-    fn save() -> Self {
+    pub(crate) fn save() -> Self {
         if driver().is_err() {
             return Self(None);
         }
@@ -196,14 +199,14 @@ pub fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
         call: "cuDeviceGet",
         code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
     })?;
-    let ctx = {
-        let _current = CurrentContext::save();
-        CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?
+    // Creating (and dropping a context that lost a race) binds it: leave the thread's as it was.
+    let _current = CurrentContext::save();
+    let ctx = CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
+    let kept = match contexts.lock() {
+        Ok(mut c) => c.entry(ordinal).or_insert(ctx).clone(),
+        Err(_) => ctx,
     };
-    if let Ok(mut c) = contexts.lock() {
-        c.entry(ordinal).or_insert_with(|| ctx.clone());
-    }
-    Ok(ctx)
+    Ok(kept)
 }
 
 /// The device a context belongs to, as a `CUdevice` handle (`cuCtxGetDevice` with the context
@@ -284,6 +287,7 @@ fn consumer_context(stream: ProducerStream, expected: i32) -> Result<bool, CudaE
 fn check_primary_stream(stream: ProducerStream, device: i32) -> Result<(), CudaError> {
     match (consumer_context(stream, device)?, stream) {
         (false, ProducerStream::Handle(h)) => Err(CudaError::NotPrimaryContext {
+            role: "consumer",
             stream: h.get(),
             device,
         }),
@@ -291,26 +295,47 @@ fn check_primary_stream(stream: ProducerStream, device: i32) -> Result<(), CudaE
     }
 }
 
-/// Checks that a producer stream belongs to CUDA device `expected` (its context's ordinal).
+/// Checks that a producer stream belongs to CUDA device `expected` (its context's ordinal), and
+/// that a default stream (legacy or per-thread) is one of the primary context: the special
+/// handles name the default stream of the current context, and this crate resolves them in
+/// the primary one.
 ///
 /// # Errors
 ///
-/// [`CudaError::StreamOnOtherDevice`].
+/// [`CudaError::StreamOnOtherDevice`]; [`CudaError::NotPrimaryContext`] for a default stream of
+/// another context.
 pub fn check_producer_stream(stream: &CudaStream, expected: i32) -> Result<(), CudaError> {
     let found = stream.context().ordinal() as i32;
-    if found == expected {
-        Ok(())
-    } else {
-        Err(CudaError::StreamOnOtherDevice {
+    if found != expected {
+        return Err(CudaError::StreamOnOtherDevice {
             role: "producer",
             stream: stream.cu_stream() as u64,
             found,
             expected,
-        })
+        });
     }
+    if !matches!(identity(stream), ProducerStream::Handle(_)) && !stream.context().is_primary() {
+        return Err(CudaError::NotPrimaryContext {
+            role: "producer",
+            stream: stream.cu_stream() as u64,
+            device: expected,
+        });
+    }
+    Ok(())
 }
 
-type Pool = Mutex<HashMap<usize, Vec<CudaEvent>>>;
+/// A raw event (timing disabled) and the context it was created in. Pooled events live for the
+/// whole process: the pool only grows to the number of events in flight at once.
+#[derive(Debug, Clone, Copy)]
+struct RawEvent {
+    event: sys::CUevent,
+    ctx: sys::CUcontext,
+}
+
+// SAFETY: CUDA events and contexts are plain driver handles, usable from any thread.
+unsafe impl Send for RawEvent {}
+
+type Pool = Mutex<HashMap<usize, Vec<RawEvent>>>;
 
 fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
@@ -325,11 +350,10 @@ pub fn events_created() -> usize {
     CREATED.load(Ordering::Relaxed)
 }
 
-/// An event taken from the per-context pool; returned to it when dropped.
+/// An event taken from the per-context pool; returned to it when dropped. Driven with raw
+/// driver calls: no error recorded on a cudarc context by unrelated work can fail them.
 #[derive(Debug)]
-pub struct PooledEvent {
-    event: Option<CudaEvent>,
-}
+pub struct PooledEvent(RawEvent);
 
 impl PooledEvent {
     /// Takes an event of `ctx` from the pool, creating one (timing disabled) if it is empty.
@@ -337,40 +361,52 @@ impl PooledEvent {
     /// # Errors
     ///
     /// [`CudaError::Driver`] when an event cannot be created.
-    pub fn take(ctx: &Arc<CudaContext>) -> Result<Self, CudaError> {
+    pub fn take(ctx: &CudaContext) -> Result<Self, CudaError> {
         let key = ctx.cu_ctx() as usize;
         let reused = pool()
             .lock()
             .ok()
             .and_then(|mut p| p.get_mut(&key).and_then(Vec::pop));
-        let event = match reused {
-            Some(event) => event,
-            None => {
-                let event = ctx
-                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                    .map_err(driver_error("cuEventCreate"))?;
-                CREATED.fetch_add(1, Ordering::Relaxed);
-                event
-            }
-        };
-        Ok(Self { event: Some(event) })
+        if let Some(event) = reused {
+            return Ok(Self(event));
+        }
+        let _current = CurrentContext::save();
+        bind(ctx.cu_ctx())?;
+        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(driver_error("cuEventCreate"))?;
+        CREATED.fetch_add(1, Ordering::Relaxed);
+        Ok(Self(RawEvent {
+            event,
+            ctx: ctx.cu_ctx(),
+        }))
     }
 
-    /// The event.
-    pub fn event(&self) -> &CudaEvent {
-        self.event
-            .as_ref()
-            .unwrap_or_else(|| unreachable!("taken only in drop"))
+    /// The raw event handle.
+    pub fn cu_event(&self) -> sys::CUevent {
+        self.0.event
+    }
+
+    /// Records the event on `stream`, a stream of the event's context valid for the call.
+    fn record_on(&self, stream: sys::CUstream) -> Result<(), CudaError> {
+        let _current = CurrentContext::save();
+        bind(self.0.ctx)?;
+        // SAFETY: a live event of the bound context; `stream` is of that context (caller).
+        unsafe { result::event::record(self.0.event, stream) }
+            .map_err(driver_error("cuEventRecord"))
+    }
+
+    /// Blocks the host until the event has completed.
+    fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: a live event.
+        unsafe { result::event::synchronize(self.0.event) }
+            .map_err(driver_error("cuEventSynchronize"))
     }
 }
 
 impl Drop for PooledEvent {
     fn drop(&mut self) {
-        if let Some(event) = self.event.take() {
-            let key = event.context().cu_ctx() as usize;
-            if let Ok(mut pool) = pool().lock() {
-                pool.entry(key).or_default().push(event);
-            }
+        if let Ok(mut pool) = pool().lock() {
+            pool.entry(self.0.ctx as usize).or_default().push(self.0);
         }
     }
 }
@@ -383,12 +419,9 @@ fn record_and_wait(
     consumer: ProducerStream,
     primary: &CudaContext,
 ) -> Result<(), CudaError> {
-    bind(producer.context().cu_ctx())?;
     let event = PooledEvent::take(producer.context())?;
-    // SAFETY: the event is live and of the producer's context, which is current; the producer's
-    // stream is live (borrowed).
-    unsafe { result::event::record(event.event().cu_event(), producer.cu_stream()) }
-        .map_err(driver_error("cuEventRecord"))?;
+    // The producer's stream is live (borrowed), of the event's context.
+    event.record_on(producer.cu_stream())?;
     if !matches!(consumer, ProducerStream::Handle(_)) {
         bind(primary.cu_ctx())?;
     }
@@ -398,7 +431,7 @@ fn record_and_wait(
     unsafe {
         result::stream::wait_event(
             raw_stream(consumer),
-            event.event().cu_event(),
+            event.cu_event(),
             sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
         )
     }
@@ -414,6 +447,7 @@ fn record_and_wait(
 /// # Errors
 ///
 /// [`CudaError`] from the probe, the device check of the consumer's stream, or the driver.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub(crate) fn order_raw(
     device_id: i32,
     producer: sys::CUstream,
@@ -442,18 +476,19 @@ pub(crate) fn order_raw(
     check_consumer_stream(consumer, device_id)?;
     bind(ctx.cu_ctx())?;
     let event = PooledEvent::take(&ctx)?;
-    // SAFETY: the event is live; `producer` and the consumer's stream are valid for this call
-    // (spec sections 2.4 and 5.3); `cuStreamWaitEvent` captures the event's state now.
+    // `producer` is a stream of the primary context, valid for this call (spec section 5.3).
+    event.record_on(producer)?;
+    bind(ctx.cu_ctx())?;
+    // SAFETY: the consumer's stream is valid for this call (spec section 2.4); the event is
+    // recorded; `cuStreamWaitEvent` captures the event's state now.
     unsafe {
-        result::event::record(event.event().cu_event(), producer)
-            .map_err(driver_error("cuEventRecord"))?;
         result::stream::wait_event(
             raw_stream(consumer),
-            event.event().cu_event(),
+            event.cu_event(),
             sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
         )
-        .map_err(driver_error("cuStreamWaitEvent"))
     }
+    .map_err(driver_error("cuStreamWaitEvent"))
 }
 
 /// Carries out `plan` for the producer streams `pending` (the streams that named the plan's
@@ -519,14 +554,10 @@ impl ReadyEvents {
             return Ok(Self::default());
         }
         driver()?;
-        let _current = CurrentContext::save();
         let mut events = Vec::with_capacity(streams.len());
         for stream in streams {
             let event = PooledEvent::take(stream.context())?;
-            event
-                .event()
-                .record(stream)
-                .map_err(driver_error("cuEventRecord"))?;
+            event.record_on(stream.cu_stream())?;
             events.push(event);
         }
         Ok(Self { events })
@@ -537,16 +568,9 @@ impl ReadyEvents {
     /// # Errors
     ///
     /// [`CudaError`] from the driver.
-    pub(crate) fn record_raw(
-        ctx: &Arc<CudaContext>,
-        stream: sys::CUstream,
-    ) -> Result<Self, CudaError> {
-        let _current = CurrentContext::save();
-        bind(ctx.cu_ctx())?;
+    pub(crate) fn record_raw(ctx: &CudaContext, stream: sys::CUstream) -> Result<Self, CudaError> {
         let event = PooledEvent::take(ctx)?;
-        // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
-        unsafe { result::event::record(event.event().cu_event(), stream) }
-            .map_err(driver_error("cuEventRecord"))?;
+        event.record_on(stream)?;
         Ok(Self {
             events: vec![event],
         })
@@ -558,11 +582,22 @@ impl ReadyEvents {
     ///
     /// [`CudaError::Driver`] from `cuStreamWaitEvent`.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
         let _current = CurrentContext::save();
+        bind(stream.context().cu_ctx())?;
         for event in &self.events {
-            stream
-                .wait(event.event())
-                .map_err(driver_error("cuStreamWaitEvent"))?;
+            // SAFETY: a live stream (borrowed) of the bound context and a recorded event; an
+            // event of another context may be waited on.
+            unsafe {
+                result::stream::wait_event(
+                    stream.cu_stream(),
+                    event.cu_event(),
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            }
+            .map_err(driver_error("cuStreamWaitEvent"))?;
         }
         Ok(())
     }
@@ -573,14 +608,7 @@ impl ReadyEvents {
     ///
     /// [`CudaError::Driver`] from `cuEventSynchronize`.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        let _current = CurrentContext::save();
-        for event in &self.events {
-            event
-                .event()
-                .synchronize()
-                .map_err(driver_error("cuEventSynchronize"))?;
-        }
-        Ok(())
+        self.events.iter().try_for_each(PooledEvent::synchronize)
     }
 
     /// Whether there are no events (no producer stream had pending work).
@@ -762,60 +790,84 @@ enum Job {
     },
 }
 
-impl Job {
-    /// Waits, then frees. A wait that fails leaves the memory alone (leaked, and said on
-    /// stderr) unless the context is broken for good, where nothing can read it any more:
-    /// freeing memory that may still be read is worse than a leak.
-    fn run(self) {
-        match self {
-            Job::Release { event, tensor } => {
-                // SAFETY: the event is live (pooled, owned by this job) and recorded.
-                let waited = unsafe { result::event::synchronize(event.event().cu_event()) };
-                if waited.is_ok() || context_is_broken(event.event().context()) {
-                    drop(tensor);
-                } else {
-                    leak("a tensor whose release could not wait for the consumer's stream");
-                    core::mem::forget(tensor);
-                }
-                drop(event);
-            }
-            Job::Free { ctx, ptr } => {
-                let _current = CurrentContext::save();
-                // The deleter carries no stream (spec section 6, corner 7): wait for every
-                // stream of the context, then free.
-                let waited = bind(ctx.cu_ctx()).and_then(|()| {
-                    // SAFETY: `ctx` is current.
-                    unsafe { sys::cuCtxSynchronize() }
-                        .result()
-                        .map_err(driver_error("cuCtxSynchronize"))
-                });
-                if waited.is_ok() || context_is_broken(&ctx) {
-                    // SAFETY: `ptr` came from `cuMemAlloc` in `ctx` and is freed once, here,
-                    // after every access enqueued before the free was asked has finished.
-                    let _ = unsafe { result::free_sync(ptr) };
-                } else {
-                    leak("device memory of a copy that could not wait for the device");
-                }
-            }
-        }
+/// What a wait that failed means for the memory waited on.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterFailedWait {
+    /// The context is broken for good (a sticky error, or the driver shutting down): nothing
+    /// runs in it any more, so the memory may be freed.
+    Free,
+    /// A stream capture forbids the wait now: try again later.
+    Retry,
+    /// Anything else: the memory may still be in use; leaking it is the safe choice.
+    Leak,
+}
+
+fn after_failed_wait(err: &CudaError) -> AfterFailedWait {
+    use sys::CUresult as R;
+    let CudaError::Driver { code, .. } = err else {
+        return AfterFailedWait::Leak;
+    };
+    match code {
+        R::CUDA_ERROR_ILLEGAL_ADDRESS
+        | R::CUDA_ERROR_LAUNCH_FAILED
+        | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+        | R::CUDA_ERROR_MISALIGNED_ADDRESS
+        | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+        | R::CUDA_ERROR_INVALID_PC
+        | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+        | R::CUDA_ERROR_ECC_UNCORRECTABLE
+        | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
+        | R::CUDA_ERROR_DEINITIALIZED => AfterFailedWait::Free,
+        R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD => AfterFailedWait::Retry,
+        _ => AfterFailedWait::Leak,
     }
 }
 
-/// Whether `ctx` has hit a sticky error: every later call fails, nothing runs any more.
-fn context_is_broken(ctx: &CudaContext) -> bool {
-    let _current = CurrentContext::save();
-    if bind(ctx.cu_ctx()).is_err() {
-        return true;
+impl Job {
+    /// Waits, then frees. Returns the job when a stream capture forbids the wait now. A wait
+    /// that fails otherwise leaves the memory alone (leaked, and said on stderr) unless the
+    /// context is broken for good: freeing memory that may still be read is worse than a leak.
+    fn run(self) -> Option<Job> {
+        let _current = CurrentContext::save();
+        let waited = match &self {
+            Job::Release { event, .. } => event.synchronize(),
+            // The deleter carries no stream (spec section 6, corner 7): wait for every stream
+            // of the context, then free.
+            Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| {
+                // SAFETY: the context is current.
+                unsafe { sys::cuCtxSynchronize() }
+                    .result()
+                    .map_err(driver_error("cuCtxSynchronize"))
+            }),
+        };
+        let verdict = match &waited {
+            Ok(()) => AfterFailedWait::Free,
+            Err(err) => after_failed_wait(err),
+        };
+        match (verdict, self) {
+            (AfterFailedWait::Retry, job) => return Some(job),
+            (AfterFailedWait::Free, Job::Release { event, tensor }) => {
+                drop(tensor);
+                drop(event);
+            }
+            (AfterFailedWait::Free, Job::Free { ptr, .. }) => {
+                // SAFETY: `ptr` came from `cuMemAlloc` in the bound context and is freed once,
+                // here, after every access enqueued before the free was asked has finished.
+                let _ = unsafe { result::free_sync(ptr) };
+            }
+            (AfterFailedWait::Leak, Job::Release { tensor, .. }) => {
+                leak("a tensor whose release could not wait for the consumer's stream");
+                core::mem::forget(tensor);
+            }
+            (AfterFailedWait::Leak, Job::Free { .. }) => {
+                leak("device memory of a copy that could not wait for the device");
+            }
+        }
+        None
     }
-    // SAFETY: `ctx` is current; a query that only reports the context's state.
-    let state = unsafe { sys::cuCtxSynchronize() };
-    !matches!(
-        state,
-        sys::CUresult::CUDA_SUCCESS
-            | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
-            | sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-            | sys::CUresult::CUDA_ERROR_NOT_PERMITTED
-    )
 }
 
 fn leak(what: &str) {
@@ -831,11 +883,26 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
             std::thread::Builder::new()
                 .name("dlpack-release".into())
                 .spawn(move || {
+                    if driver().is_ok() {
+                        // Another thread's global-mode stream capture must not forbid (nor be
+                        // invalidated by) this thread's waits.
+                        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+                        // SAFETY: a valid in/out pointer; affects this thread only.
+                        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+                    }
                     for job in rx {
-                        // A panic in one job must not end the thread: the jobs queued behind it
-                        // would be dropped without their waits.
-                        let _ =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()));
+                        let mut job = Some(job);
+                        while let Some(pending) = job.take() {
+                            // A panic in one job must not end the thread: the jobs queued
+                            // behind it would be dropped without their waits.
+                            job = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                pending.run()
+                            }))
+                            .unwrap_or(None);
+                            if job.is_some() {
+                                std::thread::sleep(std::time::Duration::from_millis(10));
+                            }
+                        }
                     }
                 })
                 .ok()
@@ -846,14 +913,17 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
 
 /// Hands `job` to the reaper thread, or runs it here (blocking) if the thread is gone.
 fn reap(job: Job) -> Result<(), CudaError> {
-    let job = match reaper().and_then(|r| r.lock().ok()) {
+    let mut job = match reaper().and_then(|r| r.lock().ok()) {
         Some(sender) => match sender.send(job) {
             Ok(()) => return Ok(()),
             Err(returned) => returned.0,
         },
         None => job,
     };
-    job.run();
+    while let Some(pending) = job.run() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        job = pending;
+    }
     Err(CudaError::ReaperGone)
 }
 
@@ -864,7 +934,8 @@ fn reap(job: Job) -> Result<(), CudaError> {
 /// # Errors
 ///
 /// [`CudaError`] when the event cannot be recorded: the tensor is then released after a host
-/// synchronization of `stream` (or at once if that fails too), never leaked.
+/// synchronization of `stream` (leaked, and said on stderr, if that fails too while the
+/// context still runs: it may still be read).
 pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), CudaError> {
     release_after_raw(tensor, stream.context(), stream.cu_stream())
 }
@@ -873,28 +944,27 @@ pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), C
 /// handle), valid for the duration of the call.
 pub(crate) fn release_after_raw(
     tensor: ManagedTensor,
-    ctx: &Arc<CudaContext>,
+    ctx: &CudaContext,
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
     let _current = CurrentContext::save();
-    let recorded = driver().and_then(|()| {
-        bind(ctx.cu_ctx())?;
-        let event = PooledEvent::take(ctx)?;
-        // SAFETY: the event is live; `stream` is a stream of `ctx` valid for this call.
-        unsafe { result::event::record(event.event().cu_event(), stream) }
-            .map_err(driver_error("cuEventRecord"))?;
-        Ok(event)
-    });
+    let recorded = driver()
+        .and_then(|()| PooledEvent::take(ctx))
+        .and_then(|event| event.record_on(stream).map(|()| event));
     match recorded {
         Ok(event) => reap(Job::Release { event, tensor }),
         Err(err) => {
-            // SAFETY: as above; waiting on a valid stream.
-            let waited = unsafe { result::stream::synchronize(stream) };
-            if waited.is_ok() || context_is_broken(ctx) {
-                drop(tensor);
-            } else {
-                leak("a tensor whose release could not wait for the consumer's stream");
-                core::mem::forget(tensor);
+            let waited = bind(ctx.cu_ctx()).and_then(|()| {
+                // SAFETY: `stream` is a stream of the bound context, valid for this call.
+                unsafe { result::stream::synchronize(stream) }
+                    .map_err(driver_error("cuStreamSynchronize"))
+            });
+            match waited.as_ref().map_err(after_failed_wait) {
+                Ok(()) | Err(AfterFailedWait::Free) => drop(tensor),
+                Err(_) => {
+                    leak("a tensor whose release could not wait for the consumer's stream");
+                    core::mem::forget(tensor);
+                }
             }
             Err(err)
         }
@@ -1037,7 +1107,7 @@ fn enqueue(
         dstHost: dst_host,
         dstDevice: dst_device,
         dstArray: core::ptr::null_mut(),
-        dstPitch: block.width,
+        dstPitch: block.dst_pitch,
         WidthInBytes: block.width,
         Height: block.height,
     };
@@ -1051,9 +1121,14 @@ fn enqueue(
 
 /// The device's largest pitch for 2-D copies, in bytes.
 fn max_pitch(ctx: &CudaContext) -> Result<usize, CudaError> {
-    let pitch = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)
-        .map_err(driver_error("cuDeviceGetAttribute"))?;
+    // SAFETY: a device handle of a live context; an attribute query only.
+    let pitch = unsafe {
+        result::device::get_attribute(
+            ctx.cu_device(),
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+        )
+    }
+    .map_err(driver_error("cuDeviceGetAttribute"))?;
     Ok(usize::try_from(pitch).unwrap_or(0))
 }
 
@@ -1084,13 +1159,16 @@ pub(crate) fn copy_export(
     copy: &CopySync,
     want_ready: bool,
 ) -> Result<(ManagedTensor, Option<ReadyEvents>), crate::ExportError> {
+    // Declared before `source` is rebound, so restored after it is dropped (the source's
+    // deleter may bind its own context).
+    let _current = CurrentContext::save();
+    let source = source;
     let layout = source.layout()?;
     let device = layout.device();
     if device.device_type != crate::DeviceType::Cuda {
         return Err(crate::ExportError::CopyUnsupported { device });
     }
     let ctx = context(device.device_id)?;
-    let _current = CurrentContext::save();
     check_primary_stream(copy.on, device.device_id)?;
     bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
@@ -1175,11 +1253,12 @@ pub(crate) fn copy_export(
         // SAFETY: `stream` is valid for the call.
         let waited = unsafe { result::stream::synchronize(stream) }
             .map_err(driver_error("cuStreamSynchronize"));
-        if waited.is_ok() || context_is_broken(&ctx) {
-            drop(source);
-        } else {
-            leak("a tensor whose copy could not be waited for");
-            core::mem::forget(source);
+        match waited.as_ref().map_err(after_failed_wait) {
+            Ok(()) | Err(AfterFailedWait::Free) => drop(source),
+            Err(_) => {
+                leak("a tensor whose copy could not be waited for");
+                core::mem::forget(source);
+            }
         }
         enqueued.and(waited)?;
     } else {

@@ -267,7 +267,8 @@ pub enum ExportError {
     ReadOnlyLegacy,
     /// The requested `dl_device` cannot be served.
     #[error(
-        "cannot export a {found} tensor to dl_device {requested}, expected {found} or, for host-accessible memory, cpu:0"
+        "cannot export a {found} tensor to dl_device {requested}, expected {}",
+        reachable_devices(*found)
     )]
     UnsupportedDevice {
         /// The tensor's device.
@@ -281,17 +282,19 @@ pub enum ExportError {
         /// The device asked for.
         requested: Device,
     },
-    /// A copy is needed or asked for, but this crate cannot copy memory of this device.
+    /// A copy is needed or asked for, but this crate cannot make it: host-accessible memory is
+    /// copied to `cpu:0` only (a copy of `cuda_host` memory onto `cuda_host` would need pinned
+    /// memory), and CUDA device memory needs the `cuda` feature.
     #[error(
-        "cannot copy {device} memory, expected host-accessible memory or, with the `cuda` feature, CUDA device memory"
+        "cannot copy {device} memory onto {device}, expected cpu:0 memory, a copy to dl_device cpu:0 of host-accessible memory, or CUDA device memory with the `cuda` feature"
     )]
     CopyUnsupported {
         /// The tensor's device.
         device: Device,
     },
-    /// A CUDA driver call of the stream hand-off failed, or no driver is present.
+    /// A CUDA driver call (stream ordering, a copy, a check) failed, or no driver is present.
     #[cfg(feature = "cuda")]
-    #[error("CUDA stream hand-off failed: {0}")]
+    #[error("CUDA: {0}")]
     Cuda(#[from] crate::cuda::CudaError),
     /// A legacy tensor was asked of a tensor that exists only as a versioned one.
     #[error(
@@ -408,4 +411,17 @@ fn display_reasons(reasons: &[(&'static str, ImportError)]) -> String {
         .map(|(variant, error)| format!("`{variant}` refuses it ({error})"))
         .collect();
     reasons.join("; ")
+}
+
+/// The `dl_device` values an export of a `found` tensor can serve, for error messages.
+fn reachable_devices(found: Device) -> String {
+    if found == Device::CPU {
+        "cpu:0".to_owned()
+    } else if found.is_host_accessible()
+        || cfg!(feature = "cuda") && found.device_type == crate::DeviceType::Cuda
+    {
+        format!("{found} or cpu:0")
+    } else {
+        found.to_string()
+    }
 }

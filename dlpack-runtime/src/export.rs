@@ -482,6 +482,18 @@ impl<'a> ExportParts<'a> {
         self.buffer.buffer()
     }
 
+    /// Whether the producer names streams with pending work on the data: `#[dlpack(stream)]`
+    /// fields, or the buffer's own stream (feature `cuda`).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn has_producer_streams(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        {
+            !self.streams.is_empty() || self.buffer().producer_stream().is_some()
+        }
+        #[cfg(not(feature = "cuda"))]
+        false
+    }
+
     /// The device of the export: the buffer's device.
     #[inline]
     pub fn device(&self) -> Device {
@@ -860,6 +872,11 @@ fn copy_for(
             }
             return Ok(copied);
         }
+    }
+    // A host copy is `cpu:0` memory: it serves a request for `cpu:0` only.
+    let device = Device::from_raw(managed.dl_tensor().device);
+    if request.dl_device.unwrap_or(device) != Device::CPU {
+        return Err(ExportError::CopyUnsupported { device });
     }
     copy_of(&managed, request.wants_versioned())
 }
@@ -1337,6 +1354,10 @@ fn has_address_data(device_type: DeviceType) -> bool {
 /// once.
 #[inline]
 unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
+    // The owner's drop may bind a CUDA context (cudarc buffers do): the consumer's thread keeps
+    // its own.
+    #[cfg(feature = "cuda")]
+    let _current = crate::cuda::CurrentContext::save();
     let b = block.as_ptr();
     // SAFETY: the prefix is initialized (caller).
     let size = unsafe { (*b).prefix.size };

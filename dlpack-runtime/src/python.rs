@@ -454,12 +454,17 @@ pub fn managed_from_object(
     let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
     if options.device.is_none() && options.copy.is_none() {
         if let Some(api) = exchange_api_of(&obj.get_type())? {
-            let managed = via_exchange_api(obj, api)?;
-            match order_exchanged(py, &managed, api, options)? {
-                true => return Ok(managed),
-                // Memory this consumer cannot order: give it back and ask `__dlpack__`, which
-                // synchronizes.
-                false => drop(managed),
+            match via_exchange_api(obj, api) {
+                Ok(managed) => match order_exchanged(py, &managed, api, options)? {
+                    true => return Ok(managed),
+                    // Memory this consumer cannot order: give it back and ask `__dlpack__`,
+                    // which synchronizes.
+                    false => drop(managed),
+                },
+                // A producer that cannot serve the C path (pending streams, say) may still
+                // serve `__dlpack__`, which raises its own error otherwise.
+                Err(err) if err.is_instance_of::<PyBufferError>(py) => {}
+                Err(err) => return Err(err),
             }
         }
     }
@@ -837,9 +842,10 @@ impl ExportOnce {
 /// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
 /// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
 /// `current_work_stream` reports NULL (no current stream). The conversion performs no
-/// synchronization, as the spec requires: for a CUDA pyclass whose data may still be written on
-/// its `#[dlpack(stream)]` streams, consumers must use `__dlpack__(stream=...)`, which orders
-/// that work before their stream; the C exchange API has no way to name it.
+/// synchronization, as the spec requires; a tensor whose producer names CUDA streams with
+/// pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers) is refused with `BufferError`,
+/// since the C exchange API cannot name those streams: `__dlpack__(stream=...)` orders them
+/// before the consumer's stream. This crate's consumer then falls back to `__dlpack__`.
 ///
 /// # Errors
 ///
@@ -919,9 +925,19 @@ where
         let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
         // No synchronization (spec section 5.3): `stream=-1` where a stream is legal. The table
-        // carries no stream per tensor, so work pending on the producer's own streams is not
-        // ordered before anything; the consumer must know it finished (or use `__dlpack__`).
-        let request = match obj.get().dlpack_device().device_type {
+        // carries no stream per tensor, so a tensor with work pending on the producer's own
+        // streams cannot be ordered before the consumer's: refused, for `__dlpack__(stream=...)`
+        // to serve it, rather than handed over unordered.
+        let (device, pending) = {
+            let parts = obj.get().export_parts();
+            (parts.device(), parts.has_producer_streams())
+        };
+        if pending {
+            return Err(PyBufferError::new_err(format!(
+                "this {device} tensor names CUDA streams with pending work, which the C exchange API cannot order before the consumer's stream; expected a __dlpack__(stream=...) call"
+            )));
+        }
+        let request = match device.device_type {
             crate::DeviceType::Cpu => ExportRequest::versioned(),
             _ => ExportRequest::versioned().stream(Some(-1)),
         };

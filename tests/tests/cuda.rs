@@ -59,14 +59,17 @@ fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>) {
 }
 
 const N: usize = 64 << 20; // 64 Mi u32 = 256 MiB
+/// Elements of the buffer of the host-time test: 256 Mi u32 = 1 GiB, so that 300 full writes
+/// (300 GB, one launch each, far below the launch queue's depth) keep an H200 busy for well
+/// over 50 ms.
+const SLOW_N: usize = 256 << 20;
 
-/// Enqueues `passes` full writes of `buf` on `stream`, the last one writing `passes`: at least
-/// 50 ms of pending work on an H200.
+/// Enqueues `passes` full writes of `buf` on `stream`, the last one writing `passes`.
 fn slow_fill(buf: &CudaSlice<u32>, stream: &CudaStream, passes: u32) {
     let ptr = cuda_ptr(buf, stream);
     for value in 1..=passes {
-        // SAFETY: `ptr` points to `N` u32 of a live allocation; the memset is stream-ordered.
-        unsafe { sys::cuMemsetD32Async(ptr, value, N, stream.cu_stream()) }
+        // SAFETY: `ptr` points to `buf.len()` u32 of a live allocation; stream-ordered.
+        unsafe { sys::cuMemsetD32Async(ptr, value, buf.len(), stream.cu_stream()) }
             .result()
             .unwrap();
     }
@@ -157,7 +160,7 @@ fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
 #[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn the_host_is_not_blocked_by_an_event_dependency() {
     let (_ctx, a, b) = setup();
-    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    let buf = a.alloc_zeros::<u32>(SLOW_N).unwrap();
     let counter = Counter::new();
     // Warm up the pool and the driver.
     let warm = GpuTensor {
@@ -170,10 +173,10 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
         warm.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     );
-    slow_fill(&buf, &a, 400);
+    slow_fill(&buf, &a, 300);
     let t = GpuTensor {
         data: buf,
-        shape: vec![N],
+        shape: vec![SLOW_N],
         stream: a.clone(),
         _guard: counter.guard(),
     };
@@ -186,13 +189,13 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
     a.synchronize().unwrap();
     drop(managed);
     // The same export with a host synchronization, for comparison.
-    let buf = a.alloc_zeros::<u32>(N).unwrap();
-    slow_fill(&buf, &a, 400);
+    let buf = a.alloc_zeros::<u32>(SLOW_N).unwrap();
+    slow_fill(&buf, &a, 300);
     let start = Instant::now();
     a.synchronize().unwrap();
     let t = GpuTensor {
         data: buf,
-        shape: vec![N],
+        shape: vec![SLOW_N],
         stream: a.clone(),
         _guard: counter.guard(),
     };
@@ -531,6 +534,27 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         .map(|i| i as u32)
         .collect();
     assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
+    // A transposed view: many blocks over a span no larger than its elements, so it comes over
+    // in one transfer and is compacted on the host.
+    let (shape, strides) = (vec![cols, rows], vec![1isize, cols as isize]);
+    let t = GpuStrided {
+        data: pattern_behind_pending_work(&a, rows * cols, 200),
+        shape: shape.clone(),
+        strides: strides.clone(),
+        offset: 0,
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    let view = GpuView::from_managed(
+        t.to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+            .unwrap(),
+    )
+    .unwrap();
+    let expected: Vec<u32> = indices(&shape, &strides, 0)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
     // copy=False cannot be served.
     let t = GpuStrided {
         data: a.alloc_zeros::<u32>(4).unwrap(),
@@ -551,8 +575,8 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
             requested: Device::CPU
         }
     );
-    assert_eq!(counter.get(), 2);
-    println!("dl_device=(CPU, 0): strided CUDA view copied to the host after 200 pending memsets");
+    assert_eq!(counter.get(), 3);
+    println!("dl_device=(CPU, 0): strided CUDA views copied to the host after 200 pending memsets");
 }
 
 #[test]
@@ -579,10 +603,6 @@ fn streams_are_checked_against_the_tensor_device() {
     }
     // An exchange leaves the thread's current context as it found it (here: none), so the
     // CUDA runtime of the caller (PyTorch, CuPy) keeps its device.
-    // SAFETY: unbinding the current context is always allowed.
-    unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) }
-        .result()
-        .unwrap();
     let counter = Counter::new();
     let t = GpuTensor {
         data: a.alloc_zeros::<u32>(16).unwrap(),
@@ -590,6 +610,10 @@ fn streams_are_checked_against_the_tensor_device() {
         stream: a.clone(),
         _guard: counter.guard(),
     };
+    // SAFETY: unbinding the current context is always allowed.
+    unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) }
+        .result()
+        .unwrap();
     let managed = t
         .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
         .unwrap();

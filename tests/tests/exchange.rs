@@ -616,6 +616,82 @@ fn copies_of_cuda_memory_need_the_driver() {
     }
 }
 
+/// Host memory that says it is pinned CUDA host memory (`kDLCUDAHost`): host-accessible.
+struct PinnedLike(Vec<f32>);
+
+// SAFETY: the `Vec` owns `len` initialized `f32` in host memory, readable by the host whatever
+// device type it reports; `as_mut_ptr` derives from `&mut self`.
+unsafe impl dlpack_runtime::ExportBuffer for PinnedLike {
+    fn dtype(&self) -> DataType {
+        DataType::F32
+    }
+    fn device(&self) -> Device {
+        Device::new(dlpack_runtime::DeviceType::CudaHost, 0)
+    }
+    fn byte_len(&self) -> usize {
+        self.0.len() * 4
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.0.as_ptr().cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.0.as_mut_ptr().cast())
+    }
+}
+
+#[derive(DlpackExport)]
+struct PinnedTensor {
+    #[dlpack(data)]
+    data: PinnedLike,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A host copy is `cpu:0` memory: it serves `copy=True` of host-accessible memory of another
+/// device type only when `dl_device=(CPU, 0)` asks for the host (spec section 2.7: without
+/// `dl_device` the export stays on the tensor's device).
+#[test]
+fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
+    let pinned = Device::new(dlpack_runtime::DeviceType::CudaHost, 0);
+    let make = || PinnedTensor {
+        data: PinnedLike(vec![1.0, 2.0, 3.0]),
+        shape: vec![3],
+    };
+    let err = make()
+        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .unwrap_err();
+    assert_eq!(err, ExportError::CopyUnsupported { device: pinned });
+    assert_eq!(
+        err.to_string(),
+        "cannot copy cuda_host:0 memory onto cuda_host:0, expected cpu:0 memory, a copy to dl_device cpu:0 of host-accessible memory, or CUDA device memory with the `cuda` feature"
+    );
+    let copied = make()
+        .to_dlpack_with(
+            &ExportRequest::versioned()
+                .dl_device(Device::CPU)
+                .copy(Some(true)),
+        )
+        .unwrap();
+    assert!(copied.is_copied());
+    let view = Compact::<f32>::from_managed(copied).unwrap();
+    assert_eq!(view.data.device(), Device::CPU);
+    assert_eq!(view.data.as_slice().unwrap(), [1.0, 2.0, 3.0]);
+    // Without a copy, dl_device=(CPU, 0) shares the memory as it is.
+    let shared = make()
+        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+        .unwrap();
+    assert!(!shared.is_copied());
+    assert_eq!(Device::from_raw(shared.dl_tensor().device), pinned);
+    // The devices an export can serve, named in the refusal.
+    let err = make()
+        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot export a cuda_host:0 tensor to dl_device cuda:1, expected cuda_host:0 or cpu:0"
+    );
+}
+
 #[test]
 fn request_checks() {
     let counter = Counter::new();
