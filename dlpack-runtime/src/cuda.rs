@@ -95,6 +95,15 @@ pub enum CudaError {
         /// The tensor's device.
         device: i32,
     },
+    /// A stream being captured into a CUDA graph, where this crate would have to wait for work
+    /// it enqueues (a copy, a stream-ordered release): captured work runs only at launch.
+    #[error(
+        "stream {stream:#x} is being captured into a CUDA graph, expected a stream that runs its work (copies and stream-ordered release wait for it)"
+    )]
+    Capturing {
+        /// The stream handle.
+        stream: u64,
+    },
     /// The reaper thread of stream-ordered release is gone.
     #[error(
         "the stream-ordered release thread has stopped; the tensor was released at once after a host synchronization"
@@ -230,6 +239,34 @@ fn context_device(ctx: sys::CUcontext) -> Result<sys::CUdevice, CudaError> {
     }
 }
 
+/// The context a stream handle belongs to (`cuStreamGetCtx`).
+fn stream_context(stream: sys::CUstream) -> Result<sys::CUcontext, CudaError> {
+    let mut ctx: sys::CUcontext = core::ptr::null_mut();
+    // SAFETY: `stream` is a live stream, valid for the call (caller); a valid out-pointer.
+    unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }
+        .result()
+        .map_err(driver_error("cuStreamGetCtx"))?;
+    Ok(ctx)
+}
+
+/// Refuses a stream that is being captured into a CUDA graph, where this crate would enqueue
+/// work whose completion it then waits for (a copy, a stream-ordered release): captured work
+/// runs only when the graph is launched.
+fn check_not_capturing(stream: sys::CUstream) -> Result<(), CudaError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is valid for the call (caller); a valid out-pointer.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .map_err(driver_error("cuStreamIsCapturing"))?;
+    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        Ok(())
+    } else {
+        Err(CudaError::Capturing {
+            stream: stream as u64,
+        })
+    }
+}
+
 /// The ordinal of a `CUdevice` handle.
 fn ordinal_of(device: sys::CUdevice) -> i32 {
     let count = result::device::get_count().unwrap_or(0);
@@ -258,12 +295,8 @@ fn consumer_context(stream: ProducerStream, expected: i32) -> Result<bool, CudaE
     };
     let ctx = context(expected)?;
     let _current = CurrentContext::save();
-    let mut found_ctx: sys::CUcontext = core::ptr::null_mut();
-    // SAFETY: `handle` is the consumer's stream, valid for the duration of the call (spec
-    // section 2.4); `found_ctx` is a valid out-pointer.
-    unsafe { sys::cuStreamGetCtx(handle.get() as sys::CUstream, &mut found_ctx) }
-        .result()
-        .map_err(driver_error("cuStreamGetCtx"))?;
+    // The consumer's stream is valid for the duration of the call (spec section 2.4).
+    let found_ctx = stream_context(handle.get() as sys::CUstream)?;
     if found_ctx == ctx.cu_ctx() {
         return Ok(true);
     }
@@ -330,6 +363,10 @@ pub fn check_producer_stream(stream: &CudaStream, expected: i32) -> Result<(), C
 struct RawEvent {
     event: sys::CUevent,
     ctx: sys::CUcontext,
+    /// Whether the event goes back to the pool: events of primary contexts, which this crate
+    /// keeps retained (so their events outlive every user of the context). Events of other
+    /// contexts are destroyed after use: their context may be destroyed with them.
+    pooled: bool,
 }
 
 // SAFETY: CUDA events and contexts are plain driver handles, usable from any thread.
@@ -362,22 +399,35 @@ impl PooledEvent {
     ///
     /// [`CudaError::Driver`] when an event cannot be created.
     pub fn take(ctx: &CudaContext) -> Result<Self, CudaError> {
-        let key = ctx.cu_ctx() as usize;
-        let reused = pool()
-            .lock()
-            .ok()
-            .and_then(|mut p| p.get_mut(&key).and_then(Vec::pop));
-        if let Some(event) = reused {
-            return Ok(Self(event));
+        let pooled = ctx.is_primary();
+        if pooled {
+            // Keeps the primary context retained for the process, so that pooled events are
+            // never destroyed by a reset of the context when its users let it go.
+            context(ctx.ordinal() as i32)?;
+            let key = ctx.cu_ctx() as usize;
+            let reused = pool()
+                .lock()
+                .ok()
+                .and_then(|mut p| p.get_mut(&key).and_then(Vec::pop));
+            if let Some(event) = reused {
+                return Ok(Self(event));
+            }
         }
         let _current = CurrentContext::save();
         bind(ctx.cu_ctx())?;
-        let event = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        let mut event: sys::CUevent = core::ptr::null_mut();
+        // Timing disabled (cheapest), blocking sync: a host wait on it yields the CPU.
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as core::ffi::c_uint
+            | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as core::ffi::c_uint;
+        // SAFETY: a valid out-pointer; the context is current.
+        unsafe { sys::cuEventCreate(&mut event, flags) }
+            .result()
             .map_err(driver_error("cuEventCreate"))?;
         CREATED.fetch_add(1, Ordering::Relaxed);
         Ok(Self(RawEvent {
             event,
             ctx: ctx.cu_ctx(),
+            pooled,
         }))
     }
 
@@ -397,7 +447,9 @@ impl PooledEvent {
 
     /// Blocks the host until the event has completed.
     fn synchronize(&self) -> Result<(), CudaError> {
-        // SAFETY: a live event.
+        let _current = CurrentContext::save();
+        bind(self.0.ctx)?;
+        // SAFETY: a live event of the current context.
         unsafe { result::event::synchronize(self.0.event) }
             .map_err(driver_error("cuEventSynchronize"))
     }
@@ -405,8 +457,14 @@ impl PooledEvent {
 
 impl Drop for PooledEvent {
     fn drop(&mut self) {
-        if let Ok(mut pool) = pool().lock() {
-            pool.entry(self.0.ctx as usize).or_default().push(self.0);
+        if self.0.pooled {
+            if let Ok(mut pool) = pool().lock() {
+                pool.entry(self.0.ctx as usize).or_default().push(self.0);
+            }
+        } else {
+            // SAFETY: the event is ours and used no more; a failure (its context is gone,
+            // destroying it already) leaves nothing to do.
+            let _ = unsafe { sys::cuEventDestroy_v2(self.0.event) };
         }
     }
 }
@@ -422,8 +480,9 @@ fn record_and_wait(
     let event = PooledEvent::take(producer.context())?;
     // The producer's stream is live (borrowed), of the event's context.
     event.record_on(producer.cu_stream())?;
-    if !matches!(consumer, ProducerStream::Handle(_)) {
-        bind(primary.cu_ctx())?;
+    match consumer {
+        ProducerStream::Handle(h) => bind(stream_context(h.get() as sys::CUstream)?)?,
+        _ => bind(primary.cu_ctx())?,
     }
     // SAFETY: the consumer's stream is valid for the duration of this call (spec section 2.4);
     // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
@@ -880,6 +939,7 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
     REAPER
         .get_or_init(|| {
             let (tx, rx) = channel::<Job>();
+            let requeue = tx.clone();
             std::thread::Builder::new()
                 .name("dlpack-release".into())
                 .spawn(move || {
@@ -891,16 +951,16 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
                         let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
                     }
                     for job in rx {
-                        let mut job = Some(job);
-                        while let Some(pending) = job.take() {
-                            // A panic in one job must not end the thread: the jobs queued
-                            // behind it would be dropped without their waits.
-                            job = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                pending.run()
-                            }))
-                            .unwrap_or(None);
-                            if job.is_some() {
-                                std::thread::sleep(std::time::Duration::from_millis(10));
+                        // A panic in one job must not end the thread: the jobs queued behind
+                        // it would be dropped without their waits.
+                        let retry =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()))
+                                .unwrap_or(None);
+                        if let Some(job) = retry {
+                            // A capture forbids the wait now: behind the other jobs, later.
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            if let Err(returned) = requeue.send(job) {
+                                let _ = returned.0.run();
                             }
                         }
                     }
@@ -933,6 +993,8 @@ fn reap(job: Job) -> Result<(), CudaError> {
 ///
 /// # Errors
 ///
+/// [`CudaError::Capturing`] when `stream` is being captured into a CUDA graph: the tensor is
+/// leaked (said on stderr), since the captured work reads it whenever the graph is launched.
 /// [`CudaError`] when the event cannot be recorded: the tensor is then released after a host
 /// synchronization of `stream` (leaked, and said on stderr, if that fails too while the
 /// context still runs: it may still be read).
@@ -949,10 +1011,19 @@ pub(crate) fn release_after_raw(
 ) -> Result<(), CudaError> {
     let _current = CurrentContext::save();
     let recorded = driver()
+        .and_then(|()| bind(ctx.cu_ctx()))
+        .and_then(|()| check_not_capturing(stream))
         .and_then(|()| PooledEvent::take(ctx))
         .and_then(|event| event.record_on(stream).map(|()| event));
     match recorded {
         Ok(event) => reap(Job::Release { event, tensor }),
+        Err(err @ CudaError::Capturing { .. }) => {
+            // The captured work reads the tensor whenever the graph is launched: only a leak is
+            // safe (and waiting on the stream would invalidate the capture).
+            leak("a tensor released after a stream that is being captured into a CUDA graph");
+            core::mem::forget(tensor);
+            Err(err)
+        }
         Err(err) => {
             let waited = bind(ctx.cu_ctx()).and_then(|()| {
                 // SAFETY: `stream` is a stream of the bound context, valid for this call.
@@ -1172,6 +1243,7 @@ pub(crate) fn copy_export(
     check_primary_stream(copy.on, device.device_id)?;
     bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
+    check_not_capturing(stream)?;
     let max_pitch = max_pitch(&ctx)?;
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();
