@@ -480,9 +480,20 @@ fn record_and_wait(
     let event = PooledEvent::take(producer.context())?;
     // The producer's stream is live (borrowed), of the event's context.
     event.record_on(producer.cu_stream())?;
+    wait_for(&event, consumer, primary.cu_ctx())
+}
+
+/// Makes the `consumer` stream wait for a recorded `event`, with the stream's own context bound
+/// (`primary`, the device's primary context, for the special handles). Restores nothing: the
+/// caller holds a [`CurrentContext`].
+fn wait_for(
+    event: &PooledEvent,
+    consumer: ProducerStream,
+    primary: sys::CUcontext,
+) -> Result<(), CudaError> {
     match consumer {
         ProducerStream::Handle(h) => bind(stream_context(h.get() as sys::CUstream)?)?,
-        _ => bind(primary.cu_ctx())?,
+        _ => bind(primary)?,
     }
     // SAFETY: the consumer's stream is valid for the duration of this call (spec section 2.4);
     // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
@@ -537,17 +548,7 @@ pub(crate) fn order_raw(
     let event = PooledEvent::take(&ctx)?;
     // `producer` is a stream of the primary context, valid for this call (spec section 5.3).
     event.record_on(producer)?;
-    bind(ctx.cu_ctx())?;
-    // SAFETY: the consumer's stream is valid for this call (spec section 2.4); the event is
-    // recorded; `cuStreamWaitEvent` captures the event's state now.
-    unsafe {
-        result::stream::wait_event(
-            raw_stream(consumer),
-            event.cu_event(),
-            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-        )
-    }
-    .map_err(driver_error("cuStreamWaitEvent"))
+    wait_for(&event, consumer, ctx.cu_ctx())
 }
 
 /// Carries out `plan` for the producer streams `pending` (the streams that named the plan's

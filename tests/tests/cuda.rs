@@ -384,6 +384,32 @@ fn pattern_behind_pending_work(
     buf
 }
 
+/// A strided view (strides and offset in elements) of a `rows * cols` buffer holding
+/// `0..rows * cols` behind `passes` pending memsets on `stream`, and the values its elements
+/// hold, in row-major order.
+fn view_behind_pending_work(
+    stream: &Arc<CudaStream>,
+    (rows, cols, passes): (usize, usize, u32),
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+    counter: &Counter,
+) -> (GpuStrided, Vec<u32>) {
+    let t = GpuStrided {
+        data: pattern_behind_pending_work(stream, rows * cols, passes),
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        offset,
+        stream: stream.clone(),
+        _guard: counter.guard(),
+    };
+    let expected = indices(shape, strides, offset)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    (t, expected)
+}
+
 /// Reads `len` u32 at `ptr` on `stream`, then waits for `stream` only.
 fn read_all_on(ptr: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Vec<u32> {
     let mut out = vec![0u32; len];
@@ -432,14 +458,8 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
     ];
     for (shape, strides, offset) in views {
         let counter = Counter::new();
-        let t = GpuStrided {
-            data: pattern_behind_pending_work(&a, rows * cols, 50),
-            shape: shape.clone(),
-            strides: strides.clone(),
-            offset,
-            stream: a.clone(),
-            _guard: counter.guard(),
-        };
+        let (t, expected) =
+            view_behind_pending_work(&a, (rows, cols, 50), &shape, &strides, offset, &counter);
         let request = ExportRequest::versioned()
             .stream(Some(b.cu_stream() as i64))
             .copy(Some(true));
@@ -450,10 +470,6 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         assert_eq!(view.device, Device::cuda(0));
         assert_eq!(view.shape, shape);
         let numel: usize = shape.iter().product();
-        let expected: Vec<u32> = indices(&shape, &strides, offset)
-            .into_iter()
-            .map(|i| i as u32)
-            .collect();
         let ptr = view.data.cuda_device_ptr().unwrap();
         // The consumer's stream sees the copy; so does any stream that waits on the event.
         assert_eq!(read_all_on(ptr, numel, &b), expected, "{shape:?} on B");
@@ -474,15 +490,14 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
     // stream=-1: no stream to order the copy before, so the host waits for it; any stream
     // then reads it.
     let counter = Counter::new();
-    let (shape, strides) = (vec![cols, rows], vec![1isize, cols as isize]);
-    let t = GpuStrided {
-        data: pattern_behind_pending_work(&a, rows * cols, 50),
-        shape: shape.clone(),
-        strides: strides.clone(),
-        offset: 0,
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let (t, expected) = view_behind_pending_work(
+        &a,
+        (rows, cols, 50),
+        &[cols, rows],
+        &[1, cols as isize],
+        0,
+        &counter,
+    );
     let managed = t
         .to_dlpack_with(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
         .unwrap();
@@ -492,10 +507,6 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         "the source is released once the copy has finished"
     );
     let view = GpuView::from_managed(managed).unwrap();
-    let expected: Vec<u32> = indices(&shape, &strides, 0)
-        .into_iter()
-        .map(|i| i as u32)
-        .collect();
     assert_eq!(
         read_all_on(view.data.cuda_device_ptr().unwrap(), rows * cols, &c),
         expected
@@ -509,14 +520,14 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
     let (_ctx, a, _b) = setup();
     let counter = Counter::new();
     let (rows, cols) = (4096usize, 1024usize);
-    let t = GpuStrided {
-        data: pattern_behind_pending_work(&a, rows * cols, 200),
-        shape: vec![rows, 24],
-        strides: vec![cols as isize, 1],
-        offset: 100,
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let (t, expected) = view_behind_pending_work(
+        &a,
+        (rows, cols, 200),
+        &[rows, 24],
+        &[cols as isize, 1],
+        100,
+        &counter,
+    );
     let managed = t
         .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
         .unwrap();
@@ -529,31 +540,22 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
     let view = GpuView::from_managed(managed).unwrap();
     assert_eq!(view.device, Device::CPU);
     assert_eq!(view.shape, [rows, 24]);
-    let expected: Vec<u32> = indices(&[rows, 24], &[cols as isize, 1], 100)
-        .into_iter()
-        .map(|i| i as u32)
-        .collect();
     assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
     // A transposed view: many blocks over a span no larger than its elements, so it comes over
     // in one transfer and is compacted on the host.
-    let (shape, strides) = (vec![cols, rows], vec![1isize, cols as isize]);
-    let t = GpuStrided {
-        data: pattern_behind_pending_work(&a, rows * cols, 200),
-        shape: shape.clone(),
-        strides: strides.clone(),
-        offset: 0,
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let (t, expected) = view_behind_pending_work(
+        &a,
+        (rows, cols, 200),
+        &[cols, rows],
+        &[1, cols as isize],
+        0,
+        &counter,
+    );
     let view = GpuView::from_managed(
         t.to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
             .unwrap(),
     )
     .unwrap();
-    let expected: Vec<u32> = indices(&shape, &strides, 0)
-        .into_iter()
-        .map(|i| i as u32)
-        .collect();
     assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
     // copy=False cannot be served.
     let t = GpuStrided {
