@@ -26,6 +26,18 @@ struct GpuTensor {
     _guard: DropGuard,
 }
 
+impl GpuTensor {
+    /// A 1-D tensor of `data`, with pending work on `stream`, counted by `counter`.
+    fn new(data: CudaSlice<u32>, stream: &Arc<CudaStream>, counter: &Counter) -> Self {
+        Self {
+            shape: vec![data.len()],
+            data,
+            stream: stream.clone(),
+            _guard: counter.guard(),
+        }
+    }
+}
+
 /// A consumer of compact `u32` tensors on any device.
 #[derive(DlpackImport)]
 struct GpuView {
@@ -111,12 +123,7 @@ fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
             let counter = Counter::new();
             let buf = a.alloc_zeros::<u32>(N).unwrap();
             slow_fill(&buf, &a, passes);
-            let t = GpuTensor {
-                data: buf,
-                shape: vec![N],
-                stream: a.clone(),
-                _guard: counter.guard(),
-            };
+            let t = GpuTensor::new(buf, &a, &counter);
             let stream = if with_dependency {
                 b.cu_stream() as i64
             } else {
@@ -163,23 +170,13 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
     let buf = a.alloc_zeros::<u32>(SLOW_N).unwrap();
     let counter = Counter::new();
     // Warm up the pool and the driver.
-    let warm = GpuTensor {
-        data: a.alloc_zeros::<u32>(16).unwrap(),
-        shape: vec![16],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let warm = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     drop(
         warm.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     );
     slow_fill(&buf, &a, 300);
-    let t = GpuTensor {
-        data: buf,
-        shape: vec![SLOW_N],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(buf, &a, &counter);
     let start = Instant::now();
     let managed = t
         .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
@@ -193,12 +190,7 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
     slow_fill(&buf, &a, 300);
     let start = Instant::now();
     a.synchronize().unwrap();
-    let t = GpuTensor {
-        data: buf,
-        shape: vec![SLOW_N],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(buf, &a, &counter);
     drop(
         t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
@@ -233,12 +225,7 @@ fn after_warm_up_no_event_is_created_per_exchange() {
     let (_ctx, a, b) = setup();
     let counter = Counter::new();
     let export = |counter: &Counter| {
-        let t = GpuTensor {
-            data: a.alloc_zeros::<u32>(1024).unwrap(),
-            shape: vec![1024],
-            stream: a.clone(),
-            _guard: counter.guard(),
-        };
+        let t = GpuTensor::new(a.alloc_zeros::<u32>(1024).unwrap(), &a, counter);
         drop(
             t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
                 .unwrap(),
@@ -264,12 +251,7 @@ fn after_warm_up_no_event_is_created_per_exchange() {
 fn stream_ordered_release_waits_for_the_consumer() {
     let (_ctx, a, b) = setup();
     let counter = Counter::new();
-    let t = GpuTensor {
-        data: a.alloc_zeros::<u32>(N).unwrap(),
-        shape: vec![N],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
     let view = GpuView::from_managed(
         t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
@@ -306,12 +288,7 @@ fn ready_events_let_the_consumer_wait_later() {
     let counter = Counter::new();
     let buf = a.alloc_zeros::<u32>(N).unwrap();
     slow_fill(&buf, &a, 100);
-    let t = GpuTensor {
-        data: buf,
-        shape: vec![N],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(buf, &a, &counter);
     let (managed, ready) = t
         .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
         .unwrap();
@@ -326,12 +303,7 @@ fn ready_events_let_the_consumer_wait_later() {
 fn illegal_streams_and_wrong_devices_are_refused() {
     let (_ctx, a, _b) = setup();
     let counter = Counter::new();
-    let t = GpuTensor {
-        data: a.alloc_zeros::<u32>(16).unwrap(),
-        shape: vec![16],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
         .to_dlpack_with(&ExportRequest::versioned().stream(Some(0)))
         .unwrap_err();
@@ -606,12 +578,7 @@ fn streams_are_checked_against_the_tensor_device() {
     // An exchange leaves the thread's current context as it found it (here: none), so the
     // CUDA runtime of the caller (PyTorch, CuPy) keeps its device.
     let counter = Counter::new();
-    let t = GpuTensor {
-        data: a.alloc_zeros::<u32>(16).unwrap(),
-        shape: vec![16],
-        stream: a.clone(),
-        _guard: counter.guard(),
-    };
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     // SAFETY: unbinding the current context is always allowed.
     unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) }
         .result()
