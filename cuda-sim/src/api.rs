@@ -1,0 +1,1154 @@
+//! The driver entry points the simulator models, by area of the CUDA driver API.
+
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use cudarc::driver::sys::{
+    CUDA_MEMCPY2D, CUcontext, CUctxCreateParams, CUdevice, CUdevice_attribute, CUdeviceptr,
+    CUevent, CUgraph, CUhostFn, CUmemorytype, CUpointer_attribute, CUresult, CUstream,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUuuid,
+};
+
+use crate::checker::Pattern;
+use crate::engine::{
+    self, Copy2D, DISABLE_TIMING, Event, Handle, Kind, Loc, Res, Resolved, State, Waiter, Work,
+};
+use crate::{driver, out, state};
+
+use CUresult::*;
+
+fn h<T>(p: *mut T) -> Handle {
+    p as Handle
+}
+
+fn ptr<T>(h: Handle) -> *mut T {
+    h as *mut T
+}
+
+/// Waits without the global lock, then records the host's observation under it.
+fn host_wait(waiters: Vec<Waiter>) {
+    for w in &waiters {
+        w.wait();
+    }
+    let mut st = state();
+    for w in &waiters {
+        st.observed(w);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialization, version, devices
+
+fn attribute(attrib: CUdevice_attribute) -> c_int {
+    use CUdevice_attribute::*;
+    match attrib {
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X | CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y => 1024,
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z => 64,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X => i32::MAX,
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y | CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z => 65535,
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => 49152,
+        CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+        CU_DEVICE_ATTRIBUTE_MAX_PITCH => i32::MAX,
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
+        CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS
+        | CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING
+        | CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY
+        | CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => 1,
+        CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT => 3,
+        _ => 0,
+    }
+}
+
+driver! {
+    /// Initializes the simulator (flags must be 0).
+    fn cuInit(flags: c_uint) {
+        if flags != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        state().initialized = true;
+        Ok(())
+    }
+
+    /// Reports CUDA 13.0.
+    fn cuDriverGetVersion(version: *mut c_int) {
+        // SAFETY: an out-pointer (driver API contract).
+        unsafe { out(version, 13000) }
+    }
+
+    fn cuDeviceGetCount(count: *mut c_int) {
+        let st = state();
+        st.check_init()?;
+        // SAFETY: an out-pointer.
+        unsafe { out(count, st.devices) }
+    }
+
+    /// Device handles are the ordinals.
+    fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
+        state().check_device(ordinal)?;
+        // SAFETY: an out-pointer.
+        unsafe { out(device, ordinal) }
+    }
+
+    fn cuDeviceGetAttribute(value: *mut c_int, attrib: CUdevice_attribute, dev: CUdevice) {
+        state().check_device(dev)?;
+        // SAFETY: an out-pointer.
+        unsafe { out(value, attribute(attrib)) }
+    }
+
+    fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) {
+        state().check_device(dev)?;
+        if name.is_null() || len <= 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let text = format!("cuda-sim device {dev}");
+        let n = text.len().min(len as usize - 1);
+        // SAFETY: `name` has room for `len` bytes (contract); `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), name.cast::<u8>(), n);
+            *name.add(n) = 0;
+        }
+        Ok(())
+    }
+
+    fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) {
+        state().check_device(dev)?;
+        // SAFETY: an out-pointer.
+        unsafe { out(bytes, crate::config().memory) }
+    }
+
+    fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) {
+        device_uuid(uuid, dev)
+    }
+}
+
+fn device_uuid(uuid: *mut CUuuid, dev: CUdevice) -> Res {
+    state().check_device(dev)?;
+    let mut bytes = [0 as c_char; 16];
+    for (i, b) in b"cuda-sim".iter().enumerate() {
+        bytes[i] = *b as c_char;
+    }
+    bytes[15] = dev as c_char;
+    // SAFETY: an out-pointer.
+    unsafe { out(uuid, CUuuid { bytes }) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+driver! {
+    /// The primary context of `dev` (one per device, the same handle every time).
+    fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
+        let mut st = state();
+        st.check_device(dev)?;
+        let ctx = st.primary(dev);
+        st.contexts.get_mut(&ctx).expect("made by primary()").retained += 1;
+        // SAFETY: an out-pointer.
+        unsafe { out(pctx, ptr(ctx)) }
+    }
+
+    /// Drops one retain; the context's state is kept when the count reaches zero.
+    fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
+        let mut st = state();
+        st.check_device(dev)?;
+        let ctx = st.primary(dev);
+        let c = st.contexts.get_mut(&ctx).expect("made by primary()");
+        if c.retained == 0 {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        c.retained -= 1;
+        Ok(())
+    }
+
+    fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) {
+        let mut st = state();
+        st.check_device(dev)?;
+        let ctx = st.primary(dev);
+        let retained = st.contexts[&ctx].retained;
+        // SAFETY: out-pointers.
+        unsafe {
+            out(flags, 0)?;
+            out(active, c_int::from(retained > 0))
+        }
+    }
+
+    /// A context that is not the primary one; it becomes current.
+    fn cuCtxCreate_v4(
+        pctx: *mut CUcontext,
+        _params: *mut CUctxCreateParams,
+        _flags: c_uint,
+        dev: CUdevice,
+    ) {
+        let mut st = state();
+        st.check_device(dev)?;
+        if pctx.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let ctx = st.create_context(dev);
+        engine::push_current(ctx);
+        // SAFETY: checked not NULL; an out-pointer.
+        unsafe { out(pctx, ptr(ctx)) }
+    }
+
+    /// Destroys a created context; its streams' pending work still completes.
+    fn cuCtxDestroy_v2(ctx: CUcontext) {
+        let mut st = state();
+        st.check_init()?;
+        let c = st.context(h(ctx))?;
+        if c.primary {
+            return Err(CUDA_ERROR_INVALID_CONTEXT);
+        }
+        st.contexts.get_mut(&h(ctx)).expect("checked").destroyed = true;
+        let streams: Vec<usize> = (0..st.streams.len())
+            .filter(|&i| st.streams[i].ctx == h(ctx))
+            .collect();
+        for i in streams {
+            st.destroy_stream(i);
+        }
+        if engine::current_raw() == Some(h(ctx)) {
+            engine::pop_current();
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetCurrent(pctx: *mut CUcontext) {
+        state().check_init()?;
+        let current = engine::current_raw().unwrap_or(0);
+        // SAFETY: an out-pointer.
+        unsafe { out(pctx, ptr(current)) }
+    }
+
+    /// Replaces the top of the thread's context stack (NULL unbinds).
+    fn cuCtxSetCurrent(ctx: CUcontext) {
+        let st = state();
+        st.check_init()?;
+        if ctx.is_null() {
+            engine::set_current(None);
+        } else {
+            st.context(h(ctx))?;
+            engine::set_current(Some(h(ctx)));
+        }
+        Ok(())
+    }
+
+    fn cuCtxPushCurrent_v2(ctx: CUcontext) {
+        let st = state();
+        st.check_init()?;
+        st.context(h(ctx))?;
+        engine::push_current(h(ctx));
+        Ok(())
+    }
+
+    fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
+        state().check_init()?;
+        let popped = engine::pop_current().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        if !pctx.is_null() {
+            // SAFETY: an out-pointer, not NULL.
+            unsafe { out(pctx, ptr(popped))? };
+        }
+        Ok(())
+    }
+
+    fn cuCtxGetDevice(device: *mut CUdevice) {
+        let st = state();
+        let ctx = st.current()?;
+        let dev = st.contexts[&ctx].device;
+        // SAFETY: an out-pointer.
+        unsafe { out(device, dev) }
+    }
+
+    fn cuCtxGetId(ctx: CUcontext, id: *mut c_ulonglong) {
+        let st = state();
+        let ctx = if ctx.is_null() { st.current()? } else { h(ctx) };
+        st.context(ctx)?;
+        // SAFETY: an out-pointer.
+        unsafe { out(id, ctx as c_ulonglong) }
+    }
+
+    /// Waits for every stream of the current context.
+    fn cuCtxSynchronize() {
+        let waiters = {
+            let mut st = state();
+            let ctx = st.current()?;
+            st.check_capture_safe()?;
+            st.context_waiters(ctx)
+        };
+        host_wait(waiters);
+        Ok(())
+    }
+
+    fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
+        state().current()?;
+        if !least.is_null() {
+            // SAFETY: an out-pointer, not NULL.
+            unsafe { out(least, 0)? };
+        }
+        if !greatest.is_null() {
+            // SAFETY: an out-pointer, not NULL.
+            unsafe { out(greatest, -5)? };
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams
+
+fn create_stream(ph: *mut CUstream, flags: c_uint, priority: c_int) -> Res {
+    if ph.is_null() || flags & !engine::NON_BLOCKING != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut st = state();
+    let ctx = st.current()?;
+    let handle = st.handle();
+    st.new_stream(ctx, Kind::Created { flags, priority }, handle);
+    // SAFETY: an out-pointer, not NULL.
+    unsafe { out(ph, ptr(handle)) }
+}
+
+driver! {
+    /// A stream of the current context; flags `CU_STREAM_DEFAULT` (blocking: synchronizes with
+    /// the legacy default stream) or `CU_STREAM_NON_BLOCKING`.
+    fn cuStreamCreate(ph: *mut CUstream, flags: c_uint) {
+        create_stream(ph, flags, 0)
+    }
+
+    fn cuStreamCreateWithPriority(ph: *mut CUstream, flags: c_uint, priority: c_int) {
+        create_stream(ph, flags, priority)
+    }
+
+    /// Returns at once; work already enqueued still runs.
+    fn cuStreamDestroy_v2(stream: CUstream) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        if !matches!(st.streams[i].kind, Kind::Created { .. }) {
+            return Err(CUDA_ERROR_INVALID_HANDLE);
+        }
+        st.destroy_stream(i);
+        Ok(())
+    }
+
+    fn cuStreamGetFlags(stream: CUstream, flags: *mut c_uint) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let f = match st.streams[i].kind {
+            Kind::Created { flags, .. } => flags,
+            _ => 0,
+        };
+        // SAFETY: an out-pointer.
+        unsafe { out(flags, f) }
+    }
+
+    fn cuStreamGetCtx(stream: CUstream, pctx: *mut CUcontext) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let ctx = st.streams[i].ctx;
+        // SAFETY: an out-pointer.
+        unsafe { out(pctx, ptr(ctx)) }
+    }
+
+    /// Blocks until the stream's work so far is done (the legacy default stream's includes the
+    /// blocking streams' earlier work).
+    fn cuStreamSynchronize(stream: CUstream) {
+        let waiter = {
+            let mut st = state();
+            let i = st.stream(h(stream))?;
+            if st.streams[i].capture.is_some() {
+                st.streams[i].capture.as_mut().expect("checked").invalidated = true;
+                return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+            }
+            if st.streams[i].kind == Kind::Legacy {
+                st.check_capture_safe()?;
+                st.enqueue(i, "cuStreamSynchronize", &[], None, None)?;
+            }
+            st.waiter(i)
+        };
+        host_wait(vec![waiter]);
+        Ok(())
+    }
+
+    /// `CUDA_ERROR_NOT_READY` while work is pending.
+    fn cuStreamQuery(stream: CUstream) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        if st.streams[i].capture.is_some() {
+            st.streams[i].capture.as_mut().expect("checked").invalidated = true;
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        let w = st.waiter(i);
+        engine::ready(State::is_done(&w))?;
+        st.observed(&w);
+        Ok(())
+    }
+
+    /// Work enqueued on `stream` afterwards waits for the event's position at its last record;
+    /// a never-recorded event adds no wait.
+    fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
+        if flags & !0x1 != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let recorded = st
+            .events
+            .get(&h(event))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+            .recorded
+            .clone();
+        if let Some(r) = recorded {
+            st.enqueue(i, "cuStreamWaitEvent", &[], Some(&r), None)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f(user_data)` on the stream's thread, in stream order.
+    fn cuLaunchHostFunc(stream: CUstream, f: CUhostFn, user_data: *mut c_void) {
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let data = user_data as usize;
+        // SAFETY: the caller's host function and its argument (driver API contract).
+        let work: Work = Box::new(move || unsafe { f(data as *mut c_void) });
+        st.enqueue(i, "cuLaunchHostFunc", &[], None, Some(work))?;
+        Ok(())
+    }
+
+    fn cuStreamIsCapturing(stream: CUstream, status: *mut CUstreamCaptureStatus) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let s = st.capture_status(i);
+        // SAFETY: an out-pointer.
+        unsafe { out(status, s) }
+    }
+
+    /// Work enqueued while capturing goes into the capture and does not run.
+    fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        st.begin_capture(i, mode)
+    }
+
+    fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let capture = st.streams[i].capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+        if capture.thread != std::thread::current().id()
+            && capture.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
+        {
+            st.streams[i].capture = Some(capture);
+            return Err(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+        }
+        if capture.invalidated {
+            // SAFETY: an out-pointer.
+            unsafe { out(graph, std::ptr::null_mut())? };
+            return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        }
+        let g = st.handle();
+        st.graphs.insert(g);
+        // SAFETY: an out-pointer.
+        unsafe { out(graph, ptr(g)) }
+    }
+
+    fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) {
+        if mode.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: not NULL; an in/out pointer (contract).
+        unsafe { *mode = engine::exchange_capture_mode(*mode) };
+        Ok(())
+    }
+
+    /// Graphs from captures can be destroyed; they cannot be instantiated.
+    fn cuGraphDestroy(graph: CUgraph) {
+        if state().graphs.remove(&h(graph)) {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+driver! {
+    fn cuEventCreate(ph: *mut CUevent, flags: c_uint) {
+        if ph.is_null() || flags & !0xF != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut st = state();
+        let ctx = st.current()?;
+        let handle = st.handle();
+        st.events.insert(handle, Event { ctx, flags, recorded: None });
+        // SAFETY: an out-pointer, not NULL.
+        unsafe { out(ph, ptr(handle)) }
+    }
+
+    /// Captures the stream's position now; the stream must be in the event's context.
+    fn cuEventRecord(event: CUevent, stream: CUstream) {
+        record(event, stream)
+    }
+
+    fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, _flags: c_uint) {
+        record(event, stream)
+    }
+
+    /// `CUDA_SUCCESS` once the recorded position has completed (or if never recorded).
+    fn cuEventQuery(event: CUevent) {
+        let mut st = state();
+        st.check_init()?;
+        let recorded = st
+            .events
+            .get(&h(event))
+            .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+            .recorded
+            .clone();
+        st.check_capture_safe()?;
+        if let Some(r) = recorded {
+            let w = State::event_waiter(&r);
+            engine::ready(State::is_done(&w))?;
+            st.observed(&w);
+        }
+        Ok(())
+    }
+
+    fn cuEventSynchronize(event: CUevent) {
+        let waiter = {
+            let mut st = state();
+            st.check_init()?;
+            let recorded = st
+                .events
+                .get(&h(event))
+                .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+                .recorded
+                .clone();
+            st.check_capture_safe()?;
+            recorded.map(|r| State::event_waiter(&r))
+        };
+        if let Some(w) = waiter {
+            host_wait(vec![w]);
+        }
+        Ok(())
+    }
+
+    /// Destroys at once; waits already enqueued on it keep their position.
+    fn cuEventDestroy_v2(event: CUevent) {
+        let mut st = state();
+        st.check_init()?;
+        st.events.remove(&h(event)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(())
+    }
+
+    /// Milliseconds between the completions of two recorded events (host clock).
+    fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) {
+        let st = state();
+        let stamp = |e: CUevent| -> Res<Option<std::time::Instant>> {
+            let ev = st.events.get(&h(e)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            if ev.flags & DISABLE_TIMING != 0 {
+                return Err(CUDA_ERROR_INVALID_HANDLE);
+            }
+            let r = ev.recorded.as_ref().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+            Ok(*engine::lock(&r.done_at))
+        };
+        let (Some(a), Some(b)) = (stamp(start)?, stamp(end)?) else {
+            return Err(CUDA_ERROR_NOT_READY);
+        };
+        let elapsed = if b >= a {
+            (b - a).as_secs_f32() * 1e3
+        } else {
+            -((a - b).as_secs_f32() * 1e3)
+        };
+        // SAFETY: an out-pointer.
+        unsafe { out(ms, elapsed) }
+    }
+}
+
+fn record(event: CUevent, stream: CUstream) -> Res {
+    let mut st = state();
+    let i = st.stream(h(stream))?;
+    let ctx = st
+        .events
+        .get(&h(event))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+        .ctx;
+    if ctx != st.streams[i].ctx {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    let r = st.record(i)?;
+    st.events.get_mut(&h(event)).expect("checked").recorded = Some(r);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+driver! {
+    /// Device memory of the current context's device, zeroed, 256-byte aligned.
+    fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) {
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut st = state();
+        let ctx = st.current()?;
+        st.check_capture_safe()?;
+        let p = st.alloc(bytes, ctx, None)?;
+        // SAFETY: an out-pointer, not NULL.
+        unsafe { out(dptr, p) }
+    }
+
+    /// Stream-ordered allocation: work not ordered after this point of `stream` that touches
+    /// the memory is a violation.
+    fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) {
+        if dptr.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        let ctx = st.streams[i].ctx;
+        let p = st.alloc(bytes, ctx, Some(i))?;
+        // SAFETY: an out-pointer, not NULL.
+        unsafe { out(dptr, p) }
+    }
+
+    /// A host-side free: every access to the memory must be ordered before the host's
+    /// current position (a synchronization), or it is a violation.
+    fn cuMemFree_v2(dptr: CUdeviceptr) {
+        let mut st = state();
+        st.check_init()?;
+        st.check_capture_safe()?;
+        st.free(dptr, None, "cuMemFree")
+    }
+
+    /// A stream-ordered free: every access must be ordered before this point of `stream`.
+    fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        st.free(dptr, Some(i), "cuMemFreeAsync")
+    }
+
+    fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) {
+        let st = state();
+        st.current()?;
+        let total_bytes = crate::config().memory;
+        // SAFETY: out-pointers.
+        unsafe {
+            out(free, total_bytes - st.memory.used)?;
+            out(total, total_bytes)
+        }
+    }
+
+    /// Pinned host memory: copies to and from it are asynchronous.
+    fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytes: usize) {
+        alloc_host(pp, bytes)
+    }
+
+    fn cuMemHostAlloc(pp: *mut *mut c_void, bytes: usize, _flags: c_uint) {
+        alloc_host(pp, bytes)
+    }
+
+    fn cuMemFreeHost(p: *mut c_void) {
+        state().memory.free_pinned(p as usize)
+    }
+
+    fn cuPointerGetAttribute(data: *mut c_void, attribute: CUpointer_attribute, p: CUdeviceptr) {
+        if data.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let st = state();
+        st.check_init()?;
+        let Some(info) = pointer_info(&st, p) else {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        };
+        // SAFETY: `data` has room for the attribute's type (driver API contract).
+        unsafe { write_attribute(data, attribute, p, Some(&info)) }
+    }
+
+    /// Like `cuPointerGetAttribute`, but an unknown pointer gets default values, not an error.
+    fn cuPointerGetAttributes(
+        n: c_uint,
+        attributes: *mut CUpointer_attribute,
+        data: *mut *mut c_void,
+        p: CUdeviceptr,
+    ) {
+        if n > 0 && (attributes.is_null() || data.is_null()) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let st = state();
+        st.check_init()?;
+        let info = pointer_info(&st, p);
+        for k in 0..n as usize {
+            // SAFETY: `n` attributes and `n` out-pointers (contract).
+            unsafe { write_attribute(*data.add(k), *attributes.add(k), p, info.as_ref())? };
+        }
+        Ok(())
+    }
+}
+
+fn alloc_host(pp: *mut *mut c_void, bytes: usize) -> Res {
+    if pp.is_null() || bytes == 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut st = state();
+    let ctx = st.current()?;
+    let device = st.contexts[&ctx].device;
+    let addr = st.memory.alloc_pinned(bytes, ctx, device)?;
+    // SAFETY: an out-pointer, not NULL.
+    unsafe { out(pp, addr as *mut c_void) }
+}
+
+struct PointerInfo {
+    ctx: Handle,
+    device: i32,
+    memory_type: CUmemorytype,
+    start: u64,
+    len: usize,
+    id: u64,
+}
+
+fn pointer_info(st: &State, p: CUdeviceptr) -> Option<PointerInfo> {
+    if let Some(a) = st.memory.find(p) {
+        return Some(PointerInfo {
+            ctx: a.ctx,
+            device: a.device,
+            memory_type: CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            start: a.base,
+            len: a.len,
+            id: a.id,
+        });
+    }
+    let (&base, pinned) = st.memory.pinned.range(..=(p as usize)).next_back()?;
+    ((p as usize) < base + pinned.len).then_some(PointerInfo {
+        ctx: pinned.ctx,
+        device: pinned.device,
+        memory_type: CUmemorytype::CU_MEMORYTYPE_HOST,
+        start: base as u64,
+        len: pinned.len,
+        id: base as u64,
+    })
+}
+
+/// # Safety
+/// `data` has room for the attribute's type.
+unsafe fn write_attribute(
+    data: *mut c_void,
+    attribute: CUpointer_attribute,
+    p: CUdeviceptr,
+    info: Option<&PointerInfo>,
+) -> Res {
+    use CUpointer_attribute::*;
+    // SAFETY: in every arm, `data` has room for the attribute's documented type (caller).
+    // Booleans are written as one byte, which reads correctly as a zeroed `bool` or `int` alike.
+    unsafe {
+        match attribute {
+            CU_POINTER_ATTRIBUTE_CONTEXT => {
+                out(data.cast(), ptr::<c_void>(info.map_or(0, |i| i.ctx)))
+            }
+            CU_POINTER_ATTRIBUTE_MEMORY_TYPE => {
+                out(data.cast(), info.map_or(0, |i| i.memory_type as c_uint))
+            }
+            CU_POINTER_ATTRIBUTE_DEVICE_POINTER | CU_POINTER_ATTRIBUTE_RANGE_START_ADDR => {
+                let value = match (attribute, info) {
+                    (CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, Some(i)) => i.start,
+                    (_, Some(_)) => p,
+                    (_, None) => 0,
+                };
+                out(data.cast::<u64>(), value)
+            }
+            CU_POINTER_ATTRIBUTE_HOST_POINTER => out(
+                data.cast::<*mut c_void>(),
+                match info {
+                    Some(i) if i.memory_type == CUmemorytype::CU_MEMORYTYPE_HOST => {
+                        i.start as *mut c_void
+                    }
+                    _ => std::ptr::null_mut(),
+                },
+            ),
+            CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL => {
+                out(data.cast::<c_int>(), info.map_or(-2, |i| i.device))
+            }
+            CU_POINTER_ATTRIBUTE_RANGE_SIZE => out(data.cast::<usize>(), info.map_or(0, |i| i.len)),
+            CU_POINTER_ATTRIBUTE_BUFFER_ID => out(data.cast::<u64>(), info.map_or(0, |i| i.id)),
+            CU_POINTER_ATTRIBUTE_IS_MANAGED => out(data.cast::<u8>(), 0),
+            CU_POINTER_ATTRIBUTE_SYNC_MEMOPS | CU_POINTER_ATTRIBUTE_MAPPED => {
+                out(data.cast::<u8>(), u8::from(info.is_some()))
+            }
+            other => {
+                crate::stubs::unsupported(&format!("cuPointerGetAttribute({other:?})"));
+                Err(CUDA_ERROR_NOT_SUPPORTED)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies and memsets
+
+/// One side of a copy as the caller named it.
+#[derive(Clone, Copy)]
+enum Side {
+    Device(CUdeviceptr),
+    Host(usize),
+}
+
+/// How the host relates to a copy's completion.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Stream-ordered; the host goes on.
+    Async,
+    /// The host waits for the copy, and is ordered after it (`cuMemcpy*` without `Async`).
+    Sync,
+}
+
+struct CopyRequest {
+    src: Side,
+    src_pitch: usize,
+    dst: Side,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+fn pattern(offset: usize, r: &CopyRequest, pitch: usize) -> Pattern {
+    Pattern {
+        start: offset as u64,
+        width: r.width as u64,
+        pitch: pitch.max(r.width) as u64,
+        height: r.height as u64,
+    }
+}
+
+/// Bytes from the first to one past the last of a side.
+fn extent(r: &CopyRequest, pitch: usize) -> usize {
+    if r.height == 0 {
+        0
+    } else {
+        (r.height - 1) * pitch + r.width
+    }
+}
+
+/// Resolves a device side for an operation: a live allocation, or a violation (freed) /
+/// `CUDA_ERROR_INVALID_VALUE` (unknown).
+fn device_side(st: &mut State, p: CUdeviceptr, len: usize, op: &str) -> Res<engine::Alloc> {
+    match st.memory.resolve(p, len) {
+        Resolved::Live(a) => Ok(st.take_alloc_view(a.base)),
+        Resolved::Freed(by) => {
+            st.checker.use_after_free(p, op, &by);
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+        Resolved::Unknown => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn copy(op: &str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
+    if r.width == 0 || r.height == 0 {
+        return Ok(());
+    }
+    if r.height > 1 && (r.src_pitch < r.width || r.dst_pitch < r.width) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let waiter = {
+        let mut st = state();
+        if mode == Mode::Sync {
+            st.check_capture_safe()?;
+        }
+        let i = st.stream(h(stream))?;
+        let mut accesses = Vec::new();
+        let mut pageable_dst = false;
+        let src = match r.src {
+            Side::Device(p) => {
+                let a = device_side(&mut st, p, extent(&r, r.src_pitch), op)?;
+                let offset = (p - a.base) as usize;
+                let loc = Loc::Device(a.buf.clone(), offset);
+                accesses.push((a, pattern(offset, &r, r.src_pitch), false));
+                loc
+            }
+            Side::Host(addr) => {
+                if addr == 0 || st.memory.is_device_address(addr as u64) {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                if st.memory.pinned_at(addr, extent(&r, r.src_pitch)).is_some() {
+                    Loc::Host(addr)
+                } else {
+                    // Pageable memory is staged now: the caller may reuse it on return.
+                    let len = extent(&r, r.src_pitch);
+                    let mut staged = vec![0u8; len];
+                    // SAFETY: the caller's source of `len` bytes (contract).
+                    unsafe { engine::copy_bytes(staged.as_mut_ptr(), addr as *const u8, len) };
+                    Loc::Staged(Arc::new(staged), 0)
+                }
+            }
+        };
+        let dst = match r.dst {
+            Side::Device(p) => {
+                let a = device_side(&mut st, p, extent(&r, r.dst_pitch), op)?;
+                let offset = (p - a.base) as usize;
+                let loc = Loc::Device(a.buf.clone(), offset);
+                accesses.push((a, pattern(offset, &r, r.dst_pitch), true));
+                loc
+            }
+            Side::Host(addr) => {
+                if addr == 0 || st.memory.is_device_address(addr as u64) {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+                pageable_dst = st.memory.pinned_at(addr, extent(&r, r.dst_pitch)).is_none();
+                Loc::Host(addr)
+            }
+        };
+        let job = Copy2D {
+            src,
+            src_pitch: r.src_pitch,
+            dst,
+            dst_pitch: r.dst_pitch,
+            width: r.width,
+            height: r.height,
+        };
+        let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
+        st.enqueue(i, op, &refs, None, Some(Box::new(move || job.run())))?;
+        match mode {
+            Mode::Sync => Some(st.waiter(i)),
+            // "For transfers from device memory to pageable host memory, the function will
+            // return only once the copy has completed" (CUDA API synchronization behavior):
+            // the host is then ordered after the stream up to the copy.
+            Mode::Async if pageable_dst => Some(st.waiter(i)),
+            Mode::Async => None,
+        }
+    };
+    if let Some(w) = waiter {
+        host_wait(vec![w]);
+    }
+    Ok(())
+}
+
+fn linear(src: Side, dst: Side, bytes: usize) -> CopyRequest {
+    CopyRequest {
+        src,
+        src_pitch: bytes,
+        dst,
+        dst_pitch: bytes,
+        width: bytes,
+        height: 1,
+    }
+}
+
+/// A unified-addressing pointer: device memory if the range table knows it, else host.
+fn side_of(p: CUdeviceptr) -> Side {
+    let st = state();
+    if st.memory.is_device_address(p) {
+        Side::Device(p)
+    } else {
+        Side::Host(p as usize)
+    }
+}
+
+fn copy_2d(c: *const CUDA_MEMCPY2D, stream: CUstream, mode: Mode) -> Res {
+    if c.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: a valid descriptor (contract).
+    let c = unsafe { &*c };
+    let side =
+        |ty: CUmemorytype, host: usize, dev: CUdeviceptr, x: usize, y: usize, pitch: usize| {
+            let offset = y * pitch + x;
+            match ty {
+                CUmemorytype::CU_MEMORYTYPE_HOST => Ok(Side::Host(host + offset)),
+                CUmemorytype::CU_MEMORYTYPE_DEVICE => Ok(Side::Device(dev + offset as u64)),
+                CUmemorytype::CU_MEMORYTYPE_UNIFIED => Ok(match side_of(dev) {
+                    Side::Device(p) => Side::Device(p + offset as u64),
+                    Side::Host(p) => Side::Host(p + offset),
+                }),
+                CUmemorytype::CU_MEMORYTYPE_ARRAY => {
+                    crate::stubs::unsupported("cuMemcpy2D with CUDA arrays");
+                    Err(CUDA_ERROR_NOT_SUPPORTED)
+                }
+            }
+        };
+    let r = CopyRequest {
+        src: side(
+            c.srcMemoryType,
+            c.srcHost as usize,
+            c.srcDevice,
+            c.srcXInBytes,
+            c.srcY,
+            c.srcPitch,
+        )?,
+        src_pitch: c.srcPitch,
+        dst: side(
+            c.dstMemoryType,
+            c.dstHost as usize,
+            c.dstDevice,
+            c.dstXInBytes,
+            c.dstY,
+            c.dstPitch,
+        )?,
+        dst_pitch: c.dstPitch,
+        width: c.WidthInBytes,
+        height: c.Height,
+    };
+    let name = if mode == Mode::Sync {
+        "cuMemcpy2D"
+    } else {
+        "cuMemcpy2DAsync"
+    };
+    copy(name, r, stream, mode)
+}
+
+fn memset(
+    op: &str,
+    dst: CUdeviceptr,
+    value: u32,
+    size: usize,
+    n: usize,
+    stream: CUstream,
+    mode: Mode,
+) -> Res {
+    if n == 0 {
+        return Ok(());
+    }
+    if dst % size as u64 != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let bytes = n.checked_mul(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let waiter = {
+        let mut st = state();
+        if mode == Mode::Sync {
+            st.check_capture_safe()?;
+        }
+        let i = st.stream(h(stream))?;
+        let a = device_side(&mut st, dst, bytes, op)?;
+        let offset = (dst - a.base) as usize;
+        let buf = a.buf.clone();
+        let work: Work = Box::new(move || {
+            let p = buf.ptr().wrapping_add(offset);
+            // SAFETY: `[offset, offset + bytes)` lies in the allocation, which `buf` keeps
+            // alive; `dst` is aligned to `size` and the buffer to 256.
+            unsafe {
+                if size == 4 {
+                    engine::fill_u32(p, value, n)
+                } else {
+                    engine::fill_u8(p, value as u8, n)
+                }
+            }
+        });
+        let p = Pattern::range(offset as u64, bytes as u64);
+        st.enqueue(i, op, &[(&a, p, true)], None, Some(work))?;
+        (mode == Mode::Sync).then(|| st.waiter(i))
+    };
+    if let Some(w) = waiter {
+        host_wait(vec![w]);
+    }
+    Ok(())
+}
+
+const NULL_STREAM: CUstream = std::ptr::null_mut();
+
+driver! {
+    fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize) {
+        copy("cuMemcpyHtoD", linear(Side::Host(src as usize), Side::Device(dst), bytes), NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize) {
+        copy("cuMemcpyDtoH", linear(Side::Device(src), Side::Host(dst as usize), bytes), NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) {
+        copy("cuMemcpyDtoD", linear(Side::Device(src), Side::Device(dst), bytes), NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) {
+        copy("cuMemcpy", linear(side_of(src), side_of(dst), bytes), NULL_STREAM, Mode::Sync)
+    }
+
+    /// From pageable memory the source is staged at once; from pinned memory it is read when
+    /// the copy runs.
+    fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, bytes: usize, stream: CUstream) {
+        copy("cuMemcpyHtoDAsync", linear(Side::Host(src as usize), Side::Device(dst), bytes), stream, Mode::Async)
+    }
+
+    fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream) {
+        copy("cuMemcpyDtoHAsync", linear(Side::Device(src), Side::Host(dst as usize), bytes), stream, Mode::Async)
+    }
+
+    fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) {
+        copy("cuMemcpyDtoDAsync", linear(Side::Device(src), Side::Device(dst), bytes), stream, Mode::Async)
+    }
+
+    fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) {
+        copy("cuMemcpyAsync", linear(side_of(src), side_of(dst), bytes), stream, Mode::Async)
+    }
+
+    fn cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D) {
+        copy_2d(c, NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemcpy2DAsync_v2(c: *const CUDA_MEMCPY2D, stream: CUstream) {
+        copy_2d(c, stream, Mode::Async)
+    }
+
+    fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) {
+        memset("cuMemsetD8", dst, value.into(), 1, n, NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) {
+        memset("cuMemsetD8Async", dst, value.into(), 1, n, stream, Mode::Async)
+    }
+
+    fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) {
+        memset("cuMemsetD32", dst, value, 4, n, NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) {
+        memset("cuMemsetD32Async", dst, value, 4, n, stream, Mode::Async)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error strings
+
+/// Static C strings for names and descriptions, made once per code.
+fn c_string(key: (u32, bool), make: impl FnOnce() -> String) -> *const c_char {
+    static STRINGS: LazyLock<Mutex<std::collections::HashMap<(u32, bool), &'static CStr>>> =
+        LazyLock::new(Default::default);
+    let mut map = engine::lock(&STRINGS);
+    let s = map.entry(key).or_insert_with(|| {
+        let text = std::ffi::CString::new(make()).unwrap_or_default();
+        Box::leak(text.into_boxed_c_str())
+    });
+    s.as_ptr()
+}
+
+fn description(code: CUresult) -> String {
+    match code {
+        CUDA_SUCCESS => "no error".into(),
+        CUDA_ERROR_INVALID_VALUE => "invalid argument".into(),
+        CUDA_ERROR_OUT_OF_MEMORY => "out of memory".into(),
+        CUDA_ERROR_NOT_INITIALIZED => "initialization error".into(),
+        CUDA_ERROR_INVALID_DEVICE => "invalid device ordinal".into(),
+        CUDA_ERROR_INVALID_CONTEXT => "invalid device context".into(),
+        CUDA_ERROR_INVALID_HANDLE => "invalid resource handle".into(),
+        CUDA_ERROR_NOT_READY => "device not ready".into(),
+        CUDA_ERROR_NOT_SUPPORTED => "operation not supported (by the CUDA simulator)".into(),
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => {
+            "operation not permitted when stream is capturing".into()
+        }
+        CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => {
+            "operation failed due to a previous error during capture".into()
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+driver! {
+    fn cuGetErrorName(error: CUresult, p: *mut *const c_char) {
+        let s = c_string((error as u32, false), || format!("{error:?}"));
+        // SAFETY: an out-pointer.
+        unsafe { out(p, s) }
+    }
+
+    fn cuGetErrorString(error: CUresult, p: *mut *const c_char) {
+        let s = c_string((error as u32, true), || description(error));
+        // SAFETY: an out-pointer.
+        unsafe { out(p, s) }
+    }
+}

@@ -1,0 +1,154 @@
+//! `cuda-sim`: a stand-in for the CUDA driver library (`libcuda.so`) that runs on the CPU, so
+//! stream-ordered code can be tested on machines without a GPU.
+//!
+//! Streams are FIFOs executed asynchronously by worker threads; events capture a stream's
+//! position when recorded; `cuStreamWaitEvent`, the legacy default stream's implicit barriers
+//! and the host synchronizations order them as the CUDA driver API documents. Device memory is
+//! host memory behind a range table, at addresses that no host mapping uses. Every copy and
+//! memset is checked against the happens-before order those operations create (vector clocks
+//! per stream and for the host, as in PyTorch's CUDA stream sanitizer): an access not ordered
+//! after a conflicting one, a free not ordered after every access, and any access to freed
+//! memory are reported as violations through `cuSimViolations`, `cuSimReport` and
+//! `cuSimReset`.
+//!
+//! # Use
+//!
+//! `scripts/cuda-sim.sh` builds the crate (`libcuda_sim.so`, SONAME `libcuda.so.1`), copies it
+//! to `target/cuda-sim/libcuda.so` (with a `libcuda.so.1` link) and prints that directory. Put
+//! it first on the library path (`LD_LIBRARY_PATH`) and a program that loads the driver
+//! dynamically (cudarc with dynamic loading does) gets the simulator, with no change to its
+//! code.
+//!
+//! Settings, read once from the environment:
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `CUDA_SIM_DEVICES` | 2 | number of devices |
+//! | `CUDA_SIM_MEMORY` | 4 GiB | bytes of device memory, all devices together |
+//! | `CUDA_SIM_OP_DELAY_US` | 0 | a delay before each operation a stream runs, in microseconds |
+//! | `CUDA_SIM_ABORT_ON_VIOLATION` | unset | `1`: abort the process at the first violation |
+//! | `CUDA_SIM_LOG` | unset | `1`: print each violation and each unsupported call to stderr |
+//!
+//! # Modelled, and not
+//!
+//! Modelled: devices with primary and created contexts, the per-thread context stack, created
+//! streams (blocking and non-blocking), the legacy (`NULL`, `CU_STREAM_LEGACY`) and per-thread
+//! (`CU_STREAM_PER_THREAD`) default streams, events (positions, queries, waits, elapsed time),
+//! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
+//! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture status and
+//! the capture-mode rules for calls that may synchronize, error names and strings.
+//!
+//! Not modelled: kernels and modules (`cuLaunchKernel`, `cuModuleLoad*` return
+//! `CUDA_ERROR_NOT_SUPPORTED`), graphs beyond their capture, timing and throughput, unified
+//! memory faults and prefetching, peer access rules, IPC and multi-process use, and the device
+//! reset of a primary context whose retain count drops to zero (its state is kept). Every
+//! driver function that cudarc's safe layer calls is exported; those not modelled return
+//! `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr. Nothing aborts, except on request.
+
+#![allow(non_snake_case)]
+
+mod api;
+mod checker;
+mod control;
+mod engine;
+mod stubs;
+
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+use cudarc::driver::sys::CUresult;
+
+use engine::State;
+
+/// Settings from the environment.
+pub(crate) struct Config {
+    pub(crate) devices: i32,
+    pub(crate) memory: usize,
+    pub(crate) op_delay: Duration,
+    pub(crate) abort_on_violation: bool,
+    pub(crate) log: bool,
+}
+
+fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            eprintln!("cuda-sim: ignoring {name}={v:?}: not a number");
+            default
+        }),
+        Err(_) => default,
+    }
+}
+
+pub(crate) fn config() -> &'static Config {
+    static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
+        devices: env("CUDA_SIM_DEVICES", 2i32).clamp(1, 64),
+        memory: env("CUDA_SIM_MEMORY", 4usize << 30),
+        op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0u64)),
+        abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0u8) != 0,
+        log: env("CUDA_SIM_LOG", 0u8) != 0,
+    });
+    &CONFIG
+}
+
+pub(crate) fn state() -> std::sync::MutexGuard<'static, State> {
+    static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::new()));
+    engine::lock(&STATE)
+}
+
+/// Runs a driver call: its result as a `CUresult`, and never a panic across the C boundary.
+pub(crate) fn guard(name: &str, f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => CUresult::CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            eprintln!("cuda-sim: {name} panicked; returning CUDA_ERROR_UNKNOWN");
+            CUresult::CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+/// Runs `f` for a non-driver entry point: `default` instead of a panic across the C boundary.
+pub(crate) fn guard_value<T>(f: impl FnOnce() -> T, default: T) -> T {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        eprintln!("cuda-sim: a checker call panicked");
+        default
+    })
+}
+
+/// Writes a result through an out-pointer: `CUDA_ERROR_INVALID_VALUE` if it is NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+pub(crate) unsafe fn out<T>(out: *mut T, value: T) -> Result<(), CUresult> {
+    if out.is_null() {
+        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: not NULL, and valid for a write (caller).
+    unsafe { out.write(value) };
+    Ok(())
+}
+
+/// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function
+/// is checked at compile time against cudarc's binding of the same name, so its C signature is
+/// the driver's.
+macro_rules! driver {
+    ($(
+        $(#[doc = $doc:literal])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block
+    )*) => {$(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        ///
+        /// The arguments follow the CUDA driver API's contract for this function.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> cudarc::driver::sys::CUresult {
+            $crate::guard(stringify!($name), move || -> Result<(), cudarc::driver::sys::CUresult> {
+                $body
+            })
+        }
+        const _: unsafe fn($($ty),*) -> cudarc::driver::sys::CUresult =
+            cudarc::driver::sys::$name;
+    )*};
+}
+pub(crate) use driver;
