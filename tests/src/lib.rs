@@ -383,6 +383,21 @@ pub mod types {
     }
 }
 
+#[cfg(feature = "cuda")]
+pub mod gpu;
+
+/// Whether the test command says a CUDA driver is on the library path: `Some(true)` with
+/// `DLPACK_TESTS_EXPECT_DRIVER=present` (the CUDA simulator), `Some(false)` with `absent`,
+/// `None` when unset. Tests whose checks depend on the driver probe assert it, so that neither
+/// branch can pass by mistake.
+pub fn expected_driver() -> Option<bool> {
+    match std::env::var("DLPACK_TESTS_EXPECT_DRIVER").as_deref() {
+        Ok("present") => Some(true),
+        Ok("absent") => Some(false),
+        _ => None,
+    }
+}
+
 /// Embedded-interpreter helpers for the Python interop tests (feature `python`).
 #[cfg(feature = "python")]
 pub mod py {

@@ -1,8 +1,12 @@
-//! The CUDA hand-off (feature `cuda`). Without a driver only the first test runs here; the
-//! others need a CUDA device and are run by `scripts/gpu-suite.sh` (`--include-ignored`).
+//! The CUDA hand-off (feature `cuda`), on any CUDA driver: the simulator (`cuda-sim`, run by
+//! the test command) or a GPU (`scripts/gpu-suite.sh`). Pending producer work is a [`Gate`] on
+//! the producer's stream, so every ordering the tests assert is deterministic, on hardware as on
+//! the simulator; where the loaded driver is the simulator, its happens-before checker must
+//! also report no violation (and, for the race without a dependency, must report one).
 #![cfg(feature = "cuda")]
 
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
@@ -10,9 +14,11 @@ use dlpack_runtime::cuda::{self, CudaError};
 use dlpack_runtime::{
     Device, DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData,
 };
-use dlpack_tests::{Counter, DropGuard};
+use dlpack_tests::gpu::{Checker, Gate, checker};
+use dlpack_tests::{Counter, DropGuard, expected_driver};
 
-const NEEDS_GPU: &str = "needs a CUDA device: run scripts/gpu-suite.sh";
+const NEEDS_DRIVER: &str =
+    "needs a CUDA driver: the CUDA simulator on the library path (scripts/cuda-sim.sh) or a GPU";
 
 /// A producer with device memory and the stream its writes were enqueued on.
 #[derive(DlpackExport)]
@@ -53,76 +59,134 @@ struct GpuView {
 fn without_a_driver_exports_and_probes_are_errors_not_panics() {
     match cuda::driver() {
         Err(CudaError::NoDriver) => {
+            assert_ne!(expected_driver(), Some(true), "a driver was expected");
             assert_eq!(cuda::pointer_device(0x1000), Err(CudaError::NoDriver));
             assert!(cuda::ReadyEvents::record(&[]).unwrap().is_empty());
         }
         other => {
-            eprintln!("CUDA driver probe: {other:?}; the ignored GPU tests cover this machine")
+            assert_ne!(
+                expected_driver(),
+                Some(false),
+                "no driver was expected: {other:?}"
+            );
+            other.expect("the driver initializes");
+            // With a driver, a host pointer is not device memory.
+            let host = 0u64;
+            assert!(cuda::pointer_device(&host as *const u64 as u64).is_err());
         }
     }
 }
 
-fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>) {
-    cuda::driver().expect(NEEDS_GPU);
+/// The primary context of device 0 and two streams on it; the checker, reset, if the driver is
+/// the simulator.
+fn setup() -> (
+    Arc<CudaContext>,
+    Arc<CudaStream>,
+    Arc<CudaStream>,
+    Option<Checker>,
+) {
+    cuda::driver().expect(NEEDS_DRIVER);
     let ctx = CudaContext::new(0).unwrap();
     let a = ctx.new_stream().unwrap();
     let b = ctx.new_stream().unwrap();
-    (ctx, a, b)
+    (ctx, a, b, checker())
 }
 
-const N: usize = 64 << 20; // 64 Mi u32 = 256 MiB
-/// Elements of the buffer of the host-time test: 256 Mi u32 = 1 GiB, so that 300 full writes
-/// (300 GB, one launch each, far below the launch queue's depth) keep an H200 busy for well
-/// over 50 ms.
-const SLOW_N: usize = 256 << 20;
-
-/// Enqueues `passes` full writes of `buf` on `stream`, the last one writing `passes`.
-fn slow_fill(buf: &CudaSlice<u32>, stream: &CudaStream, passes: u32) {
-    let ptr = cuda_ptr(buf, stream);
-    for value in 1..=passes {
-        // SAFETY: `ptr` points to `buf.len()` u32 of a live allocation; stream-ordered.
-        unsafe { sys::cuMemsetD32Async(ptr, value, buf.len(), stream.cu_stream()) }
-            .result()
-            .unwrap();
+fn assert_clean(checker: &Option<Checker>, what: &str) {
+    if let Some(c) = checker {
+        c.assert_clean(what);
     }
 }
 
-fn cuda_ptr(buf: &CudaSlice<u32>, stream: &CudaStream) -> sys::CUdeviceptr {
+/// Elements of the 1-D test tensors.
+const N: usize = 4096;
+
+fn cuda_ptr<T>(buf: &CudaSlice<T>, stream: &CudaStream) -> sys::CUdeviceptr {
     use cudarc::driver::DevicePtr;
     let (ptr, _sync) = buf.device_ptr(stream);
     ptr
 }
 
-/// Reads the last element on `stream`, then waits for `stream` only.
-fn read_last_on(ptr: sys::CUdeviceptr, stream: &CudaStream) -> u32 {
-    let mut out = 0u32;
-    // SAFETY: `ptr` is the start of `N` u32; `out` is a live host u32; synchronized below.
-    unsafe {
-        sys::cuMemcpyDtoHAsync_v2(
-            (&mut out as *mut u32).cast(),
-            ptr + (N as u64 - 1) * 4,
-            4,
-            stream.cu_stream(),
-        )
+/// Enqueues a write of `value` to every element of `buf` on `stream`.
+fn fill(buf: &CudaSlice<u32>, stream: &CudaStream, value: u32) {
+    let ptr = cuda_ptr(buf, stream);
+    // SAFETY: `ptr` points to `buf.len()` u32 of a live allocation; stream-ordered.
+    unsafe { sys::cuMemsetD32Async(ptr, value, buf.len(), stream.cu_stream()) }
         .result()
         .unwrap();
-    }
-    stream.synchronize().unwrap();
-    out
 }
 
+/// Enqueues, on `stream`, a copy of the `u32` at `ptr` into `out` (device memory).
+fn copy_one_on(ptr: sys::CUdeviceptr, out: &CudaSlice<u32>, stream: &CudaStream) {
+    // SAFETY: `ptr` is a live u32 of device memory, `out` a live u32; stream-ordered.
+    unsafe { sys::cuMemcpyDtoDAsync_v2(cuda_ptr(out, stream), ptr, 4, stream.cu_stream()) }
+        .result()
+        .unwrap();
+}
+
+fn last(ptr: sys::CUdeviceptr, len: usize) -> sys::CUdeviceptr {
+    ptr + (len as u64 - 1) * 4
+}
+
+/// Whether `stream` has no pending work (`cuStreamQuery`).
+fn idle(stream: &CudaStream) -> bool {
+    // SAFETY: a live stream; query only.
+    let result = unsafe { sys::cuStreamQuery(stream.cu_stream()) };
+    assert!(
+        matches!(
+            result,
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY
+        ),
+        "{result:?}"
+    );
+    result == sys::CUresult::CUDA_SUCCESS
+}
+
+/// Whether `stream` has no pending work within `within` (polled).
+fn becomes_idle(stream: &CudaStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if idle(stream) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Runs `f` on another thread; the receiver gets its result.
+fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> mpsc::Receiver<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx
+}
+
+/// How long a call that must block is watched before the test concludes that it blocks.
+const BLOCKED: Duration = Duration::from_millis(200);
+/// How long a call that must return is given (a bound on a hang, not a speed target).
+const RETURNS: Duration = Duration::from_secs(20);
+
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
-    let (ctx, a, b) = setup();
-    let passes = 200;
-    let mut wrong_without = 0;
-    let mut wrong_with = 0;
-    for trial in 0..100 {
+    let (ctx, a, b, checker) = setup();
+    let (mut wrong_without, mut wrong_with) = (0, 0);
+    let (mut flagged_without, mut flagged_with) = (0, 0);
+    let result = b.alloc_zeros::<u32>(1).unwrap();
+    for trial in 0..100u32 {
         for with_dependency in [false, true] {
             let counter = Counter::new();
             let buf = a.alloc_zeros::<u32>(N).unwrap();
-            slow_fill(&buf, &a, passes);
+            a.synchronize().unwrap();
+            let before = checker.as_ref().map_or(0, Checker::violations);
+            // The producer's write is pending behind the gate when the consumer is handed
+            // the tensor.
+            let gate = Gate::hold(&a);
+            let value = trial + 1;
+            fill(&buf, &a, value);
             let t = GpuTensor::new(buf, &a, &counter);
             let stream = if with_dependency {
                 b.cu_stream() as i64
@@ -136,38 +200,65 @@ fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
             .unwrap();
             assert_eq!(view.device, Device::cuda(0));
             assert_eq!(view.shape, [N]);
-            let got = read_last_on(view.data.cuda_device_ptr().unwrap(), &b);
-            if got != passes {
-                if with_dependency {
-                    wrong_with += 1
-                } else {
-                    wrong_without += 1
-                }
-            }
+            // The consumer reads on its stream. Before the producer's work is let go, that read
+            // has run if and only if nothing orders it after the producer's work.
+            copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+            let watch = if with_dependency {
+                Duration::from_millis(2)
+            } else {
+                RETURNS
+            };
+            assert_eq!(
+                becomes_idle(&b, watch),
+                !with_dependency,
+                "trial {trial}: the consumer's stream ran ahead of the held producer"
+            );
+            gate.release();
+            let got = b.clone_dtoh(&result).unwrap()[0];
             a.synchronize().unwrap();
             drop(view);
             assert_eq!(counter.get(), 1, "trial {trial}");
+            let flagged = checker.as_ref().map_or(0, Checker::violations) > before;
+            match (with_dependency, got == value) {
+                (false, false) => wrong_without += 1,
+                (true, false) => wrong_with += 1,
+                _ => {}
+            }
+            match (with_dependency, flagged) {
+                (false, true) => flagged_without += 1,
+                (true, true) => flagged_with += 1,
+                _ => {}
+            }
         }
     }
     println!(
-        "race: wrong values without the dependency {wrong_without}/100, with it {wrong_with}/100"
+        "race over 100 trials: wrong values without the dependency {wrong_without}, with it \
+         {wrong_with}; checker violations without {flagged_without}, with {flagged_with} (checker \
+         {})",
+        if checker.is_some() {
+            "present"
+        } else {
+            "absent: a real driver"
+        }
     );
     assert_eq!(
         wrong_with, 0,
         "the event dependency orders the consumer after the producer"
     );
     assert!(
-        wrong_without > 0,
-        "without the dependency the consumer must be able to see the race"
+        wrong_without >= 95,
+        "without the dependency the consumer reads before the producer's write: {wrong_without}/100"
     );
+    if let Some(c) = &checker {
+        assert_eq!(flagged_with, 0, "{}", c.report());
+        assert!(flagged_without >= 95, "{flagged_without}/100 flagged");
+    }
     drop(ctx);
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn the_host_is_not_blocked_by_an_event_dependency() {
-    let (_ctx, a, b) = setup();
-    let buf = a.alloc_zeros::<u32>(SLOW_N).unwrap();
+    let (_ctx, a, b, checker) = setup();
     let counter = Counter::new();
     // Warm up the pool and the driver.
     let warm = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
@@ -175,54 +266,42 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
         warm.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     );
-    slow_fill(&buf, &a, 300);
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    let gate = Gate::hold(&a);
+    fill(&buf, &a, 7);
     let t = GpuTensor::new(buf, &a, &counter);
-    let start = Instant::now();
-    let managed = t
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+    // The export returns while the producer's stream is held: it did not wait for the host.
+    let consumer = b.cu_stream() as i64;
+    let export =
+        spawn(move || t.to_dlpack_with(&ExportRequest::versioned().stream(Some(consumer))));
+    let managed = export
+        .recv_timeout(RETURNS)
+        .expect("the export returned while the producer's work was held")
         .unwrap();
-    let event_export = start.elapsed();
-    let pending = !cuda_query(&a);
-    a.synchronize().unwrap();
-    drop(managed);
-    // The same export with a host synchronization, for comparison.
-    let buf = a.alloc_zeros::<u32>(SLOW_N).unwrap();
-    slow_fill(&buf, &a, 300);
-    let start = Instant::now();
-    a.synchronize().unwrap();
-    let t = GpuTensor::new(buf, &a, &counter);
-    drop(
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
-            .unwrap(),
+    assert!(!idle(&a), "the producer's work is still pending");
+    // Negative control: a host synchronization with the producer's stream does block.
+    let a2 = a.clone();
+    let host_sync = spawn(move || a2.synchronize());
+    assert_eq!(
+        host_sync.recv_timeout(BLOCKED).err(),
+        Some(mpsc::RecvTimeoutError::Timeout),
+        "a host synchronization waits for the held stream"
     );
-    let sync_export = start.elapsed();
-    println!(
-        "host time of an export with >= 50 ms pending: event dependency {event_export:?}, host synchronization {sync_export:?}"
-    );
-    assert!(
-        pending,
-        "the producer's work was still pending when the export returned"
-    );
-    assert!(
-        sync_export >= Duration::from_millis(50),
-        "the fill takes at least 50 ms: {sync_export:?}"
-    );
-    assert!(
-        event_export < Duration::from_millis(1),
-        "the event dependency does not block the host: {event_export:?}"
-    );
-}
-
-fn cuda_query(stream: &CudaStream) -> bool {
-    // SAFETY: a live stream; query only.
-    let result = unsafe { sys::cuStreamQuery(stream.cu_stream()) };
-    result == sys::CUresult::CUDA_SUCCESS
+    gate.release();
+    host_sync.recv_timeout(RETURNS).unwrap().unwrap();
+    let view = GpuView::from_managed(managed).unwrap();
+    let result = b.alloc_zeros::<u32>(1).unwrap();
+    copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+    assert_eq!(b.clone_dtoh(&result).unwrap(), [7]);
+    drop(view);
+    assert_eq!(counter.get(), 2);
+    println!("event dependency: the export returned while the producer's stream was held");
+    assert_clean(&checker, "host not blocked");
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn after_warm_up_no_event_is_created_per_exchange() {
-    let (_ctx, a, b) = setup();
+    let (_ctx, a, b, checker) = setup();
     let counter = Counter::new();
     let export = |counter: &Counter| {
         let t = GpuTensor::new(a.alloc_zeros::<u32>(1024).unwrap(), &a, counter);
@@ -244,50 +323,62 @@ fn after_warm_up_no_event_is_created_per_exchange() {
     );
     assert_eq!(cuda::events_created(), before);
     assert_eq!(counter.get(), 1010);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_clean(&checker, "1010 exchanges");
 }
 
-#[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
-fn stream_ordered_release_waits_for_the_consumer() {
-    let (_ctx, a, b) = setup();
-    let counter = Counter::new();
-    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+/// A view whose consumer's writes are pending behind a gate on `b`.
+fn view_written_on(a: &Arc<CudaStream>, b: &Arc<CudaStream>, counter: &Counter) -> (GpuView, Gate) {
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), a, counter);
     let view = GpuView::from_managed(
         t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     )
     .unwrap();
-    // The consumer's "kernel": >= 50 ms of writes into the imported memory on stream B.
+    let gate = Gate::hold(b);
     let ptr = view.data.cuda_device_ptr().unwrap();
-    for value in 0..400u32 {
-        // SAFETY: `ptr` is `N` u32 of the imported, writable allocation; stream-ordered on B.
-        unsafe { sys::cuMemsetD32Async(ptr, value, N, b.cu_stream()) }
-            .result()
-            .unwrap();
-    }
+    // SAFETY: `ptr` is `N` u32 of the imported, writable allocation; stream-ordered on B.
+    unsafe { sys::cuMemsetD32Async(ptr, 5, N, b.cu_stream()) }
+        .result()
+        .unwrap();
+    (view, gate)
+}
+
+#[test]
+fn stream_ordered_release_waits_for_the_consumer() {
+    let (_ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    let (view, gate) = view_written_on(&a, &b, &counter);
     view.data.release_after(&b).unwrap();
     assert_eq!(
         counter.get(),
         0,
         "not released while the consumer's work is pending"
     );
-    assert!(!cuda_query(&b));
+    assert!(!idle(&b));
+    // The reaper is still waiting: nothing is released however long the work is held.
+    std::thread::sleep(BLOCKED);
+    assert_eq!(counter.get(), 0);
+    gate.release();
     b.synchronize().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + RETURNS;
     while counter.get() == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
     println!("stream-ordered release: deleter ran after the consumer's stream finished");
     assert_eq!(counter.get(), 1);
+    a.synchronize().unwrap();
+    assert_clean(&checker, "stream-ordered release");
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn ready_events_let_the_consumer_wait_later() {
-    let (_ctx, a, b) = setup();
+    let (_ctx, a, b, checker) = setup();
     let counter = Counter::new();
     let buf = a.alloc_zeros::<u32>(N).unwrap();
-    slow_fill(&buf, &a, 100);
+    let gate = Gate::hold(&a);
+    fill(&buf, &a, 100);
     let t = GpuTensor::new(buf, &a, &counter);
     let (managed, ready) = t
         .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
@@ -295,13 +386,18 @@ fn ready_events_let_the_consumer_wait_later() {
     assert!(!ready.is_empty());
     let view = GpuView::from_managed(managed).unwrap();
     ready.wait_on(&b).unwrap();
-    assert_eq!(read_last_on(view.data.cuda_device_ptr().unwrap(), &b), 100);
+    let result = b.alloc_zeros::<u32>(1).unwrap();
+    copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+    gate.release();
+    assert_eq!(b.clone_dtoh(&result).unwrap(), [100]);
+    a.synchronize().unwrap();
+    drop(view);
+    assert_clean(&checker, "ready events");
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn illegal_streams_and_wrong_devices_are_refused() {
-    let (_ctx, a, _b) = setup();
+    let (_ctx, a, _b, checker) = setup();
     let counter = Counter::new();
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
@@ -318,6 +414,8 @@ fn illegal_streams_and_wrong_devices_are_refused() {
         }) => {}
         other => panic!("expected WrongDevice, found {other:?}"),
     }
+    a.synchronize().unwrap();
+    assert_clean(&checker, "refusals");
 }
 
 /// A strided view of device memory; strides and offset in elements.
@@ -336,39 +434,45 @@ struct GpuStrided {
     _guard: DropGuard,
 }
 
-/// `len` values `0..len` written on `stream` behind `passes` memsets of the whole buffer: a
-/// consumer that is not ordered after `stream` reads memset values.
-fn pattern_behind_pending_work(
-    stream: &Arc<CudaStream>,
-    len: usize,
-    passes: u32,
-) -> CudaSlice<u32> {
-    let mut buf = stream.alloc_zeros::<u32>(len).unwrap();
-    let ptr = cuda_ptr(&buf, stream);
-    for value in 0..passes {
-        // SAFETY: `ptr` points to `len` u32 of a live allocation; stream-ordered.
-        unsafe { sys::cuMemsetD32Async(ptr, value | 0x8000_0000, len, stream.cu_stream()) }
-            .result()
-            .unwrap();
-    }
+/// `len` values `0..len`, written on `stream` behind a gate (and behind memsets of other
+/// values): a consumer not ordered after `stream` reads the wrong values. The pattern is
+/// uploaded to a second buffer first and copied on the device behind the gate, so that nothing
+/// the host does waits for the held stream.
+fn pattern_behind_a_gate(stream: &Arc<CudaStream>, len: usize) -> (CudaSlice<u32>, Gate) {
     let host: Vec<u32> = (0..len as u32).collect();
-    stream.memcpy_htod(&host, &mut buf).unwrap();
-    buf
+    let source = stream.clone_htod(&host).unwrap();
+    let buf = stream.alloc_zeros::<u32>(len).unwrap();
+    stream.synchronize().unwrap();
+    let gate = Gate::hold(stream);
+    fill(&buf, stream, 0x8000_0000);
+    // SAFETY: both are `len` u32 of live allocations; stream-ordered on `stream`.
+    unsafe {
+        sys::cuMemcpyDtoDAsync_v2(
+            cuda_ptr(&buf, stream),
+            cuda_ptr(&source, stream),
+            len * 4,
+            stream.cu_stream(),
+        )
+    }
+    .result()
+    .unwrap();
+    // `source` is freed in stream order after the copy.
+    drop(source);
+    (buf, gate)
 }
 
 /// A strided view (strides and offset in elements) of a `rows * cols` buffer holding
-/// `0..rows * cols` behind `passes` pending memsets on `stream`, and the values its elements
+/// `0..rows * cols` behind a gate on `stream`, the gate, and the values the view's elements
 /// hold, in row-major order.
-fn view_behind_pending_work(
+fn view_behind_a_gate(
     stream: &Arc<CudaStream>,
-    (rows, cols, passes): (usize, usize, u32),
-    shape: &[usize],
-    strides: &[isize],
-    offset: usize,
+    (rows, cols): (usize, usize),
+    (shape, strides, offset): (&[usize], &[isize], usize),
     counter: &Counter,
-) -> (GpuStrided, Vec<u32>) {
+) -> (GpuStrided, Gate, Vec<u32>) {
+    let (data, gate) = pattern_behind_a_gate(stream, rows * cols);
     let t = GpuStrided {
-        data: pattern_behind_pending_work(stream, rows * cols, passes),
+        data,
         shape: shape.to_vec(),
         strides: strides.to_vec(),
         offset,
@@ -379,7 +483,7 @@ fn view_behind_pending_work(
         .into_iter()
         .map(|i| i as u32)
         .collect();
-    (t, expected)
+    (t, gate, expected)
 }
 
 /// Reads `len` u32 at `ptr` on `stream`, then waits for `stream` only.
@@ -411,12 +515,20 @@ fn indices(shape: &[usize], strides: &[isize], offset: usize) -> Vec<usize> {
         .collect()
 }
 
+/// Waits (bounded) until `counter` reaches `n`.
+fn wait_for_count(counter: &Counter, n: usize) {
+    let deadline = Instant::now() + RETURNS;
+    while counter.get() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(counter.get(), n);
+}
+
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn copy_true_is_enqueued_on_the_consumer_stream() {
-    let (ctx, a, b) = setup();
+    let (ctx, a, b, checker) = setup();
     let c = ctx.new_stream().unwrap();
-    let (rows, cols) = (256usize, 512usize);
+    let (rows, cols) = (64usize, 96usize);
     // (shape, strides, offset): transposed (2-D blocks of one element per row), every other
     // column of reversed rows (element by element), a column slice (one 2-D block).
     let views: [(Vec<usize>, Vec<isize>, usize); 3] = [
@@ -430,17 +542,29 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
     ];
     for (shape, strides, offset) in views {
         let counter = Counter::new();
-        let (t, expected) =
-            view_behind_pending_work(&a, (rows, cols, 50), &shape, &strides, offset, &counter);
+        let (t, gate, expected) =
+            view_behind_a_gate(&a, (rows, cols), (&shape, &strides, offset), &counter);
         let request = ExportRequest::versioned()
             .stream(Some(b.cu_stream() as i64))
             .copy(Some(true));
+        // The producer's tensor goes into the export and is dropped by it once the copy has
+        // run (case C13: the source must stay allocated until then).
         let (managed, ready) = t.to_dlpack_with_ready_events(&request).unwrap();
+        assert!(
+            !idle(&a),
+            "the export returned with the producer's work held"
+        );
         assert!(managed.is_copied(), "{shape:?}");
         assert!(!ready.is_empty(), "a ready event follows the copy");
+        assert_eq!(
+            counter.get(),
+            0,
+            "the source is kept until the copy has run"
+        );
         let view = GpuView::from_managed(managed).unwrap();
         assert_eq!(view.device, Device::cuda(0));
         assert_eq!(view.shape, shape);
+        gate.release();
         let numel: usize = shape.iter().product();
         let ptr = view.data.cuda_device_ptr().unwrap();
         // The consumer's stream sees the copy; so does any stream that waits on the event.
@@ -452,27 +576,27 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
             "{shape:?} after the ready event"
         );
         // The source is released once the consumer's stream has passed the copy.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while counter.get() == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(counter.get(), 1);
+        wait_for_count(&counter, 1);
         drop(view);
     }
-    // stream=-1: no stream to order the copy before, so the host waits for it; any stream
-    // then reads it.
+    // stream=-1: no stream to order the copy before, so the host waits for it: the export
+    // blocks while the producer's work is held, and any stream reads the copy afterwards.
     let counter = Counter::new();
-    let (t, expected) = view_behind_pending_work(
+    let (t, gate, expected) = view_behind_a_gate(
         &a,
-        (rows, cols, 50),
-        &[cols, rows],
-        &[1, cols as isize],
-        0,
+        (rows, cols),
+        (&[cols, rows], &[1, cols as isize], 0),
         &counter,
     );
-    let managed = t
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
-        .unwrap();
+    let export = spawn(move || {
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
+    });
+    assert!(
+        export.recv_timeout(BLOCKED).is_err(),
+        "a stream=-1 copy waits for the producer's work"
+    );
+    gate.release();
+    let managed = export.recv_timeout(RETURNS).unwrap().unwrap();
     assert_eq!(
         counter.get(),
         1,
@@ -483,52 +607,46 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         read_all_on(view.data.cuda_device_ptr().unwrap(), rows * cols, &c),
         expected
     );
+    drop(view);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
     println!("copy=True: transposed, reversed and sliced views copied on the consumer's stream");
+    assert_clean(&checker, "copy=True");
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
-    let (_ctx, a, _b) = setup();
+    let (_ctx, a, _b, checker) = setup();
     let counter = Counter::new();
-    let (rows, cols) = (4096usize, 1024usize);
-    let (t, expected) = view_behind_pending_work(
-        &a,
-        (rows, cols, 200),
-        &[rows, 24],
-        &[cols as isize, 1],
-        100,
-        &counter,
-    );
-    let managed = t
-        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
-        .unwrap();
-    assert_eq!(
-        counter.get(),
-        1,
-        "the source is released once the host has its copy"
-    );
-    assert!(managed.is_copied());
-    let view = GpuView::from_managed(managed).unwrap();
-    assert_eq!(view.device, Device::CPU);
-    assert_eq!(view.shape, [rows, 24]);
-    assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
-    // A transposed view: many blocks over a span no larger than its elements, so it comes over
-    // in one transfer and is compacted on the host.
-    let (t, expected) = view_behind_pending_work(
-        &a,
-        (rows, cols, 200),
-        &[cols, rows],
-        &[1, cols as isize],
-        0,
-        &counter,
-    );
-    let view = GpuView::from_managed(
-        t.to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
-            .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(view.data.as_slice().unwrap(), &expected[..]);
+    let (rows, cols) = (256usize, 64usize);
+    // A column slice (one block) and a transposed view (many blocks over a span no larger than
+    // its elements, which come over in one transfer and are compacted on the host).
+    let views: [(Vec<usize>, Vec<isize>, usize); 2] = [
+        (vec![rows, 24], vec![cols as isize, 1], 10),
+        (vec![cols, rows], vec![1, cols as isize], 0),
+    ];
+    for (n, (shape, strides, offset)) in views.into_iter().enumerate() {
+        let (t, gate, expected) =
+            view_behind_a_gate(&a, (rows, cols), (&shape, &strides, offset), &counter);
+        let export =
+            spawn(move || t.to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU)));
+        assert!(
+            export.recv_timeout(BLOCKED).is_err(),
+            "a host copy waits for the producer's work"
+        );
+        gate.release();
+        let managed = export.recv_timeout(RETURNS).unwrap().unwrap();
+        assert_eq!(
+            counter.get(),
+            n + 1,
+            "the source is released once the host has its copy"
+        );
+        assert!(managed.is_copied());
+        let view = GpuView::from_managed(managed).unwrap();
+        assert_eq!(view.device, Device::CPU);
+        assert_eq!(view.shape, shape);
+        assert_eq!(view.data.as_slice().unwrap(), &expected[..], "{shape:?}");
+    }
     // copy=False cannot be served.
     let t = GpuStrided {
         data: a.alloc_zeros::<u32>(4).unwrap(),
@@ -550,14 +668,15 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         }
     );
     assert_eq!(counter.get(), 3);
-    println!("dl_device=(CPU, 0): strided CUDA views copied to the host after 200 pending memsets");
+    a.synchronize().unwrap();
+    println!("dl_device=(CPU, 0): strided CUDA views copied to the host after the held work");
+    assert_clean(&checker, "dl_device=(CPU, 0)");
 }
 
 #[test]
-#[ignore = "needs a CUDA device: run scripts/gpu-suite.sh"]
 fn streams_are_checked_against_the_tensor_device() {
     use dlpack_runtime::stream::ProducerStream;
-    let (_ctx, a, b) = setup();
+    let (_ctx, a, b, checker) = setup();
     let handle = ProducerStream::Handle(core::num::NonZeroU64::new(b.cu_stream() as u64).unwrap());
     assert_eq!(cuda::check_consumer_stream(handle, 0), Ok(()));
     assert_eq!(
@@ -602,4 +721,6 @@ fn streams_are_checked_against_the_tensor_device() {
         }) => {}
         other => panic!("expected StreamOnOtherDevice, found {other:?}"),
     }
+    a.synchronize().unwrap();
+    assert_clean(&checker, "stream checks");
 }

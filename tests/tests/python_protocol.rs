@@ -149,9 +149,10 @@ published!(CudaPublished);
 fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
     use dlpack_runtime::cuda::{self, CudaError};
     if !matches!(cuda::driver(), Err(CudaError::NoDriver)) {
-        eprintln!("a CUDA driver is present: the GPU suite covers CUDA exchanges on this machine");
-        return;
+        assert_ne!(dlpack_tests::expected_driver(), Some(false));
+        return c_exchange_api_of_cuda_memory_with_a_driver();
     }
+    assert_ne!(dlpack_tests::expected_driver(), Some(true));
     Python::attach(|py| {
         let counter = Counter::new();
         let calls = Arc::new(AtomicUsize::new(0));
@@ -218,6 +219,59 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
         collect(py);
         assert_eq!(counter.get(), 2);
     });
+}
+
+/// The driver-present half of the test above (the CUDA simulator in the test command): the
+/// producer's `current_work_stream` is ordered before the consumer's stream by an event, and a
+/// consumer stream the driver does not know is refused, with the tensor released.
+#[cfg(feature = "cuda")]
+fn c_exchange_api_of_cuda_memory_with_a_driver() {
+    use cudarc::driver::{CudaContext, DevicePtr};
+    let ctx = CudaContext::new(0).unwrap();
+    let consumer = ctx.new_stream().unwrap();
+    // Real device memory: with a driver, every export checks its pointer.
+    let memory = consumer.alloc_zeros::<f32>(4).unwrap();
+    let address = memory.device_ptr(&consumer).0 as usize;
+    consumer.synchronize().unwrap();
+    Python::attach(|py| {
+        let counter = Counter::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let obj = Bound::new(
+            py,
+            CudaPublished {
+                data: dlpack_tests::types::FakeCuda { address, len: 4 },
+                shape: vec![4],
+                calls: calls.clone(),
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        for stream in [None, Some(consumer.cu_stream() as i64), Some(-1)] {
+            let managed =
+                python::managed_from_object(obj.as_any(), &FromDlpackOptions::new().stream(stream))
+                    .unwrap();
+            assert_eq!(
+                Device::from_raw(managed.dl_tensor().device),
+                Device::cuda(0)
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "taken through the C exchange API"
+        );
+        let err = python::managed_from_object(
+            obj.as_any(),
+            &FromDlpackOptions::new().stream(Some(0x5000)),
+        )
+        .unwrap_err();
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        drop(obj);
+        collect(py);
+        assert_eq!(counter.get(), 1, "every tensor taken was released");
+    });
+    consumer.synchronize().unwrap();
+    drop(memory);
 }
 
 #[test]

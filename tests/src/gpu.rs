@@ -1,0 +1,161 @@
+//! Helpers for the GPU suite that work the same on a real CUDA driver and on the CUDA simulator
+//! (`cuda-sim`): a [`Gate`] that holds a stream until the test releases it, and the simulator's
+//! happens-before [`Checker`], which is present only when the loaded `libcuda.so` is the
+//! simulator.
+
+use std::ffi::c_void;
+use std::rc::Rc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use cudarc::driver::{CudaStream, sys};
+
+/// Holds a stream: everything enqueued on it after [`Gate::hold`] waits until
+/// [`Gate::release`] (or the gate's drop).
+///
+/// Built on `cuLaunchHostFunc`: the stream runs a host function that blocks on a condition
+/// variable, which the driver documents as stream-ordered. Pending work is therefore a fact the
+/// test controls, not a matter of timing, on hardware and on the simulator alike.
+#[derive(Debug)]
+pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
+    // SAFETY: `user_data` is the `Arc::into_raw` of `Gate::hold`; this call takes that reference
+    // back, exactly once (the driver calls a host function once).
+    let gate = unsafe { Arc::from_raw(user_data.cast::<(Mutex<bool>, Condvar)>()) };
+    let (open, cv) = &*gate;
+    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+    while !*open {
+        open = cv.wait(open).unwrap_or_else(|e| e.into_inner());
+    }
+}
+
+impl Gate {
+    /// Enqueues the gate on `stream`; panics if the driver refuses it.
+    pub fn hold(stream: &CudaStream) -> Self {
+        // SAFETY: a live stream of a live context.
+        unsafe { Self::hold_raw(stream.cu_stream()) }
+    }
+
+    /// [`Gate::hold`] for a raw stream handle (including the special handles 0x1 and 0x2).
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live stream handle, or a special handle with a current context.
+    pub unsafe fn hold_raw(stream: sys::CUstream) -> Self {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let user_data = Arc::into_raw(gate.clone()) as *mut c_void;
+        // SAFETY: `wait_for_gate` matches `CUhostFn`; `user_data` is a leaked `Arc` that the host
+        // function takes back.
+        let result = unsafe { sys::cuLaunchHostFunc(stream, Some(wait_for_gate), user_data) };
+        if result != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused, so the host function will never take the reference.
+            drop(unsafe { Arc::from_raw(user_data.cast::<(Mutex<bool>, Condvar)>()) });
+            panic!("cuLaunchHostFunc: {result:?}");
+        }
+        Self(gate)
+    }
+
+    /// Lets the stream go on.
+    pub fn release(&self) {
+        let (open, cv) = &*self.0;
+        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+type Count = unsafe extern "C" fn() -> u64;
+type Reset = unsafe extern "C" fn();
+type Report = unsafe extern "C" fn(*mut u8, usize) -> usize;
+
+/// The simulator's happens-before checker, reached through the symbols `cuSimViolations`,
+/// `cuSimReport` and `cuSimReset` of the loaded `libcuda.so`.
+#[derive(Debug, Clone)]
+pub struct Checker {
+    count: Count,
+    reset: Reset,
+    report: Report,
+    /// This test's turn at the checker (see [`checker`]).
+    _turn: Option<Rc<MutexGuard<'static, ()>>>,
+}
+
+impl Checker {
+    /// The checker of the loaded driver library, or `None` when it is a real driver (or none is
+    /// loaded).
+    pub fn attach() -> Option<Self> {
+        // SAFETY: probing only; a library that loads is kept loaded by cudarc for the process.
+        if !unsafe { sys::is_culib_present() } {
+            return None;
+        }
+        // SAFETY: `culib` loads the same library cudarc uses; the symbols, when present, have
+        // the simulator's documented signatures.
+        unsafe {
+            let lib = sys::culib();
+            let count = *lib.get::<Count>(b"cuSimViolations").ok()?;
+            let reset = *lib.get::<Reset>(b"cuSimReset").ok()?;
+            let report = *lib.get::<Report>(b"cuSimReport").ok()?;
+            Some(Self {
+                count,
+                reset,
+                report,
+                _turn: None,
+            })
+        }
+    }
+
+    /// Forgets the violations found so far.
+    pub fn reset(&self) {
+        // SAFETY: no arguments; the simulator's entry point.
+        unsafe { (self.reset)() }
+    }
+
+    /// Violations found since the last reset.
+    pub fn violations(&self) -> u64 {
+        // SAFETY: no arguments; the simulator's entry point.
+        unsafe { (self.count)() }
+    }
+
+    /// The violations since the last reset, one per line: both accesses (stream, operation,
+    /// byte range).
+    pub fn report(&self) -> String {
+        // SAFETY: a zero-capacity buffer asks for the length only.
+        let len = unsafe { (self.report)(std::ptr::null_mut(), 0) };
+        let mut buf = vec![0u8; len];
+        // SAFETY: `buf` has room for `len` bytes.
+        let written = unsafe { (self.report)(buf.as_mut_ptr(), buf.len()) };
+        buf.truncate(written.min(len));
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// Panics with the report if any violation was found since the last reset.
+    pub fn assert_clean(&self, what: &str) {
+        let n = self.violations();
+        assert_eq!(
+            n,
+            0,
+            "{what}: {n} happens-before violations:\n{}",
+            self.report()
+        );
+    }
+}
+
+/// The checker, if there is one, reset, and held for the calling test: the checker counts the
+/// whole process's violations, so tests that read it run one at a time (the guard drops with
+/// the checker).
+pub fn checker() -> Option<Checker> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let checker = Checker::attach().map(|c| Checker {
+        _turn: Some(Rc::new(guard)),
+        ..c
+    });
+    if let Some(c) = &checker {
+        c.reset();
+    }
+    checker
+}

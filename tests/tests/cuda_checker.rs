@@ -1,0 +1,200 @@
+//! Negative controls for the CUDA simulator's happens-before checker (feature `cuda`): each test
+//! makes one mistake that a GPU would turn into a race or a use-after-free, and asserts that the
+//! checker reports it, next to the same exchange done right, which it must not report. These
+//! tests need the simulator (a real driver has no checker); the test command runs them with it.
+#![cfg(feature = "cuda")]
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest, ImportedData};
+use dlpack_tests::gpu::{Checker, Gate, checker};
+
+const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
+
+#[derive(DlpackExport)]
+struct GpuTensor {
+    #[dlpack(data)]
+    data: CudaSlice<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: Arc<CudaStream>,
+}
+
+#[derive(DlpackImport)]
+struct GpuView {
+    #[dlpack(data)]
+    data: ImportedData<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+const N: usize = 1024;
+
+fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>, Checker) {
+    let ctx = CudaContext::new(0).expect(NEEDS_SIMULATOR);
+    let checker = checker().expect(NEEDS_SIMULATOR);
+    let a = ctx.new_stream().unwrap();
+    let b = ctx.new_stream().unwrap();
+    (ctx, a, b, checker)
+}
+
+fn ptr(buf: &CudaSlice<u32>, stream: &CudaStream) -> sys::CUdeviceptr {
+    buf.device_ptr(stream).0
+}
+
+/// Enqueues a write of `value` to `len` u32 at `p` on `stream`.
+fn fill(p: sys::CUdeviceptr, len: usize, value: u32, stream: &CudaStream) {
+    // SAFETY: `p` is `len` u32 of a live allocation; stream-ordered.
+    unsafe { sys::cuMemsetD32Async(p, value, len, stream.cu_stream()) }
+        .result()
+        .unwrap();
+}
+
+/// Exports a tensor written on `a` to a consumer on `b`, then writes it on `b` behind a gate.
+fn consumer_writing(a: &Arc<CudaStream>, b: &Arc<CudaStream>) -> (GpuView, Gate) {
+    let t = GpuTensor {
+        data: a.alloc_zeros::<u32>(N).unwrap(),
+        shape: vec![N],
+        stream: a.clone(),
+    };
+    let view = GpuView::from_managed(
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(view.shape, [N]);
+    let gate = Gate::hold(b);
+    fill(view.data.cuda_device_ptr().unwrap(), N, 9, b);
+    (view, gate)
+}
+
+#[test]
+fn a_deleter_run_before_the_consumer_stream_passed_its_event_is_reported() {
+    let (_ctx, a, b, checker) = setup();
+    // Wrong: the consumer drops the tensor while its own writes are pending; the producer's
+    // deleter frees the memory in the producer's stream order, unordered with those writes.
+    let (view, gate) = consumer_writing(&a, &b);
+    drop(view);
+    let n = checker.violations();
+    let report = checker.report();
+    gate.release();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
+    assert!(n >= 1, "the early deleter is reported");
+    assert!(
+        report.contains("free of allocation") && report.contains("is not ordered after the write"),
+        "{report}"
+    );
+    // Right: release after the consumer's stream.
+    checker.reset();
+    let (view, gate) = consumer_writing(&a, &b);
+    view.data.release_after(&b).unwrap();
+    gate.release();
+    b.synchronize().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    a.synchronize().unwrap();
+    checker.assert_clean("release_after");
+}
+
+#[test]
+fn a_copy_not_ordered_after_the_producer_work_is_reported() {
+    let (_ctx, a, b, checker) = setup();
+    let src = a.alloc_zeros::<u32>(N).unwrap();
+    let dst = b.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.reset();
+    // Wrong: the consumer's stream copies the producer's buffer without waiting for the
+    // producer's pending write.
+    let gate = Gate::hold(&a);
+    fill(ptr(&src, &a), N, 3, &a);
+    // SAFETY: both are `N` u32 of live allocations; stream-ordered on B.
+    unsafe { sys::cuMemcpyDtoDAsync_v2(dst.device_ptr(&b).0, ptr(&src, &a), N * 4, b.cu_stream()) }
+        .result()
+        .unwrap();
+    let report = checker.report();
+    assert_eq!(checker.violations(), 1, "{report}");
+    assert!(
+        report.contains("read of bytes") && report.contains("cuMemsetD32Async"),
+        "{report}"
+    );
+    gate.release();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    // Right: copy=True to the consumer's stream orders the copy after the producer's work.
+    checker.reset();
+    let gate = Gate::hold(&a);
+    fill(ptr(&src, &a), N, 4, &a);
+    let t = GpuTensor {
+        data: src,
+        shape: vec![N],
+        stream: a.clone(),
+    };
+    let view = GpuView::from_managed(
+        t.to_dlpack_with(
+            &ExportRequest::versioned()
+                .stream(Some(b.cu_stream() as i64))
+                .copy(Some(true)),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    gate.release();
+    b.synchronize().unwrap();
+    drop(view);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("copy=True");
+}
+
+#[test]
+fn accesses_to_freed_memory_and_unordered_frees_are_reported() {
+    let (_ctx, a, b, checker) = setup();
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: a valid out-pointer; the context is current (bound by `setup`).
+    unsafe { sys::cuMemAlloc_v2(&mut p, N * 4) }
+        .result()
+        .unwrap();
+    // A write on B, then a host-side free without synchronizing with B.
+    let gate = Gate::hold(&b);
+    fill(p, N, 1, &b);
+    // SAFETY: `p` is a live allocation of this context.
+    unsafe { sys::cuMemFree_v2(p) }.result().unwrap();
+    assert_eq!(checker.violations(), 1, "{}", checker.report());
+    assert!(checker.report().contains("free of allocation"));
+    // Touching the freed memory is reported and refused.
+    // SAFETY: `p` is stale on purpose: the driver must refuse it.
+    let result = unsafe { sys::cuMemsetD32Async(p, 0, N, a.cu_stream()) };
+    assert_eq!(result, sys::CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(checker.violations(), 2);
+    assert!(
+        checker.report().contains("already freed by cuMemFree"),
+        "{}",
+        checker.report()
+    );
+    gate.release();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
+}
+
+#[test]
+fn memory_allocated_in_stream_order_is_not_usable_before_the_allocation() {
+    let (_ctx, a, b, checker) = setup();
+    // Allocate on A behind a gate, write on B without ordering after A.
+    let gate = Gate::hold(&a);
+    let mut p: sys::CUdeviceptr = 0;
+    // SAFETY: a valid out-pointer and a live stream.
+    unsafe { sys::cuMemAllocAsync(&mut p, N * 4, a.cu_stream()) }
+        .result()
+        .unwrap();
+    fill(p, N, 1, &b);
+    assert_eq!(checker.violations(), 1, "{}", checker.report());
+    gate.release();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    // SAFETY: a live allocation; every access is ordered before this host-side free.
+    unsafe { sys::cuMemFree_v2(p) }.result().unwrap();
+    assert_eq!(checker.violations(), 1);
+}
