@@ -749,6 +749,12 @@ pub(crate) fn sync_export(
     want_ready: bool,
 ) -> Result<Synced, crate::ExportError> {
     let cuda = device.device_type == crate::DeviceType::Cuda;
+    let needs_copy = request.needs_copy(device);
+    // A request that cannot be served is refused before the driver is asked anything, so the
+    // error does not depend on whether a driver is present.
+    if needs_copy {
+        request.check(device)?;
+    }
     if cuda && has_elements && driver().is_ok() {
         check_pointer(data, device.device_id)?;
     }
@@ -758,8 +764,7 @@ pub(crate) fn sync_export(
         }
     }
     let identities: Vec<ProducerStream> = pending.iter().map(|s| identity(s)).collect();
-    if request.needs_copy(device) {
-        request.check(device)?;
+    if needs_copy {
         if cuda {
             let copy = copy_sync(device, request, &identities)?;
             if copy.before != SyncPlan::Nothing {
