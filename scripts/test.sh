@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, clippy, and the test suites with and without the `python`
-# feature (the Python interop tests use NumPy from ./.venv, created on the first run).
+# Runs every test: formatting, clippy, and the test suites with and without the `python` and
+# `cuda` features (the Python interop tests use NumPy from ./.venv, created on the first run; the
+# CUDA tests run on the CUDA simulator, crate cuda-sim, and once more without any driver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -14,11 +15,21 @@ cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warn
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 echo "==> cargo test (default features)"
 cargo test --workspace --locked
-echo "==> cargo test (all features: python)"
-cargo test --workspace --all-features --locked
-echo "==> example extension module: maturin develop into .venv, then pytest"
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --manifest-path examples/python-ext/Cargo.toml
+echo "==> CUDA simulator: build it"
+sim="$(./scripts/cuda-sim.sh)"
+echo "==> cargo test (all features: python, cuda) with the CUDA simulator as the driver"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
+    cargo test --workspace --all-features --locked
+echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
+DLPACK_TESTS_EXPECT_DRIVER=absent \
+    cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
+        --lib --test cuda --test exchange --test python_protocol \
+        -- cuda without_a_driver copies_of_cuda_memory c_exchange_api_of_cuda_memory
+echo "==> example extension module (feature cuda): maturin develop into .venv, then pytest"
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --features cuda --manifest-path examples/python-ext/Cargo.toml
 .venv/bin/python -m pytest -q examples/python-ext/tests
+echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \

@@ -1,5 +1,7 @@
 """GPU tests of the example extension (built with `--features cuda`), run by
-`scripts/gpu-suite.sh run` on a CUDA machine: PyTorch and CuPy both ways with their streams."""
+`scripts/gpu-suite.sh run` on a CUDA machine: PyTorch and CuPy both ways with their streams.
+The tests that need only NumPy (host copies, Rust reading a Rust CUDA tensor on given streams)
+are in test_cuda_numpy.py, which also runs on the CUDA simulator in the test command."""
 
 import numpy as np
 import pytest
@@ -56,15 +58,6 @@ def test_c_exchange_api_consumed_from_torch():
     total, used_c_api = de.cuda_sum_via_c_api(x)
     assert used_c_api
     assert total == float(expected().astype(np.float64).sum())
-
-
-def test_numpy_gets_a_host_copy_of_a_rust_cuda_tensor():
-    # NumPy asks for dl_device=(CPU, 0): the producer copies to the host after its pending work.
-    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
-        pytest.skip(f"numpy {np.__version__} has no from_dlpack(device=...) (numpy >= 2.1 does)")
-    host = np.from_dlpack(de.cuda_arange(N), device="cpu")
-    assert host.flags.writeable
-    np.testing.assert_array_equal(host, expected())
 
 
 class CopyRequest:

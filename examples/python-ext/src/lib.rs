@@ -147,7 +147,7 @@ fn consume(x: &Bound<'_, PyAny>) -> PyResult<usize> {
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
 
-    use std::sync::Arc;
+    use std::sync::{Arc, OnceLock};
 
     use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
     use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
@@ -158,6 +158,13 @@ mod gpu {
 
     fn cuda_err(e: impl std::fmt::Display) -> PyErr {
         PyRuntimeError::new_err(e.to_string())
+    }
+
+    /// Device 0's context, after probing for the driver: no driver is a `RuntimeError`, not the
+    /// panic of cudarc's loader.
+    fn device0() -> PyResult<Arc<CudaContext>> {
+        dlpack_runtime::cuda::driver().map_err(cuda_err)?;
+        CudaContext::new(0).map_err(cuda_err)
     }
 
     /// A float32 CUDA tensor and the stream its contents were written on.
@@ -183,11 +190,29 @@ mod gpu {
     /// own; consumers get an event dependency on it.
     #[pyfunction]
     pub fn cuda_arange(py: Python<'_>, n: usize) -> PyResult<Bound<'_, python::ExportOnce>> {
-        let ctx = CudaContext::new(0).map_err(cuda_err)?;
-        let stream = ctx.new_stream().map_err(cuda_err)?;
+        let stream = device0()?.new_stream().map_err(cuda_err)?;
         let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
         let data = stream.clone_htod(&host).map_err(cuda_err)?;
         export_once(py, GpuTensor { data, shape: vec![n], stream })
+    }
+
+    /// The stream `cuda_stream` hands out: created on first use, alive until the process exits.
+    static STREAM: OnceLock<Arc<CudaStream>> = OnceLock::new();
+
+    /// `cuda_stream() -> int`: the handle (`CUstream`, as an integer) of a non-blocking stream
+    /// on device 0 that the module owns for the life of the process (the same one on every
+    /// call), for use as a consumer stream, as in `cuda_sum(x, cuda_stream())`.
+    #[pyfunction]
+    pub fn cuda_stream() -> PyResult<usize> {
+        let stream = match STREAM.get() {
+            Some(stream) => stream,
+            None => {
+                let stream = device0()?.new_stream().map_err(cuda_err)?;
+                // Under a race the first stream stored wins; the other is destroyed on drop.
+                STREAM.get_or_init(|| stream)
+            }
+        };
+        Ok(stream.cu_stream() as usize)
     }
 
     /// Copies `view` to the host on `stream` and sums it.
@@ -264,6 +289,7 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(gpu::cuda_arange, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum_via_c_api, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_stream, m)?)?;
     }
     Ok(())
 }

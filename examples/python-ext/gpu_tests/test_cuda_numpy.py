@@ -1,0 +1,169 @@
+"""CUDA tests of the example extension (built with `--features cuda`) that need only NumPy: no
+PyTorch, no CuPy.
+
+They run in two places:
+
+* in the test command (`scripts/test.sh`), on the CUDA driver simulator (crate `cuda-sim`, whose
+  `libcuda.so` is put first on `LD_LIBRARY_PATH`), with no GPU: there, after each test, the
+  simulator's happens-before checker must report no violation (a copy or free not ordered after
+  the work it depends on);
+* on a GPU machine, through `scripts/gpu-suite.sh run`, against the real driver (which has no
+  checker, so only the values are checked).
+
+N is moderate because the simulator runs every copy on the CPU.
+"""
+
+import ctypes
+import os
+
+import numpy as np
+import pytest
+
+import dlpack_example as de
+
+N = 1 << 16
+
+CU_STREAM_LEGACY = 1  # DLPack's `stream=1`: the legacy default stream
+CU_STREAM_PER_THREAD = 2  # DLPack's `stream=2`: the per-thread default stream
+
+if not hasattr(de, "cuda_arange"):
+    raise ImportError("dlpack_example was built without `--features cuda`; these tests need it")
+
+
+def _load_driver():
+    """The CUDA driver library the extension loads (cudarc tries libcuda.so before
+    libcuda.so.1; in the simulator's directory both name the same file)."""
+    for name in ("libcuda.so", "libcuda.so.1"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OSError("no CUDA driver library (libcuda.so) on the library path: put the simulator's "
+                  "directory (printed by scripts/cuda-sim.sh) first on LD_LIBRARY_PATH, or run on "
+                  "a GPU machine")
+
+
+_driver = _load_driver()
+SIMULATOR = hasattr(_driver, "cuSimViolations")
+if SIMULATOR:
+    _driver.cuSimViolations.restype = ctypes.c_uint64
+    _driver.cuSimViolations.argtypes = []
+    _driver.cuSimReset.restype = None
+    _driver.cuSimReset.argtypes = []
+    _driver.cuSimReport.restype = ctypes.c_size_t
+    _driver.cuSimReport.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def _report():
+    length = _driver.cuSimReport(None, 0)
+    buf = ctypes.create_string_buffer(length + 1)
+    _driver.cuSimReport(buf, length + 1)
+    return buf.value.decode(errors="replace")
+
+
+def _mapped_drivers():
+    """The distinct libcuda files mapped into this process (Linux), resolved."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split(maxsplit=5)[-1].strip() for line in maps if "libcuda.so" in line}
+    except OSError:
+        return set()
+    return {os.path.realpath(p) for p in paths if p.startswith("/")}
+
+
+@pytest.fixture(autouse=True)
+def no_violations():
+    """On the simulator: starts each test with a clean checker and fails it on any violation."""
+    if SIMULATOR:
+        _driver.cuSimReset()
+    yield
+    if SIMULATOR:
+        drivers = _mapped_drivers()
+        assert len(drivers) <= 1, f"two CUDA drivers mapped, the checker may watch the wrong one: {drivers}"
+        count = _driver.cuSimViolations()
+        assert count == 0, f"{count} happens-before violation(s) in the CUDA simulator:\n{_report()}"
+
+
+def expected():
+    return np.arange(N, dtype=np.float32)
+
+
+def expected_sum():
+    return float(expected().astype(np.float64).sum())
+
+
+def test_numpy_gets_a_host_copy_of_a_rust_cuda_tensor():
+    # NumPy asks for dl_device=(CPU, 0): the producer copies to the host after its pending work.
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
+        pytest.skip(f"numpy {np.__version__} has no from_dlpack(device=...) (numpy >= 2.1 does)")
+    host = np.from_dlpack(de.cuda_arange(N), device="cpu")
+    assert host.flags.writeable
+    assert host.dtype == np.float32 and host.shape == (N,)
+    np.testing.assert_array_equal(host, expected())
+
+
+def test_numpy_host_copy_with_copy_true_and_refusal_without_copy():
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) < (2, 1):
+        pytest.skip(f"numpy {np.__version__} has no from_dlpack(device=...) (numpy >= 2.1 does)")
+    host = np.from_dlpack(de.cuda_arange(N), device="cpu", copy=True)
+    assert host.flags.writeable
+    np.testing.assert_array_equal(host, expected())
+    # A CUDA tensor cannot be seen on the host without a copy.
+    with pytest.raises(BufferError):
+        np.from_dlpack(de.cuda_arange(N), device="cpu", copy=False)
+
+
+def test_cuda_stream_is_one_live_stream():
+    s = de.cuda_stream()
+    assert isinstance(s, int) and s not in (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
+    assert de.cuda_stream() == s
+
+
+def test_rust_reads_a_rust_cuda_tensor_on_a_created_stream():
+    # The producer orders its write (on a stream of its own) before the consumer's stream.
+    assert de.cuda_sum(de.cuda_arange(N), de.cuda_stream()) == expected_sum()
+
+
+@pytest.mark.parametrize("stream", [CU_STREAM_LEGACY, CU_STREAM_PER_THREAD], ids=["legacy", "per_thread"])
+def test_rust_reads_a_rust_cuda_tensor_on_a_default_stream(stream):
+    assert de.cuda_sum(de.cuda_arange(N), stream) == expected_sum()
+
+
+def test_rust_reads_a_rust_cuda_tensor_with_stream_0_as_legacy():
+    # PyTorch reports its legacy default stream as 0; `cuda_sum` maps it to 1.
+    assert de.cuda_sum(de.cuda_arange(N), 0) == expected_sum()
+
+
+def test_many_exchanges_on_alternating_streams():
+    streams = [de.cuda_stream(), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD]
+    for i in range(12):
+        n = 1000 + i
+        assert de.cuda_sum(de.cuda_arange(n), streams[i % 3]) == float(n * (n - 1) // 2)
+
+
+class SkipSync:
+    """Forwards the DLPack protocol, asking the producer for no synchronization (stream=-1)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, *args, **kwargs):
+        kwargs["stream"] = -1
+        return self.inner.__dlpack__(**kwargs)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_consumer_that_skips_synchronization():
+    # The negative control of the zero-violation checks: a read on the consumer's stream that
+    # nothing orders after the producer's write is reported. The stream is created first, as
+    # creating it synchronizes the context (which would order the write before the read).
+    s = de.cuda_stream()
+    x = de.cuda_arange(N)
+    de.cuda_sum(SkipSync(x), s)  # the value read may be anything
+    report = _report()
+    assert _driver.cuSimViolations() >= 1, "the checker missed an unsynchronized read"
+    assert "cuMemcpyDtoHAsync" in report, report
+    _driver.cuSimReset()
