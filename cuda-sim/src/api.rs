@@ -397,6 +397,16 @@ driver! {
             .ok_or(CUDA_ERROR_INVALID_HANDLE)?
             .recorded
             .clone();
+        // While capturing, only events recorded in the same capture may be waited on, unless
+        // the wait is external (`CU_EVENT_WAIT_EXTERNAL`): another dependency would cross the
+        // capture's boundary, which invalidates the capture.
+        if let Some(c) = st.streams[i].capture {
+            let inside = recorded.as_ref().is_none_or(|r| r.capture == Some(c.id));
+            if !inside && flags & 0x1 == 0 && !c.invalidated {
+                st.streams[i].capture.as_mut().expect("checked").invalidated = true;
+                return Err(CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+            }
+        }
         if let Some(r) = recorded {
             st.enqueue(i, "cuStreamWaitEvent", &[], Some(&r), None)?;
         }
@@ -994,44 +1004,56 @@ fn copy_2d(c: *const CUDA_MEMCPY2D, stream: CUstream, mode: Mode) -> Res {
     copy(name, r, stream, mode)
 }
 
-fn memset(
-    op: &str,
-    dst: CUdeviceptr,
+/// A memset of `height` rows of `n` values of `size` bytes (1 or 4), rows `pitch` bytes apart.
+struct Fill {
     value: u32,
     size: usize,
     n: usize,
-    stream: CUstream,
-    mode: Mode,
-) -> Res {
-    if n == 0 {
+    pitch: usize,
+    height: usize,
+}
+
+fn memset(op: &str, dst: CUdeviceptr, f: Fill, stream: CUstream, mode: Mode) -> Res {
+    if f.n == 0 || f.height == 0 {
         return Ok(());
     }
-    if dst % size as u64 != 0 {
+    let width = f.n.checked_mul(f.size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    if dst % f.size as u64 != 0 || (f.height > 1 && (f.pitch < width || f.pitch % f.size != 0)) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let bytes = n.checked_mul(size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let extent = (f.height - 1)
+        .checked_mul(f.pitch)
+        .and_then(|rows| rows.checked_add(width))
+        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let waiter = {
         let mut st = state();
         if mode == Mode::Sync {
             st.check_capture_safe()?;
         }
         let i = st.stream(h(stream))?;
-        let a = device_side(&mut st, dst, bytes, op)?;
+        let a = device_side(&mut st, dst, extent, op)?;
         let offset = (dst - a.base) as usize;
         let buf = a.buf.clone();
         let work: Work = Box::new(move || {
-            let p = buf.ptr().wrapping_add(offset);
-            // SAFETY: `[offset, offset + bytes)` lies in the allocation, which `buf` keeps
-            // alive; `dst` is aligned to `size` and the buffer to 256.
-            unsafe {
-                if size == 4 {
-                    engine::fill_u32(p, value, n)
-                } else {
-                    engine::fill_u8(p, value as u8, n)
+            for row in 0..f.height {
+                let p = buf.ptr().wrapping_add(offset + row * f.pitch);
+                // SAFETY: every row lies in the allocation (checked against `extent`), which
+                // `buf` keeps alive; rows are aligned to `size` (`dst` and `pitch` are).
+                unsafe {
+                    if f.size == 4 {
+                        engine::fill_u32(p, f.value, f.n)
+                    } else {
+                        engine::fill_u8(p, f.value as u8, f.n)
+                    }
                 }
             }
         });
-        let p = Pattern::range(offset as u64, bytes as u64);
+        let p = Pattern {
+            start: offset as u64,
+            width: width as u64,
+            pitch: f.pitch.max(width) as u64,
+            height: f.height as u64,
+        };
         st.enqueue(i, op, &[(&a, p, true)], None, Some(work))?;
         (mode == Mode::Sync).then(|| st.waiter(i))
     };
@@ -1039,6 +1061,26 @@ fn memset(
         host_wait(vec![w]);
     }
     Ok(())
+}
+
+fn fill_1d(value: u32, size: usize, n: usize) -> Fill {
+    Fill {
+        value,
+        size,
+        n,
+        pitch: n * size,
+        height: 1,
+    }
+}
+
+fn fill_2d(value: u32, size: usize, pitch: usize, n: usize, height: usize) -> Fill {
+    Fill {
+        value,
+        size,
+        n,
+        pitch,
+        height,
+    }
 }
 
 const NULL_STREAM: CUstream = std::ptr::null_mut();
@@ -1087,19 +1129,55 @@ driver! {
     }
 
     fn cuMemsetD8_v2(dst: CUdeviceptr, value: u8, n: usize) {
-        memset("cuMemsetD8", dst, value.into(), 1, n, NULL_STREAM, Mode::Sync)
+        memset("cuMemsetD8", dst, fill_1d(value.into(), 1, n), NULL_STREAM, Mode::Sync)
     }
 
     fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, n: usize, stream: CUstream) {
-        memset("cuMemsetD8Async", dst, value.into(), 1, n, stream, Mode::Async)
+        memset("cuMemsetD8Async", dst, fill_1d(value.into(), 1, n), stream, Mode::Async)
     }
 
     fn cuMemsetD32_v2(dst: CUdeviceptr, value: c_uint, n: usize) {
-        memset("cuMemsetD32", dst, value, 4, n, NULL_STREAM, Mode::Sync)
+        memset("cuMemsetD32", dst, fill_1d(value, 4, n), NULL_STREAM, Mode::Sync)
     }
 
     fn cuMemsetD32Async(dst: CUdeviceptr, value: c_uint, n: usize, stream: CUstream) {
-        memset("cuMemsetD32Async", dst, value, 4, n, stream, Mode::Async)
+        memset("cuMemsetD32Async", dst, fill_1d(value, 4, n), stream, Mode::Async)
+    }
+
+    /// `height` rows of `width` bytes, `pitch` bytes apart.
+    fn cuMemsetD2D8_v2(dst: CUdeviceptr, pitch: usize, value: u8, width: usize, height: usize) {
+        let f = fill_2d(value.into(), 1, pitch, width, height);
+        memset("cuMemsetD2D8", dst, f, NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemsetD2D8Async(
+        dst: CUdeviceptr,
+        pitch: usize,
+        value: u8,
+        width: usize,
+        height: usize,
+        stream: CUstream,
+    ) {
+        let f = fill_2d(value.into(), 1, pitch, width, height);
+        memset("cuMemsetD2D8Async", dst, f, stream, Mode::Async)
+    }
+
+    /// `height` rows of `width` 32-bit values, `pitch` bytes apart.
+    fn cuMemsetD2D32_v2(dst: CUdeviceptr, pitch: usize, value: c_uint, width: usize, height: usize) {
+        let f = fill_2d(value, 4, pitch, width, height);
+        memset("cuMemsetD2D32", dst, f, NULL_STREAM, Mode::Sync)
+    }
+
+    fn cuMemsetD2D32Async(
+        dst: CUdeviceptr,
+        pitch: usize,
+        value: c_uint,
+        width: usize,
+        height: usize,
+        stream: CUstream,
+    ) {
+        let f = fill_2d(value, 4, pitch, width, height);
+        memset("cuMemsetD2D32Async", dst, f, stream, Mode::Async)
     }
 }
 

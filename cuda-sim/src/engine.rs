@@ -132,6 +132,8 @@ pub(crate) struct Capture {
     pub(crate) mode: CUstreamCaptureMode,
     pub(crate) thread: ThreadId,
     pub(crate) invalidated: bool,
+    /// Which capture sequence (events recorded in it may be waited on inside it).
+    pub(crate) id: u64,
 }
 
 /// The enqueue half of a stream.
@@ -175,6 +177,8 @@ pub(crate) struct Recorded {
     pub(crate) seq: u64,
     pub(crate) clock: VClock,
     pub(crate) done_at: Arc<Mutex<Option<Instant>>>,
+    /// The capture sequence the record was made in, if any.
+    pub(crate) capture: Option<u64>,
 }
 
 pub(crate) struct Event {
@@ -516,6 +520,7 @@ pub(crate) struct State {
     host_seq: u64,
     pub(crate) checker: Checker,
     next_handle: Handle,
+    next_capture: u64,
 }
 
 impl State {
@@ -542,6 +547,7 @@ impl State {
             host_seq: 0,
             checker: Checker::default(),
             next_handle: 0x1000,
+            next_capture: 0,
         }
     }
 
@@ -749,10 +755,12 @@ impl State {
         if s.capture.is_some() {
             return Err(CUDA_ERROR_ILLEGAL_STATE);
         }
+        self.next_capture += 1;
         self.streams[i].capture = Some(Capture {
             mode,
             thread: std::thread::current().id(),
             invalidated: false,
+            id: self.next_capture,
         });
         Ok(())
     }
@@ -830,6 +838,7 @@ impl State {
             seq,
             clock: s.clock.clone(),
             done_at,
+            capture: s.capture.map(|c| c.id),
         })
     }
 

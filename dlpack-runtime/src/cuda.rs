@@ -98,7 +98,7 @@ pub enum CudaError {
     /// A stream being captured into a CUDA graph, where this crate would have to wait for work
     /// it enqueues (a copy, a stream-ordered release): captured work runs only at launch.
     #[error(
-        "stream {stream:#x} is being captured into a CUDA graph, expected a stream that runs its work (copies and stream-ordered release wait for it)"
+        "stream {stream:#x} is being captured into a CUDA graph, expected a stream that runs its work now (an event dependency, a copy or a stream-ordered release cannot be ordered from outside the capture)"
     )]
     Capturing {
         /// The stream handle.
@@ -495,6 +495,10 @@ fn wait_for(
         ProducerStream::Handle(h) => bind(stream_context(h.get() as sys::CUstream)?)?,
         _ => bind(primary)?,
     }
+    // A stream being captured into a graph cannot wait on an event recorded outside the
+    // capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, and the capture is invalidated): refuse
+    // it before the driver is asked.
+    check_not_capturing(raw_stream(consumer))?;
     // SAFETY: the consumer's stream is valid for the duration of this call (spec section 2.4);
     // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
     // may be reused once this returns.

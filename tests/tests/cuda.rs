@@ -724,3 +724,200 @@ fn streams_are_checked_against_the_tensor_device() {
     a.synchronize().unwrap();
     assert_clean(&checker, "stream checks");
 }
+
+/// A context of device 0 that is not its primary context (`cuCtxCreate`), and the thread's
+/// current context restored.
+fn non_primary_context() -> Arc<CudaContext> {
+    let mut before: sys::CUcontext = std::ptr::null_mut();
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; `cuCtxCreate` makes the new context current, and the pop and
+    // set below restore what was current before.
+    unsafe {
+        sys::cuCtxGetCurrent(&mut before).result().unwrap();
+        sys::cuCtxCreate_v4(&mut ctx, std::ptr::null_mut(), 0, 0)
+            .result()
+            .unwrap();
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        sys::cuCtxPopCurrent_v2(&mut popped).result().unwrap();
+        assert_eq!(popped, ctx);
+        sys::cuCtxSetCurrent(before).result().unwrap();
+    }
+    // SAFETY: a context just created for device 0 (ordinal 0, `CUdevice` 0), owned from here on.
+    unsafe { CudaContext::from_raw_context(0, 0, ctx) }.unwrap()
+}
+
+#[test]
+fn streams_of_other_devices_and_contexts_are_told_apart() {
+    use dlpack_runtime::stream::ProducerStream;
+    let (ctx, a, _b, checker) = setup();
+    let handle = |s: &CudaStream| {
+        ProducerStream::Handle(core::num::NonZeroU64::new(s.cu_stream() as u64).unwrap())
+    };
+    // A consumer stream of device 1, for a tensor of device 0.
+    if CudaContext::device_count().unwrap() >= 2 {
+        let other = CudaContext::new(1).unwrap().new_stream().unwrap();
+        match cuda::check_consumer_stream(handle(&other), 0) {
+            Err(CudaError::StreamOnOtherDevice {
+                role: "consumer",
+                found: 1,
+                expected: 0,
+                ..
+            }) => {}
+            other => panic!("expected a stream of device 1 refused, found {other:?}"),
+        }
+        assert_eq!(cuda::check_consumer_stream(handle(&other), 1), Ok(()));
+    } else {
+        println!("one device: a consumer stream of another device was not checked");
+    }
+    // The primary context's default streams are fine producer streams.
+    assert_eq!(
+        cuda::check_producer_stream(&ctx.default_stream(), 0),
+        Ok(())
+    );
+    assert_eq!(
+        cuda::check_producer_stream(&ctx.per_thread_stream(), 0),
+        Ok(())
+    );
+    assert_eq!(cuda::check_producer_stream(&a, 0), Ok(()));
+    // Another context of the same device: its created streams are fine (as a producer's, and
+    // as a consumer's to wait on), its default streams are not (the special handles name the
+    // current context's, which this crate resolves in the primary one), and a consumer's
+    // stream of it cannot take a copy (enqueued in the primary context).
+    let other_ctx = non_primary_context();
+    let created = other_ctx.new_stream().unwrap();
+    assert_eq!(cuda::check_producer_stream(&created, 0), Ok(()));
+    assert_eq!(cuda::check_consumer_stream(handle(&created), 0), Ok(()));
+    match cuda::check_producer_stream(&other_ctx.default_stream(), 0) {
+        Err(CudaError::NotPrimaryContext {
+            role: "producer",
+            device: 0,
+            ..
+        }) => {}
+        other => panic!("expected NotPrimaryContext, found {other:?}"),
+    }
+    let counter = Counter::new();
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let err = t
+        .to_dlpack_with(
+            &ExportRequest::versioned()
+                .stream(Some(created.cu_stream() as i64))
+                .copy(Some(true)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExportError::Cuda(CudaError::NotPrimaryContext {
+                role: "consumer",
+                ..
+            })
+        ),
+        "{err}"
+    );
+    // Without a copy, a stream of another context of the device gets an event dependency.
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    drop(
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(created.cu_stream() as i64)))
+            .unwrap(),
+    );
+    assert_eq!(counter.get(), 2);
+    created.synchronize().unwrap();
+    a.synchronize().unwrap();
+    assert_clean(&checker, "other contexts");
+}
+
+/// Starts capturing `stream` into a graph (relaxed mode), so work enqueued on it does not run.
+fn begin_capture(stream: &CudaStream) {
+    // SAFETY: a live stream.
+    unsafe {
+        sys::cuStreamBeginCapture_v2(
+            stream.cu_stream(),
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        )
+    }
+    .result()
+    .unwrap();
+}
+
+/// Ends the capture of `stream` and destroys the graph.
+fn end_capture(stream: &CudaStream) {
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: a stream being captured; a valid out-pointer; the graph is destroyed once.
+    unsafe {
+        sys::cuStreamEndCapture(stream.cu_stream(), &mut graph)
+            .result()
+            .unwrap();
+        if !graph.is_null() {
+            sys::cuGraphDestroy(graph).result().unwrap();
+        }
+    }
+}
+
+#[test]
+fn streams_being_captured_take_no_copies_and_no_releases() {
+    let (_ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    begin_capture(&b);
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let err = t
+        .to_dlpack_with(
+            &ExportRequest::versioned()
+                .stream(Some(b.cu_stream() as i64))
+                .copy(Some(true)),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, ExportError::Cuda(CudaError::Capturing { .. })),
+        "{err}"
+    );
+    assert_eq!(counter.get(), 1, "the refused export released its tensor");
+    // Nor an event dependency: the captured stream cannot wait on an event recorded outside
+    // the capture.
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let err = t
+        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        .unwrap_err();
+    assert!(
+        matches!(err, ExportError::Cuda(CudaError::Capturing { .. })),
+        "{err}"
+    );
+    assert_eq!(counter.get(), 2);
+    // A tensor whose release is asked after a captured stream is leaked, never freed while the
+    // graph may still read it.
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let view =
+        GpuView::from_managed(t.to_dlpack_with(&ExportRequest::versioned()).unwrap()).unwrap();
+    let err = view.data.release_after(&b).unwrap_err();
+    assert!(matches!(err, CudaError::Capturing { .. }), "{err}");
+    end_capture(&b);
+    a.synchronize().unwrap();
+    std::thread::sleep(BLOCKED);
+    assert_eq!(counter.get(), 2, "leaked, not released");
+    assert_clean(&checker, "captured streams");
+}
+
+#[test]
+fn the_first_exchange_on_a_device_creates_its_event() {
+    if cuda::driver().is_ok() && CudaContext::device_count().unwrap() < 2 {
+        println!("one device: the event pool of a fresh device was not checked");
+        return;
+    }
+    let (_ctx, _a, _b, checker) = setup();
+    // Device 1: no other test exchanges there, so its event pool starts empty.
+    let ctx = CudaContext::new(1).unwrap();
+    let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let counter = Counter::new();
+    let before = cuda::events_created();
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let view = GpuView::from_managed(
+        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(view.device, Device::cuda(1));
+    assert_eq!(cuda::events_created(), before + 1, "one event, then pooled");
+    drop(view);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_clean(&checker, "device 1");
+}

@@ -1096,3 +1096,48 @@ fn context_synchronize_waits_for_every_stream_of_the_context() {
         c.assert_clean("context synchronize");
     }
 }
+
+#[test]
+fn two_dimensional_memsets_write_only_their_rows() {
+    let _ctx = ctx();
+    let checker = checker();
+    // 8 rows of 64 bytes; the memsets write the first 6 rows, 20 bytes (5 words) of each.
+    let (rows, pitch, written) = (8usize, 64usize, 6usize);
+    let buf = DevBuf::with_bytes(rows * pitch);
+    let stream = Stream::non_blocking();
+    let expect = |value: u8, width: usize| -> Vec<u8> {
+        (0..rows * pitch)
+            .map(|i| {
+                if i / pitch < written && i % pitch < width {
+                    value
+                } else {
+                    0
+                }
+            })
+            .collect()
+    };
+    // SAFETY: the rows lie in `buf`; stream-ordered, then synchronized by `read_bytes`.
+    unsafe {
+        ok(
+            sys::cuMemsetD2D8Async(buf.ptr, pitch, 0xAB, 20, written, stream.raw),
+            "cuMemsetD2D8Async",
+        );
+    }
+    assert_eq!(
+        stream.read_bytes(&buf),
+        expect(0xAB, 20),
+        "cuMemsetD2D8Async"
+    );
+    // SAFETY: as above; 5 words per row; synchronous.
+    unsafe {
+        ok(sys::cuMemsetD8_v2(buf.ptr, 0, rows * pitch), "cuMemsetD8");
+        ok(
+            sys::cuMemsetD2D32_v2(buf.ptr, pitch, 0xCDCD_CDCD, 5, written),
+            "cuMemsetD2D32",
+        );
+    }
+    assert_eq!(stream.read_bytes(&buf), expect(0xCD, 20), "cuMemsetD2D32");
+    if let Some(c) = checker {
+        c.assert_clean("2-D memsets");
+    }
+}

@@ -260,6 +260,53 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
             0,
             "taken through the C exchange API"
         );
+        // The producer's pending work on its current stream (the table reports NULL: the legacy
+        // default stream) is ordered before the consumer's stream, without blocking the host.
+        let checker = dlpack_tests::gpu::checker();
+        ctx.bind_to_thread().unwrap();
+        let legacy = 0x1 as cudarc::driver::sys::CUstream;
+        // SAFETY: the legacy default stream of the current (primary) context.
+        let gate = unsafe { dlpack_tests::gpu::Gate::hold_raw(legacy) };
+        // SAFETY: `address` is 4 u32 of live device memory; stream-ordered behind the gate.
+        unsafe { cudarc::driver::sys::cuMemsetD32Async(address as u64, 7, 4, legacy) }
+            .result()
+            .unwrap();
+        let managed = python::managed_from_object(
+            obj.as_any(),
+            &FromDlpackOptions::new().stream(Some(consumer.cu_stream() as i64)),
+        )
+        .unwrap();
+        let mut result = consumer.alloc_zeros::<u32>(4).unwrap();
+        let data = managed.dl_tensor().data as u64;
+        // SAFETY: both are 4 u32 of live device memory; stream-ordered on the consumer's stream.
+        unsafe {
+            cudarc::driver::sys::cuMemcpyDtoDAsync_v2(
+                cudarc::driver::DevicePtrMut::device_ptr_mut(&mut result, &consumer).0,
+                data,
+                16,
+                consumer.cu_stream(),
+            )
+        }
+        .result()
+        .unwrap();
+        // The consumer's stream waits for the producer's held work (watched for 20 ms).
+        let watch = std::time::Instant::now();
+        while watch.elapsed() < std::time::Duration::from_millis(20) {
+            // SAFETY: a live stream; query only.
+            let pending = unsafe { cudarc::driver::sys::cuStreamQuery(consumer.cu_stream()) };
+            assert_eq!(
+                pending,
+                cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_READY,
+                "the consumer's stream ran ahead of the producer's held work"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        gate.release();
+        assert_eq!(consumer.clone_dtoh(&result).unwrap(), [7; 4]);
+        drop(managed);
+        if let Some(c) = checker {
+            c.assert_clean("C exchange API ordering");
+        }
         let err = python::managed_from_object(
             obj.as_any(),
             &FromDlpackOptions::new().stream(Some(0x5000)),
