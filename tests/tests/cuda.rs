@@ -392,6 +392,34 @@ fn ready_events_let_the_consumer_wait_later() {
     assert_eq!(b.clone_dtoh(&result).unwrap(), [100]);
     a.synchronize().unwrap();
     drop(view);
+    assert!(cuda::ReadyEvents::record(&[]).unwrap().is_empty());
+    // The host can wait on them too: `synchronize` returns only once the held work has run.
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    let gate = Arc::new(Gate::hold(&a));
+    fill(&buf, &a, 5);
+    let t = GpuTensor::new(buf, &a, &counter);
+    let (managed, ready) = t
+        .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
+        .unwrap();
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let releaser = {
+        let (gate, released) = (gate.clone(), released.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(BLOCKED);
+            released.store(true, std::sync::atomic::Ordering::SeqCst);
+            gate.release();
+        })
+    };
+    ready.synchronize().unwrap();
+    assert!(
+        released.load(std::sync::atomic::Ordering::SeqCst),
+        "synchronize returned before the producer's work was let go"
+    );
+    releaser.join().unwrap();
+    let view = GpuView::from_managed(managed).unwrap();
+    copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+    assert_eq!(b.clone_dtoh(&result).unwrap(), [5]);
+    drop(view);
     assert_clean(&checker, "ready events");
 }
 
