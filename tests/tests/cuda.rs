@@ -949,3 +949,92 @@ fn the_first_exchange_on_a_device_creates_its_event() {
     b.synchronize().unwrap();
     assert_clean(&checker, "device 1");
 }
+
+/// A producer whose only stream is its buffer's own (`CudaSlice` records its stream).
+#[derive(DlpackExport)]
+struct SliceOnly {
+    #[dlpack(data)]
+    data: CudaSlice<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+#[test]
+fn a_cuda_slice_brings_its_own_stream_and_stays_writable() {
+    let (_ctx, a, b, checker) = setup();
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    let gate = Gate::hold(&a);
+    fill(&buf, &a, 11);
+    let managed = SliceOnly {
+        data: buf,
+        shape: vec![N],
+    }
+    .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+    .unwrap();
+    assert!(
+        !managed.is_read_only(),
+        "an owned CudaSlice is lent writable"
+    );
+    let view = GpuView::from_managed(managed).unwrap();
+    assert!(!view.data.is_read_only());
+    let result = b.alloc_zeros::<u32>(1).unwrap();
+    copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+    assert!(
+        !becomes_idle(&b, Duration::from_millis(20)),
+        "the consumer waits for the slice's stream"
+    );
+    gate.release();
+    assert_eq!(b.clone_dtoh(&result).unwrap(), [11]);
+    a.synchronize().unwrap();
+    drop(view);
+    assert_clean(&checker, "CudaSlice stream");
+}
+
+/// A CUDA tensor at an address no allocation has (fine while it has no elements), with pending
+/// work on `stream`.
+#[derive(DlpackExport)]
+struct EmptyCuda {
+    #[dlpack(data)]
+    data: dlpack_tests::types::FakeCuda,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: Arc<CudaStream>,
+    _guard: DropGuard,
+}
+
+#[test]
+fn zero_size_cuda_tensors_are_exchanged_without_touching_their_pointer() {
+    let (_ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    for shape in [vec![0], vec![2, 0, 3]] {
+        for request in [
+            ExportRequest::versioned().stream(Some(b.cu_stream() as i64)),
+            ExportRequest::versioned().stream(Some(-1)),
+            ExportRequest::versioned()
+                .stream(Some(b.cu_stream() as i64))
+                .copy(Some(true)),
+            ExportRequest::versioned().dl_device(Device::CPU),
+        ] {
+            let t = EmptyCuda {
+                data: dlpack_tests::types::FakeCuda {
+                    address: 0x7f00_0000_0000,
+                    len: 0,
+                },
+                shape: shape.clone(),
+                stream: a.clone(),
+                _guard: counter.guard(),
+            };
+            let managed = t
+                .to_dlpack_with(&request)
+                .unwrap_or_else(|e| panic!("{shape:?}, {request:?}: {e}"));
+            assert_eq!(managed.dl_tensor().ndim as usize, shape.len());
+        }
+    }
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    // Copies release their source once the consumer's stream has passed the copy.
+    wait_for_count(&counter, 8);
+    assert_clean(&checker, "zero-size tensors");
+}
