@@ -1038,3 +1038,57 @@ fn zero_size_cuda_tensors_are_exchanged_without_touching_their_pointer() {
     wait_for_count(&counter, 8);
     assert_clean(&checker, "zero-size tensors");
 }
+
+/// Free device memory (`cuMemGetInfo`) of the current context's device, in bytes.
+fn free_memory(ctx: &CudaContext) -> usize {
+    ctx.bind_to_thread().unwrap();
+    let (mut free, mut total) = (0usize, 0usize);
+    // SAFETY: valid out-pointers; a context is current.
+    unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }
+        .result()
+        .unwrap();
+    free
+}
+
+#[test]
+fn device_copies_free_their_memory_when_released() {
+    let (ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    let (rows, cols) = (64usize, 96usize);
+    let exchange = || {
+        let (t, gate, expected) = view_behind_a_gate(
+            &a,
+            (rows, cols),
+            (&[cols, rows], &[1, cols as isize], 0),
+            &counter,
+        );
+        gate.release();
+        let request = ExportRequest::versioned()
+            .stream(Some(b.cu_stream() as i64))
+            .copy(Some(true));
+        let view = GpuView::from_managed(t.to_dlpack_with(&request).unwrap()).unwrap();
+        let ptr = view.data.cuda_device_ptr().unwrap();
+        assert_eq!(read_all_on(ptr, rows * cols, &b), expected);
+    };
+    exchange();
+    a.synchronize().unwrap();
+    wait_for_count(&counter, 1);
+    // The copy's memory is freed on the reaper thread once its stream work is done.
+    std::thread::sleep(Duration::from_millis(50));
+    let before = free_memory(&ctx);
+    for _ in 0..5 {
+        exchange();
+    }
+    a.synchronize().unwrap();
+    wait_for_count(&counter, 6);
+    let deadline = Instant::now() + RETURNS;
+    while free_memory(&ctx) < before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        free_memory(&ctx) >= before,
+        "five released copies left {} bytes allocated",
+        before - free_memory(&ctx)
+    );
+    assert_clean(&checker, "copies freed");
+}
