@@ -384,7 +384,24 @@ mod tests {
                 device: vk
             })
         );
-        assert!(parse_stream(vk, Some(0)).is_err());
+        for small in [0, 1, 2] {
+            assert!(
+                matches!(
+                    parse_stream(vk, Some(small)),
+                    Err(StreamError::Invalid { found: Some(f), .. }) if f == small
+                ),
+                "{small}"
+            );
+        }
+        // A plan for a device without CUDA's streams names the stream value it refuses.
+        let pending = [ProducerStream::LegacyDefault];
+        assert_eq!(
+            plan_sync(vk, &pending, StreamRequest::PerThreadDefault),
+            Err(StreamError::Unsupported {
+                found: 2,
+                device: vk
+            })
+        );
     }
 
     fn h(v: u64) -> ProducerStream {

@@ -559,7 +559,7 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
     let (rows, cols) = (64usize, 96usize);
     // (shape, strides, offset): transposed (2-D blocks of one element per row), every other
     // column of reversed rows (element by element), a column slice (one 2-D block).
-    let views: [(Vec<usize>, Vec<isize>, usize); 3] = [
+    let views: [(Vec<usize>, Vec<isize>, usize); 4] = [
         (vec![cols, rows], vec![1, cols as isize], 0),
         (
             vec![rows, cols / 2],
@@ -567,6 +567,8 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
             (rows - 1) * cols,
         ),
         (vec![rows, 16], vec![cols as isize, 1], 8),
+        // A reversed vector: one element per copy, each at its own destination offset.
+        (vec![rows], vec![-1], rows - 1),
     ];
     for (shape, strides, offset) in views {
         let counter = Counter::new();
@@ -617,14 +619,18 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         &counter,
     );
     let export = spawn(move || {
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
+        t.to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
     });
     assert!(
         export.recv_timeout(BLOCKED).is_err(),
         "a stream=-1 copy waits for the producer's work"
     );
     gate.release();
-    let managed = export.recv_timeout(RETURNS).unwrap().unwrap();
+    let (managed, ready) = export.recv_timeout(RETURNS).unwrap().unwrap();
+    assert!(
+        ready.is_empty(),
+        "a copy the host waited for needs no ready event"
+    );
     assert_eq!(
         counter.get(),
         1,
@@ -649,9 +655,16 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
     let (rows, cols) = (256usize, 64usize);
     // A column slice (one block) and a transposed view (many blocks over a span no larger than
     // its elements, which come over in one transfer and are compacted on the host).
-    let views: [(Vec<usize>, Vec<isize>, usize); 2] = [
+    let views: [(Vec<usize>, Vec<isize>, usize); 3] = [
         (vec![rows, 24], vec![cols as isize, 1], 10),
         (vec![cols, rows], vec![1, cols as isize], 0),
+        // Reversed rows from an offset: many blocks over a span that starts below the first
+        // element, staged in one transfer.
+        (
+            vec![rows / 2, 24],
+            vec![-2 * cols as isize, 1],
+            (rows - 1) * cols + 5,
+        ),
     ];
     for (n, (shape, strides, offset)) in views.into_iter().enumerate() {
         let (t, gate, expected) =
@@ -674,6 +687,14 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         assert_eq!(view.device, Device::CPU);
         assert_eq!(view.shape, shape);
         assert_eq!(view.data.as_slice().unwrap(), &expected[..], "{shape:?}");
+        match view.data.cuda_device_ptr() {
+            Err(CudaError::WrongDevice {
+                found: -1,
+                expected: 0,
+                ..
+            }) => {}
+            other => panic!("a host copy has no device pointer: {other:?}"),
+        }
     }
     // copy=False cannot be served.
     let t = GpuStrided {
@@ -695,7 +716,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
             requested: Device::CPU
         }
     );
-    assert_eq!(counter.get(), 3);
+    assert_eq!(counter.get(), 4);
     a.synchronize().unwrap();
     println!("dl_device=(CPU, 0): strided CUDA views copied to the host after the held work");
     assert_clean(&checker, "dl_device=(CPU, 0)");
@@ -1091,4 +1112,60 @@ fn device_copies_free_their_memory_when_released() {
         before - free_memory(&ctx)
     );
     assert_clean(&checker, "copies freed");
+}
+
+/// A producer whose pending work is on a stream other than its buffer's own.
+#[derive(DlpackExport)]
+struct OtherStreams {
+    #[dlpack(data)]
+    data: CudaSlice<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    writer: Arc<CudaStream>,
+    #[dlpack(stream)]
+    maybe: Option<Arc<CudaStream>>,
+}
+
+#[test]
+fn stream_fields_name_work_on_streams_other_than_the_buffers() {
+    let (ctx, a, b, checker) = setup();
+    let c = ctx.new_stream().unwrap();
+    let d = ctx.new_stream().unwrap();
+    // The buffer belongs to C; the pending writes are on A (a plain stream field) and on D (an
+    // optional one).
+    for on_optional in [false, true] {
+        let data = c.alloc_zeros::<u32>(N).unwrap();
+        c.synchronize().unwrap();
+        let writer = if on_optional { &d } else { &a };
+        let gate = Gate::hold(writer);
+        let ptr = cuda_ptr(&data, &c);
+        // SAFETY: `ptr` is `N` u32 of a live allocation; stream-ordered on the writer.
+        unsafe { sys::cuMemsetD32Async(ptr, 21, N, writer.cu_stream()) }
+            .result()
+            .unwrap();
+        let t = OtherStreams {
+            data,
+            shape: vec![N],
+            writer: a.clone(),
+            maybe: on_optional.then(|| d.clone()),
+        };
+        let view = GpuView::from_managed(
+            t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+                .unwrap(),
+        )
+        .unwrap();
+        let result = b.alloc_zeros::<u32>(1).unwrap();
+        copy_one_on(last(view.data.cuda_device_ptr().unwrap(), N), &result, &b);
+        assert!(
+            !becomes_idle(&b, Duration::from_millis(20)),
+            "the consumer waits for the stream field's work (optional: {on_optional})"
+        );
+        gate.release();
+        assert_eq!(b.clone_dtoh(&result).unwrap(), [21]);
+        writer.synchronize().unwrap();
+        drop(view);
+    }
+    c.synchronize().unwrap();
+    assert_clean(&checker, "stream fields");
 }
