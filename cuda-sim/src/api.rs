@@ -820,13 +820,48 @@ struct CopyRequest {
     height: usize,
 }
 
-fn pattern(offset: usize, r: &CopyRequest, pitch: usize) -> Pattern {
+/// The bytes one side of a copy touches, from its first byte.
+fn pattern_of(r: &CopyRequest, pitch: usize) -> Pattern {
     Pattern {
-        start: offset as u64,
+        start: 0,
         width: r.width as u64,
         pitch: pitch.max(r.width) as u64,
         height: r.height as u64,
     }
+}
+
+/// A device side of a copy: its location, with its access (`pattern` from `p`) added to
+/// `accesses` for the checker.
+fn device_loc(
+    st: &mut State,
+    p: CUdeviceptr,
+    pattern: Pattern,
+    write: bool,
+    op: &str,
+    accesses: &mut Vec<(engine::Alloc, Pattern, bool)>,
+) -> Res<Loc> {
+    let extent = ((pattern.height - 1) * pattern.pitch + pattern.width) as usize;
+    let a = device_side(st, p, extent, op)?;
+    let offset = p - a.base;
+    let loc = Loc::Device(a.buf.clone(), offset as usize);
+    accesses.push((
+        a,
+        Pattern {
+            start: offset,
+            ..pattern
+        },
+        write,
+    ));
+    Ok(loc)
+}
+
+/// Whether host memory at `addr` is pinned (`cuMemHostAlloc`); a NULL or device address is
+/// `CUDA_ERROR_INVALID_VALUE`.
+fn host_is_pinned(st: &State, addr: usize, len: usize) -> Res<bool> {
+    if addr == 0 || st.memory.is_device_address(addr as u64) {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    Ok(st.memory.pinned_at(addr, len).is_some())
 }
 
 /// Bytes from the first to one past the last of a side.
@@ -865,24 +900,21 @@ fn copy(op: &str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
         }
         let i = st.stream(h(stream))?;
         let mut accesses = Vec::new();
-        let mut pageable_dst = false;
         let src = match r.src {
-            Side::Device(p) => {
-                let a = device_side(&mut st, p, extent(&r, r.src_pitch), op)?;
-                let offset = (p - a.base) as usize;
-                let loc = Loc::Device(a.buf.clone(), offset);
-                accesses.push((a, pattern(offset, &r, r.src_pitch), false));
-                loc
-            }
+            Side::Device(p) => device_loc(
+                &mut st,
+                p,
+                pattern_of(&r, r.src_pitch),
+                false,
+                op,
+                &mut accesses,
+            )?,
             Side::Host(addr) => {
-                if addr == 0 || st.memory.is_device_address(addr as u64) {
-                    return Err(CUDA_ERROR_INVALID_VALUE);
-                }
-                if st.memory.pinned_at(addr, extent(&r, r.src_pitch)).is_some() {
+                let len = extent(&r, r.src_pitch);
+                if host_is_pinned(&st, addr, len)? {
                     Loc::Host(addr)
                 } else {
                     // Pageable memory is staged now: the caller may reuse it on return.
-                    let len = extent(&r, r.src_pitch);
                     let mut staged = vec![0u8; len];
                     // SAFETY: the caller's source of `len` bytes (contract).
                     unsafe { engine::copy_bytes(staged.as_mut_ptr(), addr as *const u8, len) };
@@ -890,21 +922,18 @@ fn copy(op: &str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
                 }
             }
         };
-        let dst = match r.dst {
+        let (dst, pageable_dst) = match r.dst {
             Side::Device(p) => {
-                let a = device_side(&mut st, p, extent(&r, r.dst_pitch), op)?;
-                let offset = (p - a.base) as usize;
-                let loc = Loc::Device(a.buf.clone(), offset);
-                accesses.push((a, pattern(offset, &r, r.dst_pitch), true));
-                loc
+                let pattern = pattern_of(&r, r.dst_pitch);
+                (
+                    device_loc(&mut st, p, pattern, true, op, &mut accesses)?,
+                    false,
+                )
             }
-            Side::Host(addr) => {
-                if addr == 0 || st.memory.is_device_address(addr as u64) {
-                    return Err(CUDA_ERROR_INVALID_VALUE);
-                }
-                pageable_dst = st.memory.pinned_at(addr, extent(&r, r.dst_pitch)).is_none();
-                Loc::Host(addr)
-            }
+            Side::Host(addr) => (
+                Loc::Host(addr),
+                !host_is_pinned(&st, addr, extent(&r, r.dst_pitch))?,
+            ),
         };
         let job = Copy2D {
             src,

@@ -23,11 +23,13 @@
 //!
 //! | variable | default | meaning |
 //! |---|---|---|
-//! | `CUDA_SIM_DEVICES` | 2 | number of devices |
+//! | `CUDA_SIM_DEVICES` | 2 | number of devices, 1 to 64 |
 //! | `CUDA_SIM_MEMORY` | 4 GiB | bytes of device memory, all devices together |
 //! | `CUDA_SIM_OP_DELAY_US` | 0 | a delay before each operation a stream runs, in microseconds |
-//! | `CUDA_SIM_ABORT_ON_VIOLATION` | unset | `1`: abort the process at the first violation |
-//! | `CUDA_SIM_LOG` | unset | `1`: print each violation and each unsupported call to stderr |
+//! | `CUDA_SIM_ABORT_ON_VIOLATION` | 0 | `1`: abort the process at the first violation |
+//! | `CUDA_SIM_LOG` | 0 | `1`: print each violation to stderr |
+//!
+//! A value out of range is ignored, with a word on stderr.
 //!
 //! # Modelled, and not
 //!
@@ -42,8 +44,9 @@
 //! `CUDA_ERROR_NOT_SUPPORTED`), graphs beyond their capture, timing and throughput, unified
 //! memory faults and prefetching, peer access rules, IPC and multi-process use, and the device
 //! reset of a primary context whose retain count drops to zero (its state is kept). Every
-//! driver function that cudarc's safe layer calls is exported; those not modelled return
-//! `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr. Nothing aborts, except on request.
+//! driver function that cudarc binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is
+//! exported; those not modelled return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr,
+//! once each. Nothing aborts, except on request.
 
 #![allow(non_snake_case)]
 
@@ -69,23 +72,32 @@ pub(crate) struct Config {
     pub(crate) log: bool,
 }
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            eprintln!("cuda-sim: ignoring {name}={v:?}: not a number");
+/// A setting from the environment: an integer in `range`, or `default` (with a word on stderr
+/// when the variable is set to something else).
+fn env(name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> u64 {
+    let Ok(v) = std::env::var(name) else {
+        return default;
+    };
+    match v.trim().parse::<u64>() {
+        Ok(n) if range.contains(&n) => n,
+        _ => {
+            eprintln!(
+                "cuda-sim: ignoring {name}={v:?}: expected an integer from {} to {}; using {default}",
+                range.start(),
+                range.end()
+            );
             default
-        }),
-        Err(_) => default,
+        }
     }
 }
 
 pub(crate) fn config() -> &'static Config {
     static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
-        devices: env("CUDA_SIM_DEVICES", 2i32).clamp(1, 64),
-        memory: env("CUDA_SIM_MEMORY", 4usize << 30),
-        op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0u64)),
-        abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0u8) != 0,
-        log: env("CUDA_SIM_LOG", 0u8) != 0,
+        devices: env("CUDA_SIM_DEVICES", 2, 1..=64) as i32,
+        memory: env("CUDA_SIM_MEMORY", 4 << 30, 1..=1 << 40) as usize,
+        op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0, 0..=10_000_000)),
+        abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,
+        log: env("CUDA_SIM_LOG", 0, 0..=1) != 0,
     });
     &CONFIG
 }
