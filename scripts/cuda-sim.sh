@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Builds the CUDA simulator (crate cuda-sim) and prints the directory holding its libcuda.so and
-# libcuda.so.1. Put that directory first on LD_LIBRARY_PATH and any program that loads the CUDA
-# driver dynamically (cudarc does) runs on the simulator:
+# Builds the CUDA simulator (crate cuda-sim) and prints the directory holding it as libcuda.so
+# (and libcuda.so.1), inside the cargo target directory (CARGO_TARGET_DIR is honoured). Put that
+# directory first on LD_LIBRARY_PATH and any program that loads the CUDA driver dynamically
+# (cudarc does) runs on the simulator:
 #
-#   LD_LIBRARY_PATH="$(./scripts/cuda-sim.sh):$LD_LIBRARY_PATH" cargo test -p dlpack-tests --features cuda --test cuda
+#   sim="$(./scripts/cuda-sim.sh)" &&
+#       LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" cargo test -p dlpack-tests --features cuda --test cuda
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --locked --quiet -p cuda-sim
-dir="$PWD/target/cuda-sim"
+# The library cargo built, as cargo reports it (wherever the target directory is).
+lib="$(cargo build --locked --quiet -p cuda-sim --message-format=json-render-diagnostics \
+    | sed -n 's/.*"filenames":\["\([^"]*libcuda_sim\.so\)".*/\1/p' | tail -n 1)"
+if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    echo "cuda-sim.sh: cargo built no libcuda_sim.so" >&2
+    exit 1
+fi
+dir="$(dirname "$(dirname "$lib")")/cuda-sim"
 mkdir -p "$dir"
-cp -f target/debug/libcuda_sim.so "$dir/libcuda.so"
+# A new file renamed into place, so that a process running on the old one keeps its copy.
+cp -f "$lib" "$dir/.libcuda.so.new"
+mv -f "$dir/.libcuda.so.new" "$dir/libcuda.so"
 ln -sf libcuda.so "$dir/libcuda.so.1"
 echo "$dir"
