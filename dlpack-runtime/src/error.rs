@@ -223,11 +223,11 @@ fn contiguity_name(c: Contiguity) -> &'static str {
 #[non_exhaustive]
 pub enum StreamError {
     /// The stream value is not one of the legal values for the device type.
-    #[error("stream={} is not valid for a {device} tensor, expected {allowed}", display_stream(*found))]
+    #[error("stream={} is not valid for a consumer on {device}, expected {allowed}", display_stream(*found))]
     Invalid {
         /// The stream value given (`None` for Python's `None`).
         found: Option<i64>,
-        /// The tensor's device.
+        /// The device the consumer will use: `dl_device` when given, else the tensor's.
         device: Device,
         /// The legal values, in words.
         allowed: &'static str,

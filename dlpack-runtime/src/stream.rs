@@ -310,7 +310,7 @@ mod tests {
         let err = parse_stream(Device::cuda(0), Some(0)).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "stream=0 is not valid for a cuda:0 tensor, expected None, -1, 1, 2, or a stream handle > 2"
+            "stream=0 is not valid for a consumer on cuda:0, expected None, -1, 1, 2, or a stream handle > 2"
         );
         assert_eq!(
             parse_stream(Device::cuda(0), Some(-2)).unwrap_err(),
@@ -348,7 +348,7 @@ mod tests {
             let err = parse_stream(Device::CPU, Some(s)).unwrap_err();
             assert_eq!(
                 err.to_string(),
-                format!("stream={s} is not valid for a cpu:0 tensor, expected None")
+                format!("stream={s} is not valid for a consumer on cpu:0, expected None")
             );
         }
     }

@@ -7,7 +7,10 @@ use std::ffi::c_void;
 use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaStream, sys};
+use cudarc::driver::{CudaSlice, CudaStream, sys};
+use dlpack_runtime::{Device, DlpackExport, DlpackImport, ImportedData};
+
+use crate::{Counter, DropGuard};
 
 /// Holds a stream: everything enqueued on it after [`Gate::hold`] waits until
 /// [`Gate::release`] (or the gate's drop).
@@ -158,4 +161,45 @@ pub fn checker() -> Option<Checker> {
         c.reset();
     }
     checker
+}
+
+/// A producer with device memory and the stream its writes were enqueued on.
+#[derive(DlpackExport)]
+pub struct GpuTensor {
+    /// The device memory.
+    #[dlpack(data)]
+    pub data: CudaSlice<u32>,
+    /// Extents in elements.
+    #[dlpack(shape)]
+    pub shape: Vec<usize>,
+    /// The stream its writes were enqueued on.
+    #[dlpack(stream)]
+    pub stream: Arc<CudaStream>,
+    _guard: DropGuard,
+}
+
+impl GpuTensor {
+    /// A 1-D tensor of `data`, with pending work on `stream`, counted by `counter`.
+    pub fn new(data: CudaSlice<u32>, stream: &Arc<CudaStream>, counter: &Counter) -> Self {
+        Self {
+            shape: vec![data.len()],
+            data,
+            stream: stream.clone(),
+            _guard: counter.guard(),
+        }
+    }
+}
+
+/// A consumer of compact `u32` tensors on any device.
+#[derive(DlpackImport)]
+pub struct GpuView {
+    /// The imported memory.
+    #[dlpack(data)]
+    pub data: ImportedData<u32>,
+    /// Extents in elements.
+    #[dlpack(shape)]
+    pub shape: Vec<usize>,
+    /// Where the memory is.
+    #[dlpack(device)]
+    pub device: Device,
 }

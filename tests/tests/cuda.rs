@@ -11,49 +11,12 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
 use dlpack_runtime::cuda::{self, CudaError};
-use dlpack_runtime::{
-    Device, DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData,
-};
-use dlpack_tests::gpu::{Checker, Gate, checker};
+use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportError, ExportRequest};
+use dlpack_tests::gpu::{Checker, Gate, GpuTensor, GpuView, checker};
 use dlpack_tests::{Counter, DropGuard, expected_driver};
 
 const NEEDS_DRIVER: &str =
     "needs a CUDA driver: the CUDA simulator on the library path (scripts/cuda-sim.sh) or a GPU";
-
-/// A producer with device memory and the stream its writes were enqueued on.
-#[derive(DlpackExport)]
-struct GpuTensor {
-    #[dlpack(data)]
-    data: CudaSlice<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(stream)]
-    stream: Arc<CudaStream>,
-    _guard: DropGuard,
-}
-
-impl GpuTensor {
-    /// A 1-D tensor of `data`, with pending work on `stream`, counted by `counter`.
-    fn new(data: CudaSlice<u32>, stream: &Arc<CudaStream>, counter: &Counter) -> Self {
-        Self {
-            shape: vec![data.len()],
-            data,
-            stream: stream.clone(),
-            _guard: counter.guard(),
-        }
-    }
-}
-
-/// A consumer of compact `u32` tensors on any device.
-#[derive(DlpackImport)]
-struct GpuView {
-    #[dlpack(data)]
-    data: ImportedData<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(device)]
-    device: Device,
-}
 
 #[test]
 fn without_a_driver_exports_and_probes_are_errors_not_panics() {

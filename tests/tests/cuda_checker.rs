@@ -7,28 +7,11 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
-use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest, ImportedData};
-use dlpack_tests::gpu::{Checker, Gate, checker};
+use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
+use dlpack_tests::Counter;
+use dlpack_tests::gpu::{Checker, Gate, GpuTensor, GpuView, checker};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
-
-#[derive(DlpackExport)]
-struct GpuTensor {
-    #[dlpack(data)]
-    data: CudaSlice<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(stream)]
-    stream: Arc<CudaStream>,
-}
-
-#[derive(DlpackImport)]
-struct GpuView {
-    #[dlpack(data)]
-    data: ImportedData<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-}
 
 const N: usize = 1024;
 
@@ -54,11 +37,7 @@ fn fill(p: sys::CUdeviceptr, len: usize, value: u32, stream: &CudaStream) {
 
 /// Exports a tensor written on `a` to a consumer on `b`, then writes it on `b` behind a gate.
 fn consumer_writing(a: &Arc<CudaStream>, b: &Arc<CudaStream>) -> (GpuView, Gate) {
-    let t = GpuTensor {
-        data: a.alloc_zeros::<u32>(N).unwrap(),
-        shape: vec![N],
-        stream: a.clone(),
-    };
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), a, &Counter::new());
     let view = GpuView::from_managed(
         t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
@@ -127,11 +106,7 @@ fn a_copy_not_ordered_after_the_producer_work_is_reported() {
     checker.reset();
     let gate = Gate::hold(&a);
     fill(ptr(&src, &a), N, 4, &a);
-    let t = GpuTensor {
-        data: src,
-        shape: vec![N],
-        stream: a.clone(),
-    };
+    let t = GpuTensor::new(src, &a, &Counter::new());
     let view = GpuView::from_managed(
         t.to_dlpack_with(
             &ExportRequest::versioned()

@@ -716,7 +716,7 @@ fn request_checks() {
     ));
     assert_eq!(
         err.to_string(),
-        "stream=1 is not valid for a cpu:0 tensor, expected None"
+        "stream=1 is not valid for a consumer on cpu:0, expected None"
     );
     let err = Tensor::new(vec![1f32], &[1], &counter)
         .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))

@@ -505,7 +505,7 @@ fn producer_argument_errors() {
         assert!(err.is_instance_of::<PyValueError>(py));
         assert_eq!(
             err.value(py).to_string(),
-            "stream=1 is not valid for a cpu:0 tensor, expected None"
+            "stream=1 is not valid for a consumer on cpu:0, expected None"
         );
         let kwargs = PyDict::new(py);
         kwargs.set_item("stream", -1).unwrap();

@@ -211,7 +211,7 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
                 .unwrap_err();
         assert!(
             err.to_string()
-                .contains("stream=1 is not valid for a cpu:0 tensor"),
+                .contains("stream=1 is not valid for a consumer on cpu:0"),
             "{err}"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 1);

@@ -25,7 +25,7 @@ def test_numpy_reads_a_rust_tensor_zero_copy_and_read_only():
 def test_protocol_arguments():
     t = de.Tensor.arange(3)
     assert t.__dlpack_device__() == (1, 0)
-    with pytest.raises(ValueError, match="stream=1 is not valid for a cpu:0 tensor"):
+    with pytest.raises(ValueError, match="stream=1 is not valid for a consumer on cpu:0"):
         t.__dlpack__(stream=1)
     with pytest.raises(BufferError, match="legacy"):
         t.__dlpack__()  # a read-only export cannot be a legacy capsule
