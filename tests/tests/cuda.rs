@@ -409,7 +409,8 @@ fn illegal_streams_and_wrong_devices_are_refused() {
     assert_clean(&checker, "refusals");
 }
 
-/// A strided view of device memory; strides and offset in elements.
+/// A strided view of device memory; strides in elements, the start in bytes from the buffer's
+/// (the `byte_offset` role).
 #[derive(DlpackExport)]
 struct GpuStrided {
     #[dlpack(data)]
@@ -418,8 +419,8 @@ struct GpuStrided {
     shape: Vec<usize>,
     #[dlpack(strides)]
     strides: Vec<isize>,
-    #[dlpack(offset)]
-    offset: usize,
+    #[dlpack(byte_offset)]
+    byte_offset: usize,
     #[dlpack(stream)]
     stream: Arc<CudaStream>,
     _guard: DropGuard,
@@ -466,7 +467,7 @@ fn view_behind_a_gate(
         data,
         shape: shape.to_vec(),
         strides: strides.to_vec(),
-        offset,
+        byte_offset: offset * 4,
         stream: stream.clone(),
         _guard: counter.guard(),
     };
@@ -548,6 +549,7 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
             "the export returned with the producer's work held"
         );
         assert!(managed.is_copied(), "{shape:?}");
+        assert!(!managed.is_read_only(), "a copy is the consumer's to write");
         assert!(!ready.is_empty(), "a ready event follows the copy");
         assert_eq!(
             counter.get(),
@@ -618,16 +620,18 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
     let (rows, cols) = (256usize, 64usize);
     // A column slice (one block) and a transposed view (many blocks over a span no larger than
     // its elements, which come over in one transfer and are compacted on the host).
-    let views: [(Vec<usize>, Vec<isize>, usize); 3] = [
+    let views: [(Vec<usize>, Vec<isize>, usize); 4] = [
         (vec![rows, 24], vec![cols as isize, 1], 10),
         (vec![cols, rows], vec![1, cols as isize], 0),
-        // Reversed rows from an offset: many blocks over a span that starts below the first
-        // element, staged in one transfer.
+        // Every other row, reversed, from an offset: the first element is the last row's.
         (
             vec![rows / 2, 24],
             vec![-2 * cols as isize, 1],
             (rows - 1) * cols + 5,
         ),
+        // Two overlapping rows, the second 8 elements before the first: a span that starts
+        // below the first element and ends well past it, staged in one transfer.
+        (vec![2, 60], vec![-8, 1], 8),
     ];
     for (n, (shape, strides, offset)) in views.into_iter().enumerate() {
         let (t, gate, expected) =
@@ -664,7 +668,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         data: a.alloc_zeros::<u32>(4).unwrap(),
         shape: vec![4],
         strides: vec![1],
-        offset: 0,
+        byte_offset: 0,
         stream: a.clone(),
         _guard: counter.guard(),
     };
@@ -679,7 +683,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
             requested: Device::CPU
         }
     );
-    assert_eq!(counter.get(), 4);
+    assert_eq!(counter.get(), 5);
     a.synchronize().unwrap();
     println!("dl_device=(CPU, 0): strided CUDA views copied to the host after the held work");
     assert_clean(&checker, "dl_device=(CPU, 0)");
