@@ -27,7 +27,8 @@ echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
         --lib --test cuda --test exchange --test python_protocol \
-        -- cuda without_a_driver copies_of_cuda_memory c_exchange_api_of_cuda_memory
+        -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
+        c_exchange_api_of_cuda_memory
 echo "==> example extension module (feature cuda): maturin develop into .venv, then pytest"
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --features cuda --manifest-path examples/python-ext/Cargo.toml
 .venv/bin/python -m pytest -q examples/python-ext/tests
