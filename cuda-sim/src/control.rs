@@ -9,10 +9,36 @@ pub extern "C" fn cuSimViolations() -> u64 {
     crate::guard_value(|| state().checker.count(), 0)
 }
 
-/// Forgets the violations found so far.
+/// Forgets the violations found so far and the operation counts.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuSimReset() {
-    crate::guard_value(|| state().checker.reset(), ())
+    crate::guard_value(
+        || {
+            let mut st = state();
+            st.checker.reset();
+            st.operations.clear();
+        },
+        (),
+    )
+}
+
+/// How many operations named `name` (the driver function without its `_v2` suffix, such as
+/// `cuMemcpy2DAsync` or `cuMemcpyDtoHAsync`, or `event record`) streams were given since the
+/// start or the last `cuSimReset`; 0 for a NULL or non-UTF-8 name.
+///
+/// # Safety
+///
+/// `name` is NULL or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuSimOperations(name: *const std::ffi::c_char) -> u64 {
+    if name.is_null() {
+        return 0;
+    }
+    // SAFETY: a NUL-terminated string (caller).
+    let Ok(name) = unsafe { std::ffi::CStr::from_ptr(name) }.to_str() else {
+        return 0;
+    };
+    crate::guard_value(|| state().operations.get(name).copied().unwrap_or(0), 0)
 }
 
 /// Writes the report of the violations (one per line: both accesses, with stream, operation

@@ -519,6 +519,8 @@ pub(crate) struct State {
     host: VClock,
     host_seq: u64,
     pub(crate) checker: Checker,
+    /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
+    pub(crate) operations: HashMap<String, u64>,
     next_handle: Handle,
     next_capture: u64,
 }
@@ -546,6 +548,7 @@ impl State {
             host: VClock::default(),
             host_seq: 0,
             checker: Checker::default(),
+            operations: HashMap::new(),
             next_handle: 0x1000,
             next_capture: 0,
         }
@@ -792,6 +795,7 @@ impl State {
                 Ok(self.streams[i].submitted)
             };
         }
+        *self.operations.entry(op.to_string()).or_default() += 1;
         let mut deps = Vec::new();
         let mut clock = self.streams[i].clock.clone();
         let ctx = &self.contexts[&self.streams[i].ctx];

@@ -75,14 +75,16 @@ impl Drop for Gate {
 type Count = unsafe extern "C" fn() -> u64;
 type Reset = unsafe extern "C" fn();
 type Report = unsafe extern "C" fn(*mut u8, usize) -> usize;
+type Operations = unsafe extern "C" fn(*const std::ffi::c_char) -> u64;
 
 /// The simulator's happens-before checker, reached through the symbols `cuSimViolations`,
-/// `cuSimReport` and `cuSimReset` of the loaded `libcuda.so`.
+/// `cuSimReport`, `cuSimReset` and `cuSimOperations` of the loaded `libcuda.so`.
 #[derive(Debug, Clone)]
 pub struct Checker {
     count: Count,
     reset: Reset,
     report: Report,
+    operations: Operations,
     /// This test's turn at the checker (see [`checker`]).
     _turn: Option<Rc<MutexGuard<'static, ()>>>,
 }
@@ -102,16 +104,18 @@ impl Checker {
             let count = *lib.get::<Count>(b"cuSimViolations").ok()?;
             let reset = *lib.get::<Reset>(b"cuSimReset").ok()?;
             let report = *lib.get::<Report>(b"cuSimReport").ok()?;
+            let operations = *lib.get::<Operations>(b"cuSimOperations").ok()?;
             Some(Self {
                 count,
                 reset,
                 report,
+                operations,
                 _turn: None,
             })
         }
     }
 
-    /// Forgets the violations found so far.
+    /// Forgets the violations found so far and the operation counts.
     pub fn reset(&self) {
         // SAFETY: no arguments; the simulator's entry point.
         unsafe { (self.reset)() }
@@ -133,6 +137,14 @@ impl Checker {
         let written = unsafe { (self.report)(buf.as_mut_ptr(), buf.len()) };
         buf.truncate(written.min(len));
         String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// How many operations named `name` (such as `cuMemcpy2DAsync`) streams were given since
+    /// the last reset.
+    pub fn operations(&self, name: &str) -> u64 {
+        let name = std::ffi::CString::new(name).expect("no NUL in an operation name");
+        // SAFETY: a NUL-terminated string, alive for the call.
+        unsafe { (self.operations)(name.as_ptr()) }
     }
 
     /// Panics with the report if any violation was found since the last reset.
@@ -202,4 +214,27 @@ pub struct GpuView {
     /// Where the memory is.
     #[dlpack(device)]
     pub device: Device,
+}
+
+/// A strided view of device memory; strides in elements, the start in bytes from the buffer's
+/// (the `byte_offset` role).
+#[derive(DlpackExport)]
+pub struct GpuStrided {
+    /// The device memory.
+    #[dlpack(data)]
+    pub data: CudaSlice<u32>,
+    /// Extents in elements.
+    #[dlpack(shape)]
+    pub shape: Vec<usize>,
+    /// Strides in elements.
+    #[dlpack(strides)]
+    pub strides: Vec<isize>,
+    /// Bytes from the buffer's start to element `(0, ..., 0)`.
+    #[dlpack(byte_offset)]
+    pub byte_offset: usize,
+    /// The stream its writes were enqueued on.
+    #[dlpack(stream)]
+    pub stream: Arc<CudaStream>,
+    /// Counts the drop (`DropGuard::default()` counts nothing).
+    pub guard: DropGuard,
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
 use dlpack_runtime::cuda::{self, CudaError};
 use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportError, ExportRequest};
-use dlpack_tests::gpu::{Checker, Gate, GpuTensor, GpuView, checker};
+use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, checker};
 use dlpack_tests::{Counter, DropGuard, expected_driver};
 
 const NEEDS_DRIVER: &str =
@@ -409,23 +409,6 @@ fn illegal_streams_and_wrong_devices_are_refused() {
     assert_clean(&checker, "refusals");
 }
 
-/// A strided view of device memory; strides in elements, the start in bytes from the buffer's
-/// (the `byte_offset` role).
-#[derive(DlpackExport)]
-struct GpuStrided {
-    #[dlpack(data)]
-    data: CudaSlice<u32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Vec<isize>,
-    #[dlpack(byte_offset)]
-    byte_offset: usize,
-    #[dlpack(stream)]
-    stream: Arc<CudaStream>,
-    _guard: DropGuard,
-}
-
 /// `len` values `0..len`, written on `stream` behind a gate (and behind memsets of other
 /// values): a consumer not ordered after `stream` reads the wrong values. The pattern is
 /// uploaded to a second buffer first and copied on the device behind the gate, so that nothing
@@ -469,7 +452,7 @@ fn view_behind_a_gate(
         strides: strides.to_vec(),
         byte_offset: offset * 4,
         stream: stream.clone(),
-        _guard: counter.guard(),
+        guard: counter.guard(),
     };
     let expected = indices(shape, strides, offset)
         .into_iter()
@@ -670,7 +653,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         strides: vec![1],
         byte_offset: 0,
         stream: a.clone(),
-        _guard: counter.guard(),
+        guard: counter.guard(),
     };
     assert_eq!(
         t.to_dlpack_with(

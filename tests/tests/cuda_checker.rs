@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{Checker, Gate, GpuTensor, GpuView, checker};
+use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, checker};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -172,4 +172,55 @@ fn memory_allocated_in_stream_order_is_not_usable_before_the_allocation() {
     // SAFETY: a live allocation; every access is ordered before this host-side free.
     unsafe { sys::cuMemFree_v2(p) }.result().unwrap();
     assert_eq!(checker.violations(), 1);
+}
+
+/// Copies of strided CUDA views take as few driver copies as their layout allows: what
+/// README's "copies" paragraph promises, counted by the simulator.
+#[test]
+fn strided_copies_take_the_fewest_driver_copies() {
+    let (_ctx, a, b, checker) = setup();
+    let (rows, cols) = (64usize, 48usize);
+    let host: Vec<u32> = (0..(rows * cols) as u32).collect();
+    let view = |shape: &[usize], strides: &[isize], offset: usize| GpuStrided {
+        data: a.clone_htod(&host).unwrap(),
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        byte_offset: offset * 4,
+        stream: a.clone(),
+        guard: Default::default(),
+    };
+    let column_slice = || view(&[rows, 24], &[cols as isize, 1], 10);
+    let transposed = || view(&[cols, rows], &[1, cols as isize], 0);
+    let on_b = ExportRequest::versioned()
+        .stream(Some(b.cu_stream() as i64))
+        .copy(Some(true));
+    let to_host = ExportRequest::versioned().dl_device(dlpack_runtime::Device::CPU);
+    // (view, request, 2-D copies, 1-D device-to-host copies)
+    let cases: [(GpuStrided, &ExportRequest, u64, u64); 3] = [
+        // One block of rows, on the consumer's stream and to the host.
+        (column_slice(), &on_b, 1, 0),
+        (column_slice(), &to_host, 1, 0),
+        // Many blocks over a span no larger than twice the elements: one transfer, compacted
+        // on the host.
+        (transposed(), &to_host, 0, 1),
+    ];
+    for (n, (t, request, two_d, one_d)) in cases.into_iter().enumerate() {
+        a.synchronize().unwrap();
+        checker.reset();
+        let managed = t.to_dlpack_with(request).unwrap();
+        b.synchronize().unwrap();
+        assert_eq!(
+            (
+                checker.operations("cuMemcpy2DAsync"),
+                checker.operations("cuMemcpyDtoHAsync")
+            ),
+            (two_d, one_d),
+            "case {n}"
+        );
+        assert!(managed.is_copied());
+        drop(managed);
+    }
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("strided copies");
 }
