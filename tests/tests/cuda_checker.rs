@@ -204,6 +204,34 @@ fn strided_copies_take_the_fewest_driver_copies() {
         // on the host.
         (transposed(), &to_host, 0, 1),
     ];
+    // A host copy is staged in one transfer when the span is at most twice the elements plus
+    // 1 MiB: a sparse view of a 1.04 MiB buffer just inside that bound, and a sparser one just
+    // outside it (copied block by block).
+    let (big_rows, big_cols) = (532usize, 512usize);
+    let big: Vec<u32> = (0..(big_rows * big_cols) as u32).collect();
+    let sparse = |columns: usize, step: isize| GpuStrided {
+        data: a.clone_htod(&big).unwrap(),
+        shape: vec![big_rows, columns],
+        strides: vec![big_cols as isize, step],
+        byte_offset: 0,
+        stream: a.clone(),
+        guard: Default::default(),
+    };
+    for (t, staged) in [(sparse(16, 32), true), (sparse(4, 128), false)] {
+        a.synchronize().unwrap();
+        checker.reset();
+        let managed = t.to_dlpack_with(&to_host).unwrap();
+        let (two_d, one_d) = (
+            checker.operations("cuMemcpy2DAsync"),
+            checker.operations("cuMemcpyDtoHAsync"),
+        );
+        if staged {
+            assert_eq!((two_d, one_d), (0, 1), "staged");
+        } else {
+            assert!(one_d == 0 && two_d > 0, "block by block: {two_d}, {one_d}");
+        }
+        drop(managed);
+    }
     for (n, (t, request, two_d, one_d)) in cases.into_iter().enumerate() {
         a.synchronize().unwrap();
         checker.reset();
