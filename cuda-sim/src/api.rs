@@ -508,15 +508,7 @@ driver! {
     /// `CUDA_SUCCESS` once the recorded position has completed (or if never recorded).
     fn cuEventQuery(event: CUevent) {
         let mut st = state();
-        st.check_init()?;
-        let recorded = st
-            .events
-            .get(&h(event))
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-            .recorded
-            .clone();
-        st.check_capture_safe()?;
-        if let Some(r) = recorded {
+        if let Some(r) = recorded_for_host(&mut st, event)? {
             let w = State::event_waiter(&r);
             engine::ready(State::is_done(&w))?;
             st.observed(&w);
@@ -525,18 +517,7 @@ driver! {
     }
 
     fn cuEventSynchronize(event: CUevent) {
-        let waiter = {
-            let mut st = state();
-            st.check_init()?;
-            let recorded = st
-                .events
-                .get(&h(event))
-                .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-                .recorded
-                .clone();
-            st.check_capture_safe()?;
-            recorded.map(|r| State::event_waiter(&r))
-        };
+        let waiter = recorded_for_host(&mut state(), event)?.map(|r| State::event_waiter(&r));
         if let Some(w) = waiter {
             host_wait(vec![w]);
         }
@@ -573,6 +554,20 @@ driver! {
         // SAFETY: an out-pointer.
         unsafe { out(ms, elapsed) }
     }
+}
+
+/// The position an event was last recorded at (`None`: never recorded), for a host query or
+/// wait, which a stream capture in progress may forbid.
+fn recorded_for_host(st: &mut State, event: CUevent) -> Res<Option<engine::Recorded>> {
+    st.check_init()?;
+    let recorded = st
+        .events
+        .get(&h(event))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+        .recorded
+        .clone();
+    st.check_capture_safe()?;
+    Ok(recorded)
 }
 
 fn record(event: CUevent, stream: CUstream) -> Res {
