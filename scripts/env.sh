@@ -12,7 +12,9 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ] || [ "$root/requirements-dev.txt" -nt "$stamp" ]; then
     echo "==> installing requirements-dev.txt into $venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$root/requirements-dev.txt"
+    # Without an inherited PYTHONPATH, which could make pip think the packages are installed.
+    env -u PYTHONPATH "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r "$root/requirements-dev.txt"
     touch "$stamp"
 fi
 
