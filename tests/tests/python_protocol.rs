@@ -141,6 +141,29 @@ struct CudaPublished {
 
 published!(CudaPublished);
 
+#[cfg(feature = "cuda")]
+impl CudaPublished {
+    /// Four float32 at device `address`, as a Python object, and its `__dlpack__` call count.
+    fn bound<'py>(
+        py: Python<'py>,
+        address: usize,
+        counter: &Counter,
+    ) -> (Bound<'py, Self>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let obj = Bound::new(
+            py,
+            Self {
+                data: dlpack_tests::types::FakeCuda { address, len: 4 },
+                shape: vec![4],
+                calls: calls.clone(),
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        (obj, calls)
+    }
+}
+
 /// CUDA memory taken through the C exchange API is ordered before the consumer's stream with
 /// the driver (feature `cuda`); without a driver that is an error, and the tensor taken is
 /// released. Host tensors with a `stream` go through `__dlpack__`, which refuses it.
@@ -155,20 +178,7 @@ fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
     assert_ne!(dlpack_tests::expected_driver(), Some(true));
     Python::attach(|py| {
         let counter = Counter::new();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let obj = Bound::new(
-            py,
-            CudaPublished {
-                data: dlpack_tests::types::FakeCuda {
-                    address: 0x7f00_0000_0000,
-                    len: 4,
-                },
-                shape: vec![4],
-                calls: calls.clone(),
-                _guard: counter.guard(),
-            },
-        )
-        .unwrap();
+        let (obj, calls) = CudaPublished::bound(py, 0x7f00_0000_0000, &counter);
         for options in [
             FromDlpackOptions::new(),
             FromDlpackOptions::new().stream(Some(0x5000)),
@@ -235,17 +245,7 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
     consumer.synchronize().unwrap();
     Python::attach(|py| {
         let counter = Counter::new();
-        let calls = Arc::new(AtomicUsize::new(0));
-        let obj = Bound::new(
-            py,
-            CudaPublished {
-                data: dlpack_tests::types::FakeCuda { address, len: 4 },
-                shape: vec![4],
-                calls: calls.clone(),
-                _guard: counter.guard(),
-            },
-        )
-        .unwrap();
+        let (obj, calls) = CudaPublished::bound(py, address, &counter);
         for stream in [None, Some(consumer.cu_stream() as i64), Some(-1)] {
             let managed =
                 python::managed_from_object(obj.as_any(), &FromDlpackOptions::new().stream(stream))
