@@ -1,7 +1,9 @@
-//! Criterion benchmarks of `copy=True` on the host (spec section 2.7): the export of a
-//! 1024 x 1024 `f32` tensor (4 MiB) compact, transposed and with reversed columns, against the
-//! floor of one `memcpy` of the same bytes and a per-element gather. `cargo bench -p
-//! dlpack-bench --bench copy`.
+//! Criterion benchmarks of `copy=True` on the host (the `copy` parameter of the array API's
+//! [`__dlpack__`]): the export of a 1024 x 1024 `f32` tensor (4 MiB) compact, transposed and
+//! with reversed columns, against the floor of one `memcpy` of the same bytes and a per-element
+//! gather. `cargo bench -p dlpack-bench --bench copy`.
+//!
+//! [`__dlpack__`]: https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -1,11 +1,11 @@
 //! Strided copies into compact row-major memory, as a sequence of 2-D block copies.
 //!
-//! A copy requested with `copy=True` or `dl_device` (spec section 2.7) turns any valid strided
-//! layout into a compact row-major one. [`StridedCopy`] describes that copy as *blocks* shaped
-//! like the driver's 2-D copy (`cuMemcpy2D`: `height` rows of `width` bytes, rows `src_pitch`
-//! bytes apart in the source, packed in the destination), so the host and CUDA copies share one
-//! plan: the host copy runs each row as a `memcpy`, the CUDA copy enqueues one driver call per
-//! block on the consumer's stream.
+//! A copy requested with `copy=True` or `dl_device` (parameters of the array API's
+//! [`__dlpack__`]) turns any valid strided layout into a compact row-major one. [`StridedCopy`]
+//! describes that copy as *blocks* shaped like the driver's 2-D copy (`cuMemcpy2D`: `height`
+//! rows of `width` bytes, rows `src_pitch` bytes apart in the source, packed in the
+//! destination), so the host and CUDA copies share one plan: the host copy runs each row as a
+//! `memcpy`, the CUDA copy enqueues one driver call per block on the consumer's stream.
 //!
 //! The plan merges the trailing axes that are contiguous in the source into one row, takes as
 //! the rows of a block the remaining axis of largest extent whose source and destination
@@ -14,6 +14,8 @@
 //! slice, a transposed matrix or a matrix with reversed columns is one block per index of the
 //! other axis; only a reversed or broadcast vector comes down to one block per element. The
 //! plan is pure: it reads no memory.
+//!
+//! [`__dlpack__`]: https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html
 
 /// One 2-D block of a [`StridedCopy`], all in bytes: `height` rows of `width` bytes; row `r`
 /// is read at `src + r * src_pitch` (relative to the source's first element) and written at

@@ -1,8 +1,8 @@
 //! `#[repr(C)]` mirror of `dlpack.h` 1.3, under the header's own names.
 //!
 //! This module holds the ABI and nothing else: no logic, no validation. Every struct carries
-//! compile-time size, alignment and offset assertions taken from the layout tables of the
-//! DLPack reference (`dlpack-spec.md` sections 1.2 to 1.10 and 5.2, x86_64 / LP64).
+//! compile-time size, alignment and offset assertions: the layout of the `dlpack.h` structs on
+//! x86_64 / LP64.
 //!
 //! Enumerations of the header (`DLDeviceType`, `DLDataTypeCode`) are plain integers with one
 //! constant per enumerator rather than Rust `enum`s: a foreign producer may hand over a code this
@@ -19,16 +19,17 @@ pub const DLPACK_MAJOR_VERSION: u32 = 1;
 /// `DLPACK_MINOR_VERSION`: the minor version this crate implements (header 1.3).
 pub const DLPACK_MINOR_VERSION: u32 = 3;
 
-/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write to the data (spec section 1.9).
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write to the data
+/// (`dlpack.h`, `DLManagedTensorVersioned::flags`).
 pub const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1 << 0;
 /// `DLPACK_FLAG_BITMASK_IS_COPIED`: the tensor is a copy made by the producer for this consumer,
-/// which owns it until it calls the deleter (spec section 1.9).
+/// which owns it until it calls the deleter (`dlpack.h`, `DLManagedTensorVersioned::flags`).
 pub const DLPACK_FLAG_BITMASK_IS_COPIED: u64 = 1 << 1;
 /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`: a sub-byte dtype is stored one element per byte
-/// (padded) rather than packed (DLPack 1.1, spec section 1.9).
+/// (padded) rather than packed (DLPack 1.1; `dlpack.h`, `DLManagedTensorVersioned::flags`).
 pub const DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED: u64 = 1 << 2;
 
-/// `DLPackVersion`: 8 bytes, align 4 (spec section 1.2).
+/// `DLPackVersion` (`dlpack.h`): 8 bytes, align 4.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct DLPackVersion {
@@ -38,8 +39,8 @@ pub struct DLPackVersion {
     pub minor: u32,
 }
 
-/// `DLDeviceType`: a C `enum`, 4 bytes (`int32_t` in C++). Kept as an integer so that unknown
-/// codes from newer producers can be held without undefined behaviour (spec section 1.3).
+/// `DLDeviceType` (`dlpack.h`): a C `enum`, 4 bytes (`int32_t` in C++). Kept as an integer so
+/// that unknown codes from newer producers can be held without undefined behaviour.
 pub type DLDeviceType = i32;
 /// CPU device.
 pub const kDLCPU: DLDeviceType = 1;
@@ -74,7 +75,7 @@ pub const kDLMAIA: DLDeviceType = 17;
 /// AWS Trainium (DLPack 1.2).
 pub const kDLTrn: DLDeviceType = 18;
 
-/// `DLDevice`: 8 bytes, align 4 (spec section 1.4).
+/// `DLDevice` (`dlpack.h`): 8 bytes, align 4.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DLDevice {
@@ -84,7 +85,7 @@ pub struct DLDevice {
     pub device_id: i32,
 }
 
-/// `DLDataTypeCode`: stored in `DLDataType::code` as a `uint8_t` (spec section 1.5).
+/// `DLDataTypeCode` (`dlpack.h`): stored in `DLDataType::code` as a `uint8_t`.
 pub type DLDataTypeCode = u8;
 /// Signed integer.
 pub const kDLInt: DLDataTypeCode = 0;
@@ -123,7 +124,7 @@ pub const kDLFloat6_e3m2fn: DLDataTypeCode = 16;
 /// float4 e2m1fn; `bits` must be 4.
 pub const kDLFloat4_e2m1fn: DLDataTypeCode = 17;
 
-/// `DLDataType`: 4 bytes, align 2 (spec section 1.6).
+/// `DLDataType` (`dlpack.h`): 4 bytes, align 2.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DLDataType {
@@ -135,7 +136,7 @@ pub struct DLDataType {
     pub lanes: u16,
 }
 
-/// `DLTensor`: 48 bytes, align 8 (spec section 1.7). Borrowed view of memory; does not own it.
+/// `DLTensor` (`dlpack.h`): 48 bytes, align 8. Borrowed view of memory; does not own it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DLTensor {
@@ -161,7 +162,7 @@ pub type DLManagedTensorDeleter = unsafe extern "C" fn(*mut DLManagedTensor);
 /// Deleter of a `DLManagedTensorVersioned`.
 pub type DLManagedTensorVersionedDeleter = unsafe extern "C" fn(*mut DLManagedTensorVersioned);
 
-/// `DLManagedTensor` (legacy, pre-1.0): 64 bytes, align 8 (spec section 1.8).
+/// `DLManagedTensor` (`dlpack.h`; legacy, pre-1.0): 64 bytes, align 8.
 #[repr(C)]
 #[derive(Debug)]
 pub struct DLManagedTensor {
@@ -173,7 +174,7 @@ pub struct DLManagedTensor {
     pub deleter: Option<DLManagedTensorDeleter>,
 }
 
-/// `DLManagedTensorVersioned` (DLPack 1.x): 80 bytes, align 8 (spec section 1.10).
+/// `DLManagedTensorVersioned` (`dlpack.h`, DLPack 1.x): 80 bytes, align 8.
 ///
 /// Everything up to and including `flags` keeps its layout across major versions, so the
 /// deleter can always be found (offset 16).
@@ -192,7 +193,7 @@ pub struct DLManagedTensorVersioned {
     pub dl_tensor: DLTensor,
 }
 
-/// `DLPackExchangeAPIHeader`: 16 bytes (spec section 5.2).
+/// `DLPackExchangeAPIHeader` (`dlpack.h`): 16 bytes; the `header` of a `DLPackExchangeAPI`.
 #[repr(C)]
 #[derive(Debug)]
 pub struct DLPackExchangeAPIHeader {
@@ -202,7 +203,8 @@ pub struct DLPackExchangeAPIHeader {
     pub prev_api: *mut DLPackExchangeAPIHeader,
 }
 
-/// `DLPackManagedTensorAllocator` (spec section 5.3).
+/// `DLPackManagedTensorAllocator` (`dlpack.h`): the type of
+/// `DLPackExchangeAPI::managed_tensor_allocator`.
 pub type DLPackManagedTensorAllocator = unsafe extern "C" fn(
     prototype: *mut DLTensor,
     out: *mut *mut DLManagedTensorVersioned,
@@ -211,25 +213,28 @@ pub type DLPackManagedTensorAllocator = unsafe extern "C" fn(
         unsafe extern "C" fn(error_ctx: *mut c_void, kind: *const c_char, message: *const c_char),
     >,
 ) -> c_int;
-/// `DLPackManagedTensorFromPyObjectNoSync` (spec section 5.3).
+/// `DLPackManagedTensorFromPyObjectNoSync` (`dlpack.h`): the type of
+/// `DLPackExchangeAPI::managed_tensor_from_py_object_no_sync`.
 pub type DLPackManagedTensorFromPyObjectNoSync =
     unsafe extern "C" fn(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int;
-/// `DLPackManagedTensorToPyObjectNoSync` (spec section 5.3).
+/// `DLPackManagedTensorToPyObjectNoSync` (`dlpack.h`): the type of
+/// `DLPackExchangeAPI::managed_tensor_to_py_object_no_sync`.
 pub type DLPackManagedTensorToPyObjectNoSync = unsafe extern "C" fn(
     tensor: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> c_int;
-/// `DLPackDLTensorFromPyObjectNoSync` (spec section 5.3).
+/// `DLPackDLTensorFromPyObjectNoSync` (`dlpack.h`): the type of
+/// `DLPackExchangeAPI::dltensor_from_py_object_no_sync`.
 pub type DLPackDLTensorFromPyObjectNoSync =
     unsafe extern "C" fn(py_object: *mut c_void, out: *mut DLTensor) -> c_int;
-/// `DLPackCurrentWorkStream` (spec section 5.3).
+/// `DLPackCurrentWorkStream` (`dlpack.h`): the type of `DLPackExchangeAPI::current_work_stream`.
 pub type DLPackCurrentWorkStream = unsafe extern "C" fn(
     device_type: DLDeviceType,
     device_id: i32,
     out_current_stream: *mut *mut c_void,
 ) -> c_int;
 
-/// `DLPackExchangeAPI`: 56 bytes (spec section 5.2). Published by a Python type as the
+/// `DLPackExchangeAPI` (`dlpack.h`): 56 bytes. Published by a Python type as the
 /// `__dlpack_c_exchange_api__` attribute, a capsule named `"dlpack_exchange_api"`.
 #[repr(C)]
 #[derive(Debug)]
@@ -248,18 +253,21 @@ pub struct DLPackExchangeAPI {
     pub current_work_stream: Option<DLPackCurrentWorkStream>,
 }
 
-/// Capsule name of an unconsumed `DLManagedTensor` (spec section 2.3).
+/// Capsule name of an unconsumed `DLManagedTensor` ("Implementation" section of the
+/// [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html)).
 pub const DLTENSOR_CAPSULE_NAME: &core::ffi::CStr = c"dltensor";
-/// Capsule name of a consumed `DLManagedTensor` (spec section 2.3).
+/// Capsule name of a consumed `DLManagedTensor` (DLPack Python specification, "Implementation").
 pub const USED_DLTENSOR_CAPSULE_NAME: &core::ffi::CStr = c"used_dltensor";
-/// Capsule name of an unconsumed `DLManagedTensorVersioned` (spec section 2.3).
+/// Capsule name of an unconsumed `DLManagedTensorVersioned` (DLPack Python specification,
+/// "Implementation").
 pub const DLTENSOR_VERSIONED_CAPSULE_NAME: &core::ffi::CStr = c"dltensor_versioned";
-/// Capsule name of a consumed `DLManagedTensorVersioned` (spec section 2.3).
+/// Capsule name of a consumed `DLManagedTensorVersioned` (DLPack Python specification,
+/// "Implementation").
 pub const USED_DLTENSOR_VERSIONED_CAPSULE_NAME: &core::ffi::CStr = c"used_dltensor_versioned";
-/// Capsule name of a `DLPackExchangeAPI` table (spec section 5.1).
+/// Capsule name of a `DLPackExchangeAPI` table (`dlpack.h`, `DLPackExchangeAPI`).
 pub const DLPACK_EXCHANGE_API_CAPSULE_NAME: &core::ffi::CStr = c"dlpack_exchange_api";
 
-// Layout assertions: the numbers of the spec's layout tables (x86_64 / LP64). On 32-bit targets
+// Layout assertions: the layout of the `dlpack.h` structs on x86_64 / LP64. On 32-bit targets
 // pointer-sized fields shrink, so the pointer-dependent assertions are limited to 64-bit.
 const _: () = {
     assert!(size_of::<DLPackVersion>() == 8 && align_of::<DLPackVersion>() == 4);
