@@ -114,7 +114,7 @@ pub mod ours {
     /// from FFI or Python gets once; a tensor `to_dlpack` built arrives validated and gets none.
     /// Returns the element count.
     pub fn validate(managed: &ManagedTensor) -> usize {
-        use dlpack_runtime::layout::{self, NullStrides};
+        use dlpack_runtime::__testing::{self as layout, NullStrides};
         let rule = NullStrides::for_version(managed.version());
         // SAFETY: the header belongs to a live managed tensor whose `shape` and `strides` point
         // to `ndim` entries each, unmodified while `managed` is borrowed.

@@ -1,21 +1,18 @@
 //! Items that generated code calls. Not public API: no stability promise.
 
-pub use core::default::Default;
-pub use core::option::Option::{self, None, Some};
-pub use core::result::Result::{self, Err, Ok};
-
-pub use crate::device::{Device, DeviceType};
+pub use crate::device::DeviceType;
 pub use crate::dtype::Element;
-pub use crate::error::ImportError;
 pub use crate::export::{
-    AsExportBuffer, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer, ExportParts,
+    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
+    ExportParts,
 };
-pub use crate::import::{DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints};
-pub use crate::layout::{Contiguity, TensorLayout};
+pub use crate::import::{
+    DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
+};
+pub use crate::layout::Contiguity;
 pub use crate::managed::ManagedTensor;
-pub use crate::stream::AsProducerStream;
 
-use crate::error::LayoutError;
+use crate::layout::{LayoutError, TensorLayout};
 
 /// Generated `DlpackImport` code: the validated layout under `constraints`.
 pub fn import_layout<'a>(

@@ -1,10 +1,11 @@
-//! Devices: [`Device`] and [`DeviceType`], the safe form of `DLDevice` (spec sections 1.3, 1.4).
+//! Devices: [`Device`] and [`DeviceType`], the safe form of `DLDevice` and `DLDeviceType`
+//! (`dlpack.h`).
 
 use core::fmt;
 
 use crate::ffi;
 
-/// The `device_type` of a `DLDevice` (spec section 1.3).
+/// The `device_type` of a `DLDevice` (`dlpack.h`, `DLDeviceType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeviceType {
@@ -70,6 +71,7 @@ impl DeviceType {
     }
 
     /// The raw `DLDevice::device_type`.
+    #[inline]
     pub const fn to_raw(self) -> ffi::DLDeviceType {
         match self {
             Self::Cpu => ffi::kDLCPU,
@@ -93,7 +95,8 @@ impl DeviceType {
     }
 
     /// Whether the host can read and write this memory directly through `data`: CPU, pinned
-    /// CUDA and ROCm host memory, and CUDA managed memory (spec section 6, corner 13).
+    /// CUDA and ROCm host memory, and CUDA managed memory (which a producer may return when
+    /// `dl_device` asks for the CPU).
     pub const fn is_host_accessible(self) -> bool {
         matches!(
             self,
@@ -102,7 +105,7 @@ impl DeviceType {
     }
 }
 
-/// A device: the safe form of `DLDevice` (spec section 1.4).
+/// A device: the safe form of `DLDevice` (`dlpack.h`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Device {
     /// Kind of device.
@@ -137,6 +140,7 @@ impl Device {
     }
 
     /// The raw header struct.
+    #[inline]
     pub const fn to_raw(self) -> ffi::DLDevice {
         ffi::DLDevice {
             device_type: self.device_type.to_raw(),

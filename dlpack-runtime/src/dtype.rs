@@ -1,6 +1,6 @@
 //! Element types: [`DataType`], [`DataTypeCode`] and the [`Element`] trait.
 //!
-//! A [`DataType`] is the safe form of `DLDataType` (spec section 1.6): a type code, a width in
+//! A [`DataType`] is the safe form of `DLDataType` (`dlpack.h`): a type code, a width in
 //! bits per lane and a lane count. Codes this crate does not know are kept as
 //! [`DataTypeCode::Unknown`], never guessed; refusing them is the consumer's decision.
 
@@ -8,7 +8,7 @@ use core::fmt;
 
 use crate::ffi;
 
-/// The `code` of a `DLDataType` (spec section 1.5).
+/// The `code` of a `DLDataType` (`dlpack.h`, `DLDataTypeCode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DataTypeCode {
@@ -80,6 +80,7 @@ impl DataTypeCode {
     }
 
     /// The raw `DLDataType::code`.
+    #[inline]
     pub const fn to_raw(self) -> u8 {
         match self {
             Self::Int => ffi::kDLInt,
@@ -130,7 +131,7 @@ impl DataTypeCode {
     }
 }
 
-/// The element type of a tensor: the safe form of `DLDataType` (spec section 1.6).
+/// The element type of a tensor: the safe form of `DLDataType` (`dlpack.h`).
 ///
 /// `bits` is the width of one lane in bits; an element holds `lanes` lanes. For complex types
 /// `bits` is the width of the whole number (complex64: 64 bits).
@@ -192,6 +193,7 @@ impl DataType {
     }
 
     /// The raw header struct.
+    #[inline]
     pub const fn to_raw(self) -> ffi::DLDataType {
         ffi::DLDataType {
             code: self.code.to_raw(),

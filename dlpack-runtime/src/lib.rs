@@ -96,36 +96,37 @@
 
 #![warn(missing_docs)]
 
+// Layers, lowest first; a module uses only the layers below it (checked by
+// `tests/layers.rs`).
 mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
-pub mod device;
-pub mod dtype;
-pub mod error;
-pub mod export;
+mod device;
+mod dtype;
+mod export;
 pub mod ffi;
-pub mod import;
-pub mod layout;
-pub mod managed;
+mod import;
+mod layout;
+mod managed;
 #[cfg(feature = "ndarray")]
-pub mod ndarray;
+mod ndarray;
 #[cfg(feature = "python")]
 pub mod python;
-pub mod stream;
+mod stream;
 
 pub use device::{Device, DeviceType};
 pub use dtype::{DataType, DataTypeCode, Element};
-pub use error::{ExportError, ImportError, LayoutError, StreamError};
 pub use export::{
-    AsExportBuffer, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer, ExportParts,
-    ExportRequest,
+    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
+    ExportError, ExportParts, ExportRequest, export_with,
 };
 pub use import::{
-    DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportedData,
+    DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
+    ImportedData,
 };
-pub use layout::Contiguity;
-pub use managed::{ManagedTensor, RawManagedTensor, Writability};
-pub use stream::AsProducerStream;
+pub use layout::{ByteSpan, Contiguity, LayoutError, MAX_NDIM, TensorLayout};
+pub use managed::{HeaderError, ManagedTensor, RawManagedTensor, Writability};
+pub use stream::StreamError;
 
 /// Derives [`DlpackExport`](trait@DlpackExport): the type becomes a DLPack producer.
 ///
@@ -349,3 +350,5 @@ pub use dlpack_derive::DlpackImportStorage;
 
 #[doc(hidden)]
 pub mod __private;
+#[doc(hidden)]
+pub mod __testing;

@@ -7,14 +7,44 @@
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::error::{ImportError, LayoutError};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use crate::layout::{self, NullStrides, TensorLayout};
+use crate::layout::{self, LayoutError, NullStrides, TensorLayout};
 
 /// The flag bits DLPack 1.3 defines (spec section 1.9).
 const KNOWN_FLAGS: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY
     | ffi::DLPACK_FLAG_BITMASK_IS_COPIED
     | ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
+
+/// A managed tensor that cannot be taken at all: NULL, a major version this crate does not read,
+/// or flags it does not know. Raised by [`ManagedTensor::from_raw_versioned`] and
+/// [`ManagedTensor::from_raw_legacy`]; imports carry it as [`ImportError::Header`].
+///
+/// [`ImportError::Header`]: crate::ImportError::Header
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// The managed tensor is NULL.
+    #[error("managed tensor pointer is NULL, expected a DLManagedTensor(Versioned)")]
+    NullTensor,
+    /// `version.major` is not 1; the tensor was handed back to its deleter unread.
+    #[error("DLPack version {}.{} is not supported, expected major version 1", found.major, found.minor)]
+    UnsupportedVersion {
+        /// The version found.
+        found: DLPackVersion,
+    },
+    /// `flags` has bits this crate does not know; the tensor was handed back to its deleter.
+    #[error(
+        "flags {flags:#x} are not defined by DLPack 1.3 (tensor version {}.{}), expected only READ_ONLY (0x1), IS_COPIED (0x2) and IS_SUBBYTE_TYPE_PADDED (0x4)",
+        version.major,
+        version.minor
+    )]
+    UnknownFlags {
+        /// The unknown bits.
+        flags: u64,
+        /// The tensor's version.
+        version: DLPackVersion,
+    },
+}
 
 /// Whether a consumer may write to a tensor's memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +140,9 @@ impl ManagedTensor {
     ///
     /// # Errors
     ///
-    /// [`ImportError::NullTensor`] for NULL (nothing to free). [`ImportError::UnsupportedVersion`]
+    /// [`HeaderError::NullTensor`] for NULL (nothing to free). [`HeaderError::UnsupportedVersion`]
     /// when `version.major != 1`: the deleter (at the layout-stable offset 16) has then already
-    /// been called and no other field was read. [`ImportError::UnknownFlags`] when `flags` has
+    /// been called and no other field was read. [`HeaderError::UnknownFlags`] when `flags` has
     /// bits DLPack 1.3 does not define; the deleter has then been called too.
     ///
     /// # Safety
@@ -122,9 +152,9 @@ impl ManagedTensor {
     /// it, nor use `ptr` afterwards).
     pub unsafe fn from_raw_versioned(
         ptr: *mut DLManagedTensorVersioned,
-    ) -> Result<Self, ImportError> {
+    ) -> Result<Self, HeaderError> {
         let Some(ptr) = NonNull::new(ptr) else {
-            return Err(ImportError::NullTensor);
+            return Err(HeaderError::NullTensor);
         };
         // SAFETY: `ptr` is valid (caller). `version` sits at offset 0 of every major version,
         // so reading it is legal whatever the major is.
@@ -133,7 +163,7 @@ impl ManagedTensor {
             // SAFETY: the deleter's offset (16) is stable across majors (spec section 1.10); the
             // caller handed us the duty to call it once, and we do so here, exactly once.
             unsafe { call_versioned_deleter(ptr) };
-            return Err(ImportError::UnsupportedVersion { found: version });
+            return Err(HeaderError::UnsupportedVersion { found: version });
         }
         // SAFETY: major version 1, so `flags` is at offset 24 (spec section 1.10).
         let flags = unsafe { (*ptr.as_ptr()).flags };
@@ -143,7 +173,7 @@ impl ManagedTensor {
             // IS_SUBBYTE_TYPE_PADDED did): refuse rather than misread.
             // SAFETY: as above, the deleter is called exactly once, here.
             unsafe { call_versioned_deleter(ptr) };
-            return Err(ImportError::UnknownFlags {
+            return Err(HeaderError::UnknownFlags {
                 flags: unknown,
                 version,
             });
@@ -157,14 +187,14 @@ impl ManagedTensor {
     ///
     /// # Errors
     ///
-    /// [`ImportError::NullTensor`] for NULL.
+    /// [`HeaderError::NullTensor`] for NULL.
     ///
     /// # Safety
     ///
     /// As for [`ManagedTensor::from_raw_versioned`], for a legacy `DLManagedTensor`.
-    pub unsafe fn from_raw_legacy(ptr: *mut DLManagedTensor) -> Result<Self, ImportError> {
+    pub unsafe fn from_raw_legacy(ptr: *mut DLManagedTensor) -> Result<Self, HeaderError> {
         let Some(ptr) = NonNull::new(ptr) else {
-            return Err(ImportError::NullTensor);
+            return Err(HeaderError::NullTensor);
         };
         Ok(Self {
             header: RawManagedTensor::Legacy(ptr).tagged(false),

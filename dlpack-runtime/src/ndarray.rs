@@ -35,10 +35,10 @@ use ::ndarray::{Array, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, ShapeB
 
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
-use crate::error::ExportError;
-use crate::error::LayoutError;
+use crate::export::ExportError;
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest, export_with};
 use crate::import::ImportedData;
+use crate::layout::LayoutError;
 use crate::layout::TensorLayout;
 use crate::managed::ManagedTensor;
 

@@ -1,8 +1,10 @@
-//! The `stream` argument of `__dlpack__`, parsed per device type (spec section 2.4).
+//! Stream planning: the `stream` argument of `__dlpack__`, parsed per device type (spec
+//! section 2.4), and what an exchange must do about pending work.
 //!
 //! This layer is pure: it turns the integer a consumer passes into a typed [`StreamRequest`],
-//! refusing values the spec forbids with an error that lists the legal ones. It makes no driver
-//! calls.
+//! refusing values the spec forbids with a [`StreamError`] that lists the legal ones, and decides
+//! the synchronization ([`SyncPlan`]) and copy placement ([`CopyPlan`]). It makes no driver
+//! calls; the CUDA driver tier carries the plans out.
 //!
 //! | value | CUDA | ROCm | CPU |
 //! |---|---|---|---|
@@ -16,14 +18,17 @@
 //! CUDA host and managed memory follow the CUDA column, ROCm host memory the ROCm column. Other
 //! device types accept `None` and `-1`; their streams are not standardized.
 
+// The plans are carried out by the CUDA driver tier; without the `cuda` feature only the parsing
+// is used outside the tests.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+
 use core::num::NonZeroU64;
 
 use crate::device::{Device, DeviceType};
-use crate::error::StreamError;
 
 /// What the consumer asked for with `stream=` (spec section 2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StreamRequest {
+pub(crate) enum StreamRequest {
     /// Host memory with `stream=None`: the data must be ready for the host.
     Host,
     /// `stream=-1`: the producer must not synchronize.
@@ -48,7 +53,10 @@ const OTHER_ALLOWED: &str = "None or -1";
 /// [`StreamError::Invalid`] for a value the table above refuses, naming the legal values
 /// (for example `stream=0` on CUDA); [`StreamError::Unsupported`] for a stream handle on a
 /// device type whose streams are not standardized.
-pub fn parse_stream(device: Device, stream: Option<i64>) -> Result<StreamRequest, StreamError> {
+pub(crate) fn parse_stream(
+    device: Device,
+    stream: Option<i64>,
+) -> Result<StreamRequest, StreamError> {
     let invalid = |allowed| StreamError::Invalid {
         found: stream,
         device,
@@ -86,11 +94,11 @@ fn handle(h: i64) -> NonZeroU64 {
     NonZeroU64::new(h as u64).unwrap_or(NonZeroU64::MIN)
 }
 
-/// A stream on which a producer may have pending work on the tensor, named during one
-/// exchange. Stream handles are recycled by the driver, so a `ProducerStream` is compared with
-/// the consumer's stream only inside the call that named both (spec section 3.4).
+/// A CUDA stream named during one exchange: a producer stream with pending work on the
+/// tensor, or the consumer's stream. Stream handles are recycled by the driver, so a `StreamId`
+/// is compared with another only inside the call that named both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProducerStream {
+pub enum StreamId {
     /// The legacy default stream (`CU_STREAM_LEGACY`).
     LegacyDefault,
     /// The per-thread default stream (`CU_STREAM_PER_THREAD`).
@@ -99,9 +107,9 @@ pub enum ProducerStream {
     Handle(NonZeroU64),
 }
 
-impl ProducerStream {
+impl StreamId {
     /// The consumer's stream of a request as a stream identity, if the request names one.
-    pub fn of_request(request: StreamRequest) -> Option<Self> {
+    pub(crate) fn of_request(request: StreamRequest) -> Option<Self> {
         match request {
             StreamRequest::LegacyDefault => Some(Self::LegacyDefault),
             StreamRequest::PerThreadDefault => Some(Self::PerThreadDefault),
@@ -111,64 +119,25 @@ impl ProducerStream {
     }
 }
 
-/// A type usable as a `#[dlpack(stream)]` field: a stream on which the producer may have
-/// pending work on the tensor (feature `cuda`). Several fields may play this role.
-///
-/// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work). A user stream type implements it by handing out a cudarc stream; a stream
-/// owned by another library (a raw `CUstream`) becomes one with cudarc's
-/// `CudaContext::wrap_borrowed_stream`, which never destroys it.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
-    label = "not a producer stream",
-    note = "stream fields are cudarc `CudaStream`, `Arc<CudaStream>` or `Option` of those, and need the `cuda` feature of dlpack-runtime"
-)]
-pub trait AsProducerStream {
-    /// The stream, for this call; `None` when there is no pending work.
-    #[cfg(feature = "cuda")]
-    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream>;
-}
-
-#[cfg(feature = "cuda")]
-impl AsProducerStream for cudarc::driver::CudaStream {
-    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
-        Some(self)
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl<S: AsProducerStream + ?Sized> AsProducerStream for std::sync::Arc<S> {
-    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
-        (**self).as_producer_stream()
-    }
-}
-
-#[cfg(feature = "cuda")]
-impl<S: AsProducerStream> AsProducerStream for Option<S> {
-    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
-        self.as_ref().and_then(AsProducerStream::as_producer_stream)
-    }
-}
-
 /// What the producer must do so that its pending work is visible to the consumer
 /// (spec section 2.5). Decided by [`plan_sync`]; carried out by the `cuda` layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SyncPlan {
+pub(crate) enum SyncPlan {
     /// Nothing: no pending work, `stream=-1`, or the consumer uses the producer's stream.
     Nothing,
     /// Record an event on each of `record_on` and make `wait_on` wait for it: the host does
     /// not block.
     EventDependency {
         /// Producer streams with pending work, other than the consumer's.
-        record_on: Vec<ProducerStream>,
+        record_on: Vec<StreamId>,
         /// The consumer's stream.
-        wait_on: ProducerStream,
+        wait_on: StreamId,
     },
     /// Block the host until `streams` have finished: the consumer reads on the host
     /// (`stream=None` for a CPU request, spec section 2.4).
     HostSync {
         /// Producer streams with pending work.
-        streams: Vec<ProducerStream>,
+        streams: Vec<StreamId>,
     },
 }
 
@@ -184,9 +153,9 @@ pub enum SyncPlan {
 ///
 /// [`StreamError::Unsupported`] when pending work on a device type whose streams this crate
 /// cannot order (ROCm and others) would need synchronization.
-pub fn plan_sync(
+pub(crate) fn plan_sync(
     device: Device,
-    pending: &[ProducerStream],
+    pending: &[StreamId],
     request: StreamRequest,
 ) -> Result<SyncPlan, StreamError> {
     if pending.is_empty() || request == StreamRequest::NoSync {
@@ -204,13 +173,13 @@ pub fn plan_sync(
         };
         return Err(StreamError::Unsupported { found, device });
     }
-    let mut unique: Vec<ProducerStream> = Vec::with_capacity(pending.len());
+    let mut unique: Vec<StreamId> = Vec::with_capacity(pending.len());
     for stream in pending {
         if !unique.contains(stream) {
             unique.push(*stream);
         }
     }
-    match ProducerStream::of_request(request) {
+    match StreamId::of_request(request) {
         None => Ok(SyncPlan::HostSync { streams: unique }),
         Some(consumer) => {
             unique.retain(|s| *s != consumer);
@@ -229,11 +198,11 @@ pub fn plan_sync(
 /// How a producer copies device memory for its consumer (`copy=True`, or `dl_device=(CPU, 0)`
 /// for CUDA memory; spec sections 2.5 and 2.7). Decided by [`plan_copy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopySync {
+pub(crate) struct CopyPlan {
     /// The stream the copy is enqueued on: the consumer's stream when it names one (spec
     /// section 2.5: "the copy must be enqueued on the consumer's stream").
-    pub on: ProducerStream,
-    /// What makes the producer's pending work visible on [`CopySync::on`] before the copy.
+    pub on: StreamId,
+    /// What makes the producer's pending work visible on [`CopyPlan::on`] before the copy.
     pub before: SyncPlan,
     /// Whether the copy goes to host memory (`dl_device=(CPU, 0)`).
     pub to_host: bool,
@@ -244,11 +213,11 @@ pub struct CopySync {
 
 impl StreamRequest {
     /// The request that names `stream` as the consumer's stream.
-    fn naming(stream: ProducerStream) -> Self {
+    fn naming(stream: StreamId) -> Self {
         match stream {
-            ProducerStream::LegacyDefault => Self::LegacyDefault,
-            ProducerStream::PerThreadDefault => Self::PerThreadDefault,
-            ProducerStream::Handle(h) => Self::Handle(h),
+            StreamId::LegacyDefault => Self::LegacyDefault,
+            StreamId::PerThreadDefault => Self::PerThreadDefault,
+            StreamId::Handle(h) => Self::Handle(h),
         }
     }
 }
@@ -270,31 +239,58 @@ impl StreamRequest {
 /// # Errors
 ///
 /// As [`plan_sync`]: pending work on a device type whose streams this crate cannot order.
-pub fn plan_copy(
+pub(crate) fn plan_copy(
     device: Device,
-    pending: &[ProducerStream],
+    pending: &[StreamId],
     request: StreamRequest,
-) -> Result<CopySync, StreamError> {
+) -> Result<CopyPlan, StreamError> {
     let (on, host_wait) = match request {
-        StreamRequest::Host => (ProducerStream::PerThreadDefault, true),
+        StreamRequest::Host => (StreamId::PerThreadDefault, true),
         StreamRequest::NoSync => (
-            pending
-                .first()
-                .copied()
-                .unwrap_or(ProducerStream::LegacyDefault),
+            pending.first().copied().unwrap_or(StreamId::LegacyDefault),
             true,
         ),
-        StreamRequest::LegacyDefault => (ProducerStream::LegacyDefault, false),
-        StreamRequest::PerThreadDefault => (ProducerStream::PerThreadDefault, false),
-        StreamRequest::Handle(h) => (ProducerStream::Handle(h), false),
+        StreamRequest::LegacyDefault => (StreamId::LegacyDefault, false),
+        StreamRequest::PerThreadDefault => (StreamId::PerThreadDefault, false),
+        StreamRequest::Handle(h) => (StreamId::Handle(h), false),
     };
     let before = plan_sync(device, pending, StreamRequest::naming(on))?;
-    Ok(CopySync {
+    Ok(CopyPlan {
         on,
         before,
         to_host: request == StreamRequest::Host,
         host_wait,
     })
+}
+
+/// A `stream` argument that is not legal for the device (spec section 2.4).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// The stream value is not one of the legal values for the device type.
+    #[error("stream={} is not valid for a consumer on {device}, expected {allowed}", display_stream(*found))]
+    Invalid {
+        /// The stream value given (`None` for Python's `None`).
+        found: Option<i64>,
+        /// The device the consumer will use: `dl_device` when given, else the tensor's.
+        device: Device,
+        /// The legal values, in words.
+        allowed: &'static str,
+    },
+    /// Streams on this device type are not supported by this crate yet.
+    #[error(
+        "stream={found} for a {device} tensor: synchronization on this device is not supported, expected stream=None or -1"
+    )]
+    Unsupported {
+        /// The stream value given.
+        found: i64,
+        /// The tensor's device.
+        device: Device,
+    },
+}
+
+fn display_stream(s: Option<i64>) -> String {
+    s.map_or_else(|| "None".to_owned(), |v| v.to_string())
 }
 
 #[cfg(test)]
@@ -394,7 +390,7 @@ mod tests {
             );
         }
         // A plan for a device without CUDA's streams names the stream value it refuses.
-        let pending = [ProducerStream::LegacyDefault];
+        let pending = [StreamId::LegacyDefault];
         assert_eq!(
             plan_sync(vk, &pending, StreamRequest::PerThreadDefault),
             Err(StreamError::Unsupported {
@@ -404,21 +400,21 @@ mod tests {
         );
     }
 
-    fn h(v: u64) -> ProducerStream {
-        ProducerStream::Handle(NonZeroU64::new(v).unwrap())
+    fn h(v: u64) -> StreamId {
+        StreamId::Handle(NonZeroU64::new(v).unwrap())
     }
 
     /// Every stream value of the table against every set of pending streams, on CUDA.
     #[test]
     fn cuda_plans_for_every_stream_value_and_producer_set() {
         let cuda = Device::cuda(0);
-        let sets: [&[ProducerStream]; 6] = [
+        let sets: [&[StreamId]; 6] = [
             &[],
-            &[ProducerStream::LegacyDefault],
-            &[ProducerStream::PerThreadDefault],
+            &[StreamId::LegacyDefault],
+            &[StreamId::PerThreadDefault],
             &[h(0x1000)],
             &[h(0x1000), h(0x2000), h(0x1000)],
-            &[h(0x1000), ProducerStream::LegacyDefault],
+            &[h(0x1000), StreamId::LegacyDefault],
         ];
         for value in [
             None,
@@ -439,8 +435,8 @@ mod tests {
                 }
                 let request = parsed.unwrap();
                 let plan = plan_sync(cuda, pending, request).unwrap();
-                let consumer = ProducerStream::of_request(request);
-                let mut others: Vec<ProducerStream> = vec![];
+                let consumer = StreamId::of_request(request);
+                let mut others: Vec<StreamId> = vec![];
                 for s in pending {
                     if Some(*s) != consumer && !others.contains(s) {
                         others.push(*s);
@@ -479,19 +475,19 @@ mod tests {
             plan_sync(cuda, &[h(0x2000)], parse_stream(cuda, None).unwrap()),
             Ok(SyncPlan::EventDependency {
                 record_on: vec![h(0x2000)],
-                wait_on: ProducerStream::LegacyDefault
+                wait_on: StreamId::LegacyDefault
             })
         );
         // The per-thread and legacy default streams are different streams.
         assert_eq!(
             plan_sync(
                 cuda,
-                &[ProducerStream::LegacyDefault],
+                &[StreamId::LegacyDefault],
                 StreamRequest::PerThreadDefault
             ),
             Ok(SyncPlan::EventDependency {
-                record_on: vec![ProducerStream::LegacyDefault],
-                wait_on: ProducerStream::PerThreadDefault
+                record_on: vec![StreamId::LegacyDefault],
+                wait_on: StreamId::PerThreadDefault
             })
         );
     }
@@ -538,17 +534,17 @@ mod tests {
     #[test]
     fn copies_are_enqueued_on_the_consumers_stream() {
         let cuda = Device::cuda(0);
-        let sets: [&[ProducerStream]; 4] = [
+        let sets: [&[StreamId]; 4] = [
             &[],
             &[h(0x1000)],
             &[h(0x1000), h(0x2000)],
-            &[ProducerStream::PerThreadDefault],
+            &[StreamId::PerThreadDefault],
         ];
         for pending in sets {
             for (value, on) in [
-                (None, ProducerStream::LegacyDefault),
-                (Some(1), ProducerStream::LegacyDefault),
-                (Some(2), ProducerStream::PerThreadDefault),
+                (None, StreamId::LegacyDefault),
+                (Some(1), StreamId::LegacyDefault),
+                (Some(2), StreamId::PerThreadDefault),
                 (Some(0x3000), h(0x3000)),
                 (Some(0x1000), h(0x1000)),
             ] {
@@ -561,10 +557,7 @@ mod tests {
             // -1: the producer's own (first) stream, its other streams ordered before it, and the
             // host waits.
             let copy = plan_copy(cuda, pending, StreamRequest::NoSync).unwrap();
-            let on = pending
-                .first()
-                .copied()
-                .unwrap_or(ProducerStream::LegacyDefault);
+            let on = pending.first().copied().unwrap_or(StreamId::LegacyDefault);
             assert_eq!(copy.on, on);
             assert!(
                 copy.host_wait && !copy.to_host,
@@ -583,7 +576,7 @@ mod tests {
             // dl_device=(CPU, 0): the per-thread stream, then the host waits.
             let request = parse_stream(Device::CPU, None).unwrap();
             let copy = plan_copy(cuda, pending, request).unwrap();
-            assert_eq!(copy.on, ProducerStream::PerThreadDefault);
+            assert_eq!(copy.on, StreamId::PerThreadDefault);
             assert!(copy.host_wait && copy.to_host);
             assert_eq!(
                 copy.before,

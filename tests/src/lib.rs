@@ -91,7 +91,7 @@ impl Foreign {
             device: Device::CPU,
             shape: Some(shape.to_vec()),
             ndim: shape.len() as i32,
-            strides: Some(dlpack_runtime::layout::compact_strides(shape)),
+            strides: Some(dlpack_runtime::__testing::compact_strides(shape)),
             byte_offset: 0,
             version: DLPackVersion { major: 1, minor: 3 },
             flags: 0,

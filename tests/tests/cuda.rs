@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
+use dlpack_runtime::__testing::cuda as driver;
 use dlpack_runtime::cuda::{self, CudaError};
 use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportError, ExportRequest};
 use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, checker};
@@ -20,10 +21,10 @@ const NEEDS_DRIVER: &str =
 
 #[test]
 fn without_a_driver_exports_and_probes_are_errors_not_panics() {
-    match cuda::driver() {
+    match cuda::init() {
         Err(CudaError::NoDriver) => {
             assert_ne!(expected_driver(), Some(true), "a driver was expected");
-            assert_eq!(cuda::pointer_device(0x1000), Err(CudaError::NoDriver));
+            assert_eq!(driver::pointer_device(0x1000), Err(CudaError::NoDriver));
             assert!(cuda::ReadyEvents::record(&[]).unwrap().is_empty());
         }
         other => {
@@ -35,7 +36,7 @@ fn without_a_driver_exports_and_probes_are_errors_not_panics() {
             other.expect("the driver initializes");
             // With a driver, a host pointer is not device memory.
             let host = 0u64;
-            assert!(cuda::pointer_device(&host as *const u64 as u64).is_err());
+            assert!(driver::pointer_device(&host as *const u64 as u64).is_err());
         }
     }
 }
@@ -48,7 +49,7 @@ fn setup() -> (
     Arc<CudaStream>,
     Option<Checker>,
 ) {
-    cuda::driver().expect(NEEDS_DRIVER);
+    cuda::init().expect(NEEDS_DRIVER);
     let ctx = CudaContext::new(0).unwrap();
     let a = ctx.new_stream().unwrap();
     let b = ctx.new_stream().unwrap();
@@ -276,15 +277,15 @@ fn after_warm_up_no_event_is_created_per_exchange() {
     for _ in 0..10 {
         export(&counter);
     }
-    let before = cuda::events_created();
+    let before = driver::events_created();
     for _ in 0..1000 {
         export(&counter);
     }
     println!(
         "events created by 1000 exchanges after warm-up: {}",
-        cuda::events_created() - before
+        driver::events_created() - before
     );
-    assert_eq!(cuda::events_created(), before);
+    assert_eq!(driver::events_created(), before);
     assert_eq!(counter.get(), 1010);
     a.synchronize().unwrap();
     b.synchronize().unwrap();
@@ -397,7 +398,7 @@ fn illegal_streams_and_wrong_devices_are_refused() {
     assert!(matches!(err, ExportError::Stream(_)), "{err}");
     assert_eq!(counter.get(), 1);
     let other = a.alloc_zeros::<u32>(4).unwrap();
-    match cuda::check_pointer(cuda_ptr(&other, &a), 3) {
+    match driver::check_pointer(cuda_ptr(&other, &a), 3) {
         Err(CudaError::WrongDevice {
             found: 0,
             expected: 3,
@@ -674,15 +675,15 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
 
 #[test]
 fn streams_are_checked_against_the_tensor_device() {
-    use dlpack_runtime::stream::ProducerStream;
+    use dlpack_runtime::__testing::StreamId;
     let (_ctx, a, b, checker) = setup();
-    let handle = ProducerStream::Handle(core::num::NonZeroU64::new(b.cu_stream() as u64).unwrap());
-    assert_eq!(cuda::check_consumer_stream(handle, 0), Ok(()));
+    let handle = StreamId::Handle(core::num::NonZeroU64::new(b.cu_stream() as u64).unwrap());
+    assert_eq!(driver::check_consumer_stream(handle, 0), Ok(()));
     assert_eq!(
-        cuda::check_consumer_stream(ProducerStream::LegacyDefault, 0),
+        driver::check_consumer_stream(StreamId::LegacyDefault, 0),
         Ok(())
     );
-    match cuda::check_consumer_stream(handle, 1) {
+    match driver::check_consumer_stream(handle, 1) {
         Err(CudaError::StreamOnOtherDevice {
             role: "consumer",
             found: 0,
@@ -711,7 +712,7 @@ fn streams_are_checked_against_the_tensor_device() {
         .unwrap();
     assert!(current.is_null(), "the current context was restored");
     drop(managed);
-    match cuda::check_producer_stream(&a, 3) {
+    match driver::check_producer_stream(&a, 3) {
         Err(CudaError::StreamOnOtherDevice {
             role: "producer",
             found: 0,
@@ -747,15 +748,15 @@ fn non_primary_context() -> Arc<CudaContext> {
 
 #[test]
 fn streams_of_other_devices_and_contexts_are_told_apart() {
-    use dlpack_runtime::stream::ProducerStream;
+    use dlpack_runtime::__testing::StreamId;
     let (ctx, a, _b, checker) = setup();
     let handle = |s: &CudaStream| {
-        ProducerStream::Handle(core::num::NonZeroU64::new(s.cu_stream() as u64).unwrap())
+        StreamId::Handle(core::num::NonZeroU64::new(s.cu_stream() as u64).unwrap())
     };
     // A consumer stream of device 1, for a tensor of device 0.
     if CudaContext::device_count().unwrap() >= 2 {
         let other = CudaContext::new(1).unwrap().new_stream().unwrap();
-        match cuda::check_consumer_stream(handle(&other), 0) {
+        match driver::check_consumer_stream(handle(&other), 0) {
             Err(CudaError::StreamOnOtherDevice {
                 role: "consumer",
                 found: 1,
@@ -764,29 +765,29 @@ fn streams_of_other_devices_and_contexts_are_told_apart() {
             }) => {}
             other => panic!("expected a stream of device 1 refused, found {other:?}"),
         }
-        assert_eq!(cuda::check_consumer_stream(handle(&other), 1), Ok(()));
+        assert_eq!(driver::check_consumer_stream(handle(&other), 1), Ok(()));
     } else {
         println!("one device: a consumer stream of another device was not checked");
     }
     // The primary context's default streams are fine producer streams.
     assert_eq!(
-        cuda::check_producer_stream(&ctx.default_stream(), 0),
+        driver::check_producer_stream(&ctx.default_stream(), 0),
         Ok(())
     );
     assert_eq!(
-        cuda::check_producer_stream(&ctx.per_thread_stream(), 0),
+        driver::check_producer_stream(&ctx.per_thread_stream(), 0),
         Ok(())
     );
-    assert_eq!(cuda::check_producer_stream(&a, 0), Ok(()));
+    assert_eq!(driver::check_producer_stream(&a, 0), Ok(()));
     // Another context of the same device: its created streams are fine (as a producer's, and
     // as a consumer's to wait on), its default streams are not (the special handles name the
     // current context's, which this crate resolves in the primary one), and a consumer's
     // stream of it cannot take a copy (enqueued in the primary context).
     let other_ctx = non_primary_context();
     let created = other_ctx.new_stream().unwrap();
-    assert_eq!(cuda::check_producer_stream(&created, 0), Ok(()));
-    assert_eq!(cuda::check_consumer_stream(handle(&created), 0), Ok(()));
-    match cuda::check_producer_stream(&other_ctx.default_stream(), 0) {
+    assert_eq!(driver::check_producer_stream(&created, 0), Ok(()));
+    assert_eq!(driver::check_consumer_stream(handle(&created), 0), Ok(()));
+    match driver::check_producer_stream(&other_ctx.default_stream(), 0) {
         Err(CudaError::NotPrimaryContext {
             role: "producer",
             device: 0,
@@ -897,7 +898,7 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
 
 #[test]
 fn the_first_exchange_on_a_device_creates_its_event() {
-    if cuda::driver().is_ok() && CudaContext::device_count().unwrap() < 2 {
+    if cuda::init().is_ok() && CudaContext::device_count().unwrap() < 2 {
         println!("one device: the event pool of a fresh device was not checked");
         return;
     }
@@ -906,7 +907,7 @@ fn the_first_exchange_on_a_device_creates_its_event() {
     let ctx = CudaContext::new(1).unwrap();
     let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
     let counter = Counter::new();
-    let before = cuda::events_created();
+    let before = driver::events_created();
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let view = GpuView::from_managed(
         t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
@@ -914,7 +915,11 @@ fn the_first_exchange_on_a_device_creates_its_event() {
     )
     .unwrap();
     assert_eq!(view.device, Device::cuda(1));
-    assert_eq!(cuda::events_created(), before + 1, "one event, then pooled");
+    assert_eq!(
+        driver::events_created(),
+        before + 1,
+        "one event, then pooled"
+    );
     drop(view);
     a.synchronize().unwrap();
     b.synchronize().unwrap();

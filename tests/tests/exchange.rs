@@ -1,12 +1,14 @@
 //! Rust-to-Rust exchange through DLPack: derived producers and consumers, hand-built foreign
-//! tensors, deleter counts, and the exchange cases C01, C02, C04, C05, C06, C10.
+//! tensors, deleter counts, and the exchange cases C01, C02, C04, C05, C06, C10. `copy` and
+//! `dl_device` are parameters of the array API's `__dlpack__`:
+//! <https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html>.
 
 use std::sync::Arc;
 
 use dlpack_runtime::ffi::{self, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY};
 use dlpack_runtime::{
     Contiguity, DataType, Device, DlpackExport, DlpackImport, Element, ExportError, ExportRequest,
-    ImportError, ImportedData, LayoutError, ManagedTensor, StreamError,
+    HeaderError, ImportError, ImportedData, LayoutError, ManagedTensor, StreamError,
 };
 use dlpack_tests::{Counter, DropGuard, Foreign, READ_ONLY, bytes_of};
 
@@ -383,7 +385,7 @@ fn c10_foreign_major_version_is_refused_and_freed() {
         unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap_err();
     assert_eq!(
         err,
-        ImportError::UnsupportedVersion {
+        HeaderError::UnsupportedVersion {
             found: ffi::DLPackVersion { major: 2, minor: 0 }
         }
     );
@@ -422,7 +424,7 @@ fn unknown_flags_are_refused_and_freed() {
         unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap_err();
     assert_eq!(
         err,
-        ImportError::UnknownFlags {
+        HeaderError::UnknownFlags {
             flags: 0x10,
             version: ffi::DLPackVersion { major: 1, minor: 3 }
         }
@@ -536,7 +538,7 @@ fn copy_true_makes_a_compact_flagged_copy() {
     );
 }
 
-/// `copy=True` and `dl_device=(CPU, 0)` on CUDA memory (spec section 2.7): a copy by the driver
+/// `copy=True` and `dl_device=(CPU, 0)` on CUDA memory (`__dlpack__`): a copy by the driver
 /// with the `cuda` feature, so an error without a driver; refused without the feature;
 /// `copy=False` is refused everywhere. The source is released exactly once on every path.
 #[test]
@@ -589,7 +591,7 @@ fn copies_of_cuda_memory_need_the_driver() {
     #[cfg(feature = "cuda")]
     {
         use dlpack_runtime::cuda::{self, CudaError};
-        match cuda::driver() {
+        match cuda::init() {
             Err(CudaError::NoDriver) => {
                 assert_ne!(dlpack_tests::expected_driver(), Some(true));
                 for request in [copy_true, to_host, to_host.stream(None).copy(Some(true))] {
@@ -660,8 +662,8 @@ struct PinnedTensor {
 }
 
 /// A host copy is `cpu:0` memory: it serves `copy=True` of host-accessible memory of another
-/// device type only when `dl_device=(CPU, 0)` asks for the host (spec section 2.7: without
-/// `dl_device` the export stays on the tensor's device).
+/// device type only when `dl_device=(CPU, 0)` asks for the host (`__dlpack__`'s `dl_device`:
+/// without it the export stays on the tensor's device).
 #[test]
 fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
     let pinned = Device::new(dlpack_runtime::DeviceType::CudaHost, 0);

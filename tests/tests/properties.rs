@@ -158,8 +158,8 @@ proptest! {
 }
 
 mod raw_validation {
+    use dlpack_runtime::__testing::{self as layout, NullStrides};
     use dlpack_runtime::ffi::{DLDataType, DLDevice, DLTensor};
-    use dlpack_runtime::layout::{self, NullStrides};
     use proptest::prelude::*;
 
     #[derive(Debug, Clone)]

@@ -51,7 +51,7 @@ macro_rules! published {
 
             #[classattr]
             fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-                python::dlpack_exchange_api::<Self>(py)
+                python::dlpack_c_exchange_api::<Self>(py)
             }
         }
     };
@@ -171,7 +171,7 @@ impl CudaPublished {
 #[test]
 fn c_exchange_api_of_cuda_memory_is_ordered_with_the_driver() {
     use dlpack_runtime::cuda::{self, CudaError};
-    if !matches!(cuda::driver(), Err(CudaError::NoDriver)) {
+    if !matches!(cuda::init(), Err(CudaError::NoDriver)) {
         assert_ne!(dlpack_tests::expected_driver(), Some(false));
         return c_exchange_api_of_cuda_memory_with_a_driver();
     }

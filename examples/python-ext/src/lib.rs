@@ -65,7 +65,7 @@ impl Tensor {
     /// The DLPack C exchange API table, for C consumers.
     #[classattr]
     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        python::dlpack_exchange_api::<Self>(py)
+        python::dlpack_c_exchange_api::<Self>(py)
     }
 }
 
@@ -163,7 +163,7 @@ mod gpu {
     /// Device 0's context, after probing for the driver: no driver is a `RuntimeError`, not the
     /// panic of cudarc's loader.
     fn device0() -> PyResult<Arc<CudaContext>> {
-        dlpack_runtime::cuda::driver().map_err(cuda_err)?;
+        dlpack_runtime::cuda::init().map_err(cuda_err)?;
         CudaContext::new(0).map_err(cuda_err)
     }
 
@@ -240,15 +240,15 @@ mod gpu {
     }
 
     /// `cuda_sum_via_c_api(x) -> (sum, used_c_api)`: the N0 pattern of the C exchange API
-    /// (spec section 5.4): convert without synchronization, ask the producer's current work
-    /// stream, and read on that stream.
+    /// (`dlpack.h`, `DLPackExchangeAPI` guidelines): convert without synchronization, ask the
+    /// producer's current work stream, and read on that stream.
     #[pyfunction]
     pub fn cuda_sum_via_c_api(x: &Bound<'_, PyAny>) -> PyResult<(f64, bool)> {
         let capsule = x.get_type().getattr("__dlpack_c_exchange_api__")?;
         let api = capsule
             .cast::<pyo3::types::PyCapsule>()?
             .pointer_checked(Some(ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME))?;
-        // SAFETY: the capsule holds a process-lifetime `DLPackExchangeAPI` (spec section 5.1).
+        // SAFETY: the capsule holds a process-lifetime `DLPackExchangeAPI` (`dlpack.h`).
         let api = unsafe { &*api.as_ptr().cast::<ffi::DLPackExchangeAPI>() };
         if api.header.version.major != 1 {
             return Err(PyBufferError::new_err("exchange API of another major version"));
@@ -261,7 +261,7 @@ mod gpu {
         if unsafe { from_py(x.as_ptr().cast(), &mut out) } != 0 {
             return Err(PyErr::fetch(x.py()));
         }
-        // SAFETY: an owned managed tensor (spec section 5.3).
+        // SAFETY: an owned managed tensor (`dlpack.h`, `DLPackManagedTensorFromPyObjectNoSync`).
         let managed = unsafe { ManagedTensor::from_raw_versioned(out) }?;
         let device = managed.dl_tensor().device;
         let mut stream: *mut std::ffi::c_void = std::ptr::null_mut();

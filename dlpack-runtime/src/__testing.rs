@@ -1,0 +1,13 @@
+//! Internals that the workspace's own tests and benchmarks reach. Not public API: no stability
+//! promise.
+
+pub use crate::layout::{NullStrides, compact_strides, validate};
+pub use crate::stream::StreamId;
+
+/// The CUDA driver tier's checks, for the driver conformance tests.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    pub use crate::cuda::driver::{
+        check_consumer_stream, check_pointer, check_producer_stream, events_created, pointer_device,
+    };
+}

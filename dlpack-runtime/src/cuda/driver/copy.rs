@@ -1,0 +1,164 @@
+//! Copies of device memory with the driver: device allocations for copies, and one driver copy
+//! per 2-D block of a strided copy plan.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, result, sys};
+
+use super::reaper::{Job, reap};
+use super::{CudaError, bind, driver_error};
+use crate::copy::Block;
+use crate::dtype::DataType;
+
+/// Device memory of one copy, from `cuMemAlloc`; freed by the reaper once the device has
+/// finished the work submitted before the drop (the deleter carries no stream).
+pub(crate) struct DeviceMemory {
+    ptr: sys::CUdeviceptr,
+    byte_len: usize,
+    dtype: DataType,
+    ctx: Arc<CudaContext>,
+}
+
+impl DeviceMemory {
+    pub(crate) fn alloc(
+        ctx: &Arc<CudaContext>,
+        byte_len: usize,
+        dtype: DataType,
+    ) -> Result<Self, CudaError> {
+        let ptr = if byte_len == 0 {
+            0
+        } else {
+            bind(ctx.cu_ctx())?;
+            // SAFETY: allocates `byte_len` bytes in the bound context; the memory is written by
+            // the copy before anyone reads it, and freed once, in `drop`.
+            unsafe { result::malloc_sync(byte_len) }.map_err(driver_error("cuMemAlloc"))?
+        };
+        Ok(Self {
+            ptr,
+            byte_len,
+            dtype,
+            ctx: ctx.clone(),
+        })
+    }
+}
+
+impl DeviceMemory {
+    /// The device address (0 for an empty allocation).
+    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.byte_len
+    }
+
+    /// The element type the memory holds.
+    pub(crate) fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The ordinal of the device the memory is on.
+    pub(crate) fn ordinal(&self) -> i32 {
+        self.ctx.ordinal() as i32
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        if self.ptr != 0 {
+            let _ = reap(Job::Free {
+                ctx: self.ctx.clone(),
+                ptr: self.ptr,
+            });
+        }
+    }
+}
+
+/// Where a copy writes.
+#[derive(Clone, Copy)]
+pub(crate) enum CopyTarget {
+    Host(*mut u8),
+    Device(sys::CUdeviceptr),
+}
+
+/// Enqueues one block of a strided copy from device memory (`src` is the source's first
+/// element) on `stream`.
+pub(crate) fn enqueue(
+    block: Block,
+    src: sys::CUdeviceptr,
+    dst: CopyTarget,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    let from = src.wrapping_add_signed(block.src as i64);
+    if block.height == 1 {
+        // The block addresses `width` bytes of the source tensor's elements (the plan covers
+        // exactly them) and `width` bytes inside the destination, which the caller sized to
+        // the plan; `stream` is valid for the call. The destination stays alive until the copy
+        // has finished (the caller waits, or frees through the reaper).
+        return match dst {
+            // SAFETY: as above, into host memory.
+            CopyTarget::Host(p) => unsafe {
+                sys::cuMemcpyDtoHAsync_v2(p.add(block.dst).cast(), from, block.width, stream)
+            }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoHAsync")),
+            // SAFETY: as above, into device memory.
+            CopyTarget::Device(p) => unsafe {
+                sys::cuMemcpyDtoDAsync_v2(p + block.dst as u64, from, block.width, stream)
+            }
+            .result()
+            .map_err(driver_error("cuMemcpyDtoDAsync")),
+        };
+    }
+    let (dst_type, dst_host, dst_device) = match dst {
+        // SAFETY: `block.dst` is inside the destination (as above).
+        CopyTarget::Host(p) => (
+            sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            unsafe { p.add(block.dst) }.cast(),
+            0,
+        ),
+        CopyTarget::Device(p) => (
+            sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            core::ptr::null_mut(),
+            p + block.dst as u64,
+        ),
+    };
+    let copy = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: core::ptr::null(),
+        srcDevice: from,
+        srcArray: core::ptr::null_mut(),
+        srcPitch: block.src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host,
+        dstDevice: dst_device,
+        dstArray: core::ptr::null_mut(),
+        dstPitch: block.dst_pitch,
+        WidthInBytes: block.width,
+        Height: block.height,
+    };
+    // SAFETY: `height` rows of `width` bytes, `src_pitch` apart, are elements of the source
+    // (the plan covers exactly them; `src_pitch >= width`, within the device's maximum pitch);
+    // the destination rows are packed inside memory sized to the plan; as above for lifetimes.
+    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream) }
+        .result()
+        .map_err(driver_error("cuMemcpy2DAsync"))
+}
+
+/// The device's largest pitch for 2-D copies, in bytes.
+pub(crate) fn max_pitch(ctx: &CudaContext) -> Result<usize, CudaError> {
+    // SAFETY: a device handle of a live context; an attribute query only.
+    let pitch = unsafe {
+        result::device::get_attribute(
+            ctx.cu_device(),
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+        )
+    }
+    .map_err(driver_error("cuDeviceGetAttribute"))?;
+    Ok(usize::try_from(pitch).unwrap_or(0))
+}

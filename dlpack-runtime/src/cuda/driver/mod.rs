@@ -1,0 +1,383 @@
+//! The CUDA driver tier: raw driver calls on cudarc's `sys` and `result` layers, for devices,
+//! streams and stream plans only (it never sees an export or an import). Errors, the driver
+//! probe, the current-context guard, and the checks of pointers and streams live here; events,
+//! the reaper and copies in the submodules.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result, sys};
+
+use crate::stream::StreamId;
+
+mod copy;
+mod event;
+mod reaper;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use copy::{CopyTarget, DeviceMemory, enqueue, max_pitch};
+pub(crate) use event::execute;
+#[cfg(feature = "python")]
+pub(crate) use event::order_raw;
+pub use event::{ReadyEvents, events_created};
+pub(crate) use reaper::{AfterFailedWait, after_failed_wait, leak, release_after_raw};
+
+/// A CUDA failure, or the absence of a driver.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// `libcuda` could not be loaded: no NVIDIA driver on this machine.
+    #[error(
+        "no CUDA driver: libcuda could not be loaded, expected a machine with an NVIDIA driver"
+    )]
+    NoDriver,
+    /// A driver call failed.
+    #[error("CUDA driver call {call} failed with {code:?}")]
+    Driver {
+        /// The driver function.
+        call: &'static str,
+        /// Its result code.
+        code: sys::CUresult,
+    },
+    /// A data pointer lives on another device than the tensor says.
+    #[error("data pointer {pointer:#x} belongs to CUDA device {found}, expected device {expected}")]
+    WrongDevice {
+        /// The pointer.
+        pointer: u64,
+        /// Its device ordinal.
+        found: i32,
+        /// The device the tensor names.
+        expected: i32,
+    },
+    /// A stream belongs to another device than the tensor (`cuStreamGetCtx`; for a producer
+    /// stream, its context's device).
+    #[error(
+        "{role} stream {stream:#x} belongs to CUDA device {found}, expected the tensor's device {expected}"
+    )]
+    StreamOnOtherDevice {
+        /// `"consumer"` or `"producer"`.
+        role: &'static str,
+        /// The stream handle.
+        stream: u64,
+        /// The device of the stream's context.
+        found: i32,
+        /// The tensor's device.
+        expected: i32,
+    },
+    /// A stream of a context other than its device's primary context, where this crate needs
+    /// the primary one: a consumer stream it enqueues work of its own on (a copy), or a
+    /// producer's default stream (the special handles resolve in the primary context).
+    #[error(
+        "{role} stream {stream:#x} belongs to a context other than the primary context of CUDA device {device}, expected a stream of the primary context (the runtime API's)"
+    )]
+    NotPrimaryContext {
+        /// `"consumer"` or `"producer"`.
+        role: &'static str,
+        /// The stream handle.
+        stream: u64,
+        /// The tensor's device.
+        device: i32,
+    },
+    /// A stream being captured into a CUDA graph, where this crate would have to wait for work
+    /// it enqueues (a copy, a stream-ordered release): captured work runs only at launch.
+    #[error(
+        "stream {stream:#x} is being captured into a CUDA graph, expected a stream that runs its work now (an event dependency, a copy or a stream-ordered release cannot be ordered from outside the capture)"
+    )]
+    Capturing {
+        /// The stream handle.
+        stream: u64,
+    },
+    /// The reaper thread of stream-ordered release is gone.
+    #[error(
+        "the stream-ordered release thread has stopped; the tensor was released at once after a host synchronization"
+    )]
+    ReaperGone,
+}
+
+pub(crate) fn driver_error(call: &'static str) -> impl Fn(DriverError) -> CudaError {
+    move |e| CudaError::Driver { call, code: e.0 }
+}
+
+/// Loads and initializes the CUDA driver (`cuInit`), once per process; later calls return the
+/// first call's result.
+///
+/// # Errors
+///
+/// [`CudaError::NoDriver`] when `libcuda` cannot be loaded; [`CudaError::Driver`] when
+/// `cuInit` fails (no device, driver too old).
+pub fn init() -> Result<(), CudaError> {
+    static PROBE: OnceLock<Result<(), CudaError>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            // SAFETY: only tries to `dlopen` the driver library under its candidate names.
+            if !unsafe { sys::is_culib_present() } {
+                return Err(CudaError::NoDriver);
+            }
+            result::init().map_err(driver_error("cuInit"))
+        })
+        .clone()
+}
+
+/// Restores the thread's current context when dropped. The CUDA runtime (PyTorch, CuPy, JAX)
+/// follows the driver's current context, so every entry point here leaves it as it found it.
+pub(crate) struct CurrentContext(Option<sys::CUcontext>);
+
+impl CurrentContext {
+    /// Saves the current context (nothing without a driver).
+    pub(crate) fn save() -> Self {
+        if init().is_err() {
+            return Self(None);
+        }
+        let mut ctx: sys::CUcontext = core::ptr::null_mut();
+        // SAFETY: the driver is loaded (probed above); a valid out-pointer. On failure `ctx`
+        // stays NULL, and NULL is restored: no context, as the driver reported.
+        let _ = unsafe { sys::cuCtxGetCurrent(&mut ctx) };
+        Self(Some(ctx))
+    }
+}
+
+impl Drop for CurrentContext {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: the context (or NULL) was current on this thread when saved.
+            let _ = unsafe { sys::cuCtxSetCurrent(ctx) };
+        }
+    }
+}
+
+/// Makes `ctx` current on this thread (`cuCtxSetCurrent`), without cudarc's check of errors
+/// recorded on its context by other work.
+pub(crate) fn bind(ctx: sys::CUcontext) -> Result<(), CudaError> {
+    // SAFETY: `ctx` is a live context (a retained primary context, or one the driver returned
+    // for a live stream).
+    unsafe { sys::cuCtxSetCurrent(ctx) }
+        .result()
+        .map_err(driver_error("cuCtxSetCurrent"))
+}
+
+/// The raw handle of a stream identity, for the driver: `CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`, or the handle itself.
+pub(crate) fn raw_stream(stream: StreamId) -> sys::CUstream {
+    match stream {
+        StreamId::LegacyDefault => 0x1 as sys::CUstream,
+        StreamId::PerThreadDefault => 0x2 as sys::CUstream,
+        StreamId::Handle(h) => h.get() as sys::CUstream,
+    }
+}
+
+/// The identity of a cudarc stream within one exchange (NULL is the legacy default stream).
+pub(crate) fn stream_id(stream: &CudaStream) -> StreamId {
+    match stream.cu_stream() as usize {
+        0 | 1 => StreamId::LegacyDefault,
+        2 => StreamId::PerThreadDefault,
+        h => StreamId::Handle(
+            core::num::NonZeroU64::new(h as u64).unwrap_or(core::num::NonZeroU64::MIN),
+        ),
+    }
+}
+
+/// The primary context of CUDA device `ordinal`, retained once per process.
+///
+/// # Errors
+///
+/// [`CudaError::NoDriver`]; [`CudaError::Driver`] for an ordinal the driver does not know.
+pub(crate) fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
+    init()?;
+    static CONTEXTS: OnceLock<Mutex<HashMap<i32, Arc<CudaContext>>>> = OnceLock::new();
+    let contexts = CONTEXTS.get_or_init(Default::default);
+    if let Some(ctx) = contexts.lock().ok().and_then(|c| c.get(&ordinal).cloned()) {
+        return Ok(ctx);
+    }
+    let index = usize::try_from(ordinal).map_err(|_| CudaError::Driver {
+        call: "cuDeviceGet",
+        code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
+    })?;
+    // Creating (and dropping a context that lost a race) binds it: leave the thread's as it was.
+    let _current = CurrentContext::save();
+    let ctx = CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
+    let kept = match contexts.lock() {
+        Ok(mut c) => c.entry(ordinal).or_insert(ctx).clone(),
+        Err(_) => ctx,
+    };
+    Ok(kept)
+}
+
+/// The device a context belongs to, as a `CUdevice` handle (`cuCtxGetDevice` with the context
+/// pushed, then popped).
+fn context_device(ctx: sys::CUcontext) -> Result<sys::CUdevice, CudaError> {
+    // SAFETY: `ctx` is a live context (the driver returned it for a live stream); pushing it
+    // and popping it right after leaves this thread's context stack as it was.
+    unsafe {
+        sys::cuCtxPushCurrent_v2(ctx)
+            .result()
+            .map_err(driver_error("cuCtxPushCurrent"))?;
+        let mut device: sys::CUdevice = 0;
+        let got = sys::cuCtxGetDevice(&mut device)
+            .result()
+            .map_err(driver_error("cuCtxGetDevice"));
+        let mut popped: sys::CUcontext = core::ptr::null_mut();
+        sys::cuCtxPopCurrent_v2(&mut popped)
+            .result()
+            .map_err(driver_error("cuCtxPopCurrent"))?;
+        got.map(|()| device)
+    }
+}
+
+/// The context a stream handle belongs to (`cuStreamGetCtx`).
+pub(crate) fn stream_context(stream: sys::CUstream) -> Result<sys::CUcontext, CudaError> {
+    let mut ctx: sys::CUcontext = core::ptr::null_mut();
+    // SAFETY: `stream` is a live stream, valid for the call (caller); a valid out-pointer.
+    unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }
+        .result()
+        .map_err(driver_error("cuStreamGetCtx"))?;
+    Ok(ctx)
+}
+
+/// Refuses a stream that is being captured into a CUDA graph, where this crate would enqueue
+/// work whose completion it then waits for (a copy, a stream-ordered release): captured work
+/// runs only when the graph is launched.
+pub(crate) fn check_not_capturing(stream: sys::CUstream) -> Result<(), CudaError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is valid for the call (caller); a valid out-pointer.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .map_err(driver_error("cuStreamIsCapturing"))?;
+    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        Ok(())
+    } else {
+        Err(CudaError::Capturing {
+            stream: stream as u64,
+        })
+    }
+}
+
+/// The ordinal of a `CUdevice` handle.
+fn ordinal_of(device: sys::CUdevice) -> i32 {
+    let count = result::device::get_count().unwrap_or(0);
+    (0..count)
+        .find(|&i| result::device::get(i).is_ok_and(|d| d == device))
+        .unwrap_or(-1)
+}
+
+/// Checks that the consumer's stream `stream` belongs to CUDA device `expected`
+/// (`cuStreamGetCtx`). The special handles (legacy and per-thread default streams) pass: this
+/// crate resolves them in the device's primary context, the one the CUDA runtime uses.
+///
+/// # Errors
+///
+/// [`CudaError::StreamOnOtherDevice`]; [`CudaError::Driver`] for a handle the driver does not
+/// know.
+pub fn check_consumer_stream(stream: StreamId, expected: i32) -> Result<(), CudaError> {
+    consumer_context(stream, expected).map(|_| ())
+}
+
+/// As [`check_consumer_stream`], and whether the stream is in the device's primary context
+/// (special handles are).
+fn consumer_context(stream: StreamId, expected: i32) -> Result<bool, CudaError> {
+    let StreamId::Handle(handle) = stream else {
+        return Ok(true);
+    };
+    let ctx = context(expected)?;
+    let _current = CurrentContext::save();
+    // The consumer's stream is valid for the duration of the call (spec section 2.4).
+    let found_ctx = stream_context(handle.get() as sys::CUstream)?;
+    if found_ctx == ctx.cu_ctx() {
+        return Ok(true);
+    }
+    // Another context: fine if it is on the same device (a non-primary context).
+    let found = context_device(found_ctx)?;
+    let wanted = result::device::get(expected).map_err(driver_error("cuDeviceGet"))?;
+    if found == wanted {
+        Ok(false)
+    } else {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "consumer",
+            stream: handle.get(),
+            found: ordinal_of(found),
+            expected,
+        })
+    }
+}
+
+/// Checks that a consumer's stream is one this crate may enqueue its own work on: of the
+/// tensor's device, in its primary context.
+pub(crate) fn check_primary_stream(stream: StreamId, device: i32) -> Result<(), CudaError> {
+    match (consumer_context(stream, device)?, stream) {
+        (false, StreamId::Handle(h)) => Err(CudaError::NotPrimaryContext {
+            role: "consumer",
+            stream: h.get(),
+            device,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks that a producer stream belongs to CUDA device `expected` (its context's ordinal), and
+/// that a default stream (legacy or per-thread) is one of the primary context: the special
+/// handles name the default stream of the current context, and this crate resolves them in
+/// the primary one.
+///
+/// # Errors
+///
+/// [`CudaError::StreamOnOtherDevice`]; [`CudaError::NotPrimaryContext`] for a default stream of
+/// another context.
+pub fn check_producer_stream(stream: &CudaStream, expected: i32) -> Result<(), CudaError> {
+    let found = stream.context().ordinal() as i32;
+    if found != expected {
+        return Err(CudaError::StreamOnOtherDevice {
+            role: "producer",
+            stream: stream.cu_stream() as u64,
+            found,
+            expected,
+        });
+    }
+    if !matches!(stream_id(stream), StreamId::Handle(_)) && !stream.context().is_primary() {
+        return Err(CudaError::NotPrimaryContext {
+            role: "producer",
+            stream: stream.cu_stream() as u64,
+            device: expected,
+        });
+    }
+    Ok(())
+}
+
+/// The device ordinal that owns `pointer` (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] for a pointer the driver does not know.
+pub fn pointer_device(pointer: u64) -> Result<i32, CudaError> {
+    init()?;
+    let mut ordinal: i32 = -1;
+    // SAFETY: `ordinal` is a valid out-pointer for an `int` attribute; the driver only reads
+    // its own tables for `pointer`.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            pointer as sys::CUdeviceptr,
+        )
+    }
+    .result()
+    .map_err(driver_error("cuPointerGetAttribute"))?;
+    Ok(ordinal)
+}
+
+/// Checks that `pointer` belongs to CUDA device `expected`.
+///
+/// # Errors
+///
+/// [`CudaError::WrongDevice`], or the errors of [`pointer_device`].
+pub fn check_pointer(pointer: u64, expected: i32) -> Result<(), CudaError> {
+    let found = pointer_device(pointer)?;
+    if found == expected {
+        Ok(())
+    } else {
+        Err(CudaError::WrongDevice {
+            pointer,
+            found,
+            expected,
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! The reaper: a thread that frees what must wait for the device (an imported tensor after the
+//! consumer's stream, device memory after the device), and what a failed wait means for it.
+
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, result, sys};
+
+use super::event::PooledEvent;
+use super::{CudaError, CurrentContext, bind, check_not_capturing, driver_error, init};
+
+/// Work for the reaper thread: frees that must wait for the device.
+pub(super) enum Job {
+    /// Drop `value` (an imported tensor, a copy's source) once `event` has completed.
+    Release {
+        event: PooledEvent,
+        value: Box<dyn Send>,
+    },
+    /// Free device memory of `ctx` once the device has finished all work submitted so far.
+    Free {
+        ctx: Arc<CudaContext>,
+        ptr: sys::CUdeviceptr,
+    },
+}
+
+/// What a wait that failed means for the memory waited on.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AfterFailedWait {
+    /// The context is broken for good (a sticky error, or the driver shutting down): nothing
+    /// runs in it any more, so the memory may be freed.
+    Free,
+    /// A stream capture forbids the wait now: try again later.
+    Retry,
+    /// Anything else: the memory may still be in use; leaking it is the safe choice.
+    Leak,
+}
+
+pub(crate) fn after_failed_wait(err: &CudaError) -> AfterFailedWait {
+    use sys::CUresult as R;
+    let CudaError::Driver { code, .. } = err else {
+        return AfterFailedWait::Leak;
+    };
+    match code {
+        R::CUDA_ERROR_ILLEGAL_ADDRESS
+        | R::CUDA_ERROR_LAUNCH_FAILED
+        | R::CUDA_ERROR_ILLEGAL_INSTRUCTION
+        | R::CUDA_ERROR_MISALIGNED_ADDRESS
+        | R::CUDA_ERROR_INVALID_ADDRESS_SPACE
+        | R::CUDA_ERROR_INVALID_PC
+        | R::CUDA_ERROR_HARDWARE_STACK_ERROR
+        | R::CUDA_ERROR_ECC_UNCORRECTABLE
+        | R::CUDA_ERROR_CONTEXT_IS_DESTROYED
+        | R::CUDA_ERROR_DEINITIALIZED => AfterFailedWait::Free,
+        R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        | R::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+        | R::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+        | R::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD => AfterFailedWait::Retry,
+        _ => AfterFailedWait::Leak,
+    }
+}
+
+impl Job {
+    /// Waits, then frees. Returns the job when a stream capture forbids the wait now. A wait
+    /// that fails otherwise leaves the memory alone (leaked, and said on stderr) unless the
+    /// context is broken for good: freeing memory that may still be read is worse than a leak.
+    fn run(self) -> Option<Job> {
+        let _current = CurrentContext::save();
+        let waited = match &self {
+            Job::Release { event, .. } => event.synchronize(),
+            // The deleter carries no stream (spec section 6, corner 7): wait for every stream
+            // of the context, then free.
+            Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| {
+                // SAFETY: the context is current.
+                unsafe { sys::cuCtxSynchronize() }
+                    .result()
+                    .map_err(driver_error("cuCtxSynchronize"))
+            }),
+        };
+        let verdict = match &waited {
+            Ok(()) => AfterFailedWait::Free,
+            Err(err) => after_failed_wait(err),
+        };
+        match (verdict, self) {
+            (AfterFailedWait::Retry, job) => return Some(job),
+            (AfterFailedWait::Free, Job::Release { event, value }) => {
+                drop(value);
+                drop(event);
+            }
+            (AfterFailedWait::Free, Job::Free { ptr, .. }) => {
+                // SAFETY: `ptr` came from `cuMemAlloc` in the bound context and is freed once,
+                // here, after every access enqueued before the free was asked has finished.
+                let _ = unsafe { result::free_sync(ptr) };
+            }
+            (AfterFailedWait::Leak, Job::Release { value, .. }) => {
+                leak("a tensor whose release could not wait for the consumer's stream");
+                core::mem::forget(value);
+            }
+            (AfterFailedWait::Leak, Job::Free { .. }) => {
+                leak("device memory of a copy that could not wait for the device");
+            }
+        }
+        None
+    }
+}
+
+pub(crate) fn leak(what: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "dlpack-runtime: leaked {what}");
+}
+
+fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
+    static REAPER: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
+    REAPER
+        .get_or_init(|| {
+            let (tx, rx) = channel::<Job>();
+            let requeue = tx.clone();
+            std::thread::Builder::new()
+                .name("dlpack-release".into())
+                .spawn(move || {
+                    if init().is_ok() {
+                        // Another thread's global-mode stream capture must not forbid (nor be
+                        // invalidated by) this thread's waits.
+                        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+                        // SAFETY: a valid in/out pointer; affects this thread only.
+                        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+                    }
+                    for job in rx {
+                        // A panic in one job must not end the thread: the jobs queued behind
+                        // it would be dropped without their waits.
+                        let retry =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()))
+                                .unwrap_or(None);
+                        if let Some(job) = retry {
+                            // A capture forbids the wait now: behind the other jobs, later.
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            if let Err(returned) = requeue.send(job) {
+                                let _ = returned.0.run();
+                            }
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| Mutex::new(tx))
+        })
+        .as_ref()
+}
+
+/// Hands `job` to the reaper thread, or runs it here (blocking) if the thread is gone.
+pub(super) fn reap(job: Job) -> Result<(), CudaError> {
+    let mut job = match reaper().and_then(|r| r.lock().ok()) {
+        Some(sender) => match sender.send(job) {
+            Ok(()) => return Ok(()),
+            Err(returned) => returned.0,
+        },
+        None => job,
+    };
+    while let Some(pending) = job.run() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        job = pending;
+    }
+    Err(CudaError::ReaperGone)
+}
+
+/// Stream-ordered release: drops `value` (a tensor) only after `stream`, a raw stream handle of
+/// `ctx` valid for the duration of the call, has completed the work enqueued on it so far. An
+/// event is recorded on `stream` now; the reaper thread waits for it, then drops `value`.
+///
+/// # Errors
+///
+/// [`CudaError::Capturing`] when `stream` is being captured into a CUDA graph: `value` is
+/// leaked (said on stderr), since the captured work reads it whenever the graph is launched.
+/// [`CudaError`] when the event cannot be recorded: `value` is then dropped after a host
+/// synchronization of `stream` (leaked, and said on stderr, if that fails too while the
+/// context still runs: it may still be read).
+pub(crate) fn release_after_raw(
+    value: Box<dyn Send>,
+    ctx: &CudaContext,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    let _current = CurrentContext::save();
+    let recorded = init()
+        .and_then(|()| bind(ctx.cu_ctx()))
+        .and_then(|()| check_not_capturing(stream))
+        .and_then(|()| PooledEvent::take(ctx))
+        .and_then(|event| event.record_on(stream).map(|()| event));
+    match recorded {
+        Ok(event) => reap(Job::Release { event, value }),
+        Err(err @ CudaError::Capturing { .. }) => {
+            // The captured work reads the tensor whenever the graph is launched: only a leak is
+            // safe (and waiting on the stream would invalidate the capture).
+            leak("a tensor released after a stream that is being captured into a CUDA graph");
+            core::mem::forget(value);
+            Err(err)
+        }
+        Err(err) => {
+            let waited = bind(ctx.cu_ctx()).and_then(|()| {
+                // SAFETY: `stream` is a stream of the bound context, valid for this call.
+                unsafe { result::stream::synchronize(stream) }
+                    .map_err(driver_error("cuStreamSynchronize"))
+            });
+            match waited.as_ref().map_err(after_failed_wait) {
+                Ok(()) | Err(AfterFailedWait::Free) => drop(value),
+                Err(_) => {
+                    leak("a tensor whose release could not wait for the consumer's stream");
+                    core::mem::forget(value);
+                }
+            }
+            Err(err)
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! CUDA (feature `cuda`), on cudarc with dynamic loading: stream-ordered exchange of device
+//! memory.
+//!
+//! Without a driver every entry point returns [`CudaError::NoDriver`] ([`init`] probes for
+//! `libcuda` first, where cudarc itself would panic). With one, an export whose producer names
+//! streams with pending work (`#[dlpack(stream)]` fields, a cudarc `CudaSlice`'s own stream):
+//!
+//! - makes the consumer's stream wait on them: an **event dependency**, a pooled event (timing
+//!   disabled, reused) recorded on each producer stream and waited on by the consumer's stream
+//!   (`cuEventRecord`, `cuStreamWaitEvent`); the host never blocks. The legacy (`1`) and
+//!   per-thread (`2`) default streams map to `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`;
+//! - blocks the host (`cuStreamSynchronize`) only for a consumer that reads on the host;
+//! - copies CUDA memory when asked (`copy=True`, or `dl_device=(CPU, 0)`): compact row-major
+//!   memory written by driver copies, one per 2-D block of the layout (`cuMemcpy2DAsync`), on
+//!   the consumer's stream after the producer's work, flagged `IS_COPIED`; a device copy does
+//!   not block the host, a host copy waits for the stream;
+//! - checks that the data pointer (`cuPointerGetAttribute`) and every stream it uses
+//!   (`cuStreamGetCtx`) belong to the tensor's device.
+//!
+//! Beyond the DLPack standard, for Rust-to-Rust exchange: [`ReadyEvents`], events recorded on
+//! the producer's streams that a consumer waits on later, from any stream (events, never stream
+//! handles, outlive the call); and [`release_after`], stream-ordered release: an imported
+//! tensor is dropped only after the consumer's stream has passed a recorded event, by a reaper
+//! thread (no CUDA call is made from a host callback).
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
+
+pub(crate) mod driver;
+
+pub use crate::export::export_with_ready_events;
+pub use driver::{CudaError, ReadyEvents, init};
+use driver::{CurrentContext, release_after_raw};
+
+use crate::device::{Device, DeviceType};
+use crate::dtype::{DataType, Element};
+use crate::export::{AsProducerStream, ExportBuffer};
+use crate::import::ImportedData;
+use crate::managed::ManagedTensor;
+
+// SAFETY: a `CudaSlice<T>` owns `len` elements of `T` in device memory of its context's
+// device; the pointers come from cudarc's accessors for the slice's own stream (recording the
+// access as cudarc's event tracking expects), the mutable one from `&mut self`. `T: Element`
+// gives the dtype; device allocations are aligned for every element type.
+unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn device(&self) -> Device {
+        Device::cuda(self.ordinal() as i32)
+    }
+    fn byte_len(&self) -> usize {
+        self.num_bytes()
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        // cudarc's access tracking may bind the slice's context: leave the thread's as it was.
+        let _current = CurrentContext::save();
+        let stream = self.stream().clone();
+        let (ptr, _record) = self.device_ptr(&stream);
+        ptr as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        let _current = CurrentContext::save();
+        let stream = self.stream().clone();
+        let (ptr, _record) = self.device_ptr_mut(&stream);
+        Some(ptr as usize as *mut core::ffi::c_void)
+    }
+    fn producer_stream(&self) -> Option<&CudaStream> {
+        Some(self.stream())
+    }
+}
+
+/// Stream-ordered release: `tensor`'s deleter runs only after `stream` has completed the work
+/// enqueued on it so far (spec section 6, corner 7: the deleter carries no stream). An event is
+/// recorded on `stream` now; a reaper thread waits for it, then drops the tensor.
+///
+/// # Errors
+///
+/// [`CudaError::Capturing`] when `stream` is being captured into a CUDA graph: the tensor is
+/// leaked (said on stderr), since the captured work reads it whenever the graph is launched.
+/// [`CudaError`] when the event cannot be recorded: the tensor is then released after a host
+/// synchronization of `stream` (leaked, and said on stderr, if that fails too while the
+/// context still runs: it may still be read).
+pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), CudaError> {
+    release_after_raw(Box::new(tensor), stream.context(), stream.cu_stream())
+}
+
+impl<T: Element> ImportedData<T> {
+    /// Stream-ordered release of this import: see [`release_after`].
+    ///
+    /// # Errors
+    ///
+    /// As [`release_after`]; the tensor is released either way.
+    pub fn release_after(self, stream: &CudaStream) -> Result<(), CudaError> {
+        release_after(self.into_managed(), stream)
+    }
+
+    /// The device pointer of element `(0, ..., 0)` of a CUDA tensor, for kernels launched by
+    /// the consumer on its own stream. The memory belongs to the producer: never free it.
+    ///
+    /// # Errors
+    ///
+    /// [`crate::LayoutError::DtypeMismatch`] cannot happen here (checked at import); a non-CUDA
+    /// tensor gives [`CudaError::WrongDevice`] with `found = -1`.
+    pub fn cuda_device_ptr(&self) -> Result<sys::CUdeviceptr, CudaError> {
+        let device = self.device();
+        if !matches!(
+            device.device_type,
+            DeviceType::Cuda | DeviceType::CudaManaged
+        ) {
+            return Err(CudaError::WrongDevice {
+                pointer: self.as_ptr() as u64,
+                found: -1,
+                expected: device.device_id,
+            });
+        }
+        Ok(self.as_ptr() as sys::CUdeviceptr)
+    }
+}
+
+impl AsProducerStream for CudaStream {
+    fn as_producer_stream(&self) -> Option<&CudaStream> {
+        Some(self)
+    }
+}
+
+impl<S: AsProducerStream + ?Sized> AsProducerStream for std::sync::Arc<S> {
+    fn as_producer_stream(&self) -> Option<&CudaStream> {
+        (**self).as_producer_stream()
+    }
+}
+
+impl<S: AsProducerStream> AsProducerStream for Option<S> {
+    fn as_producer_stream(&self) -> Option<&CudaStream> {
+        self.as_ref().and_then(AsProducerStream::as_producer_stream)
+    }
+}

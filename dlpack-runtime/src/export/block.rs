@@ -1,0 +1,481 @@
+//! The heap block of an export, with all of the export's `unsafe`: one allocation holds the
+//! `DLManagedTensorVersioned` (or legacy `DLManagedTensor`) header, the owner and the `shape`
+//! and `strides` arrays; the `extern "C"` deleter drops the owner and frees exactly that block,
+//! and never unwinds.
+
+use core::ffi::c_void;
+use core::mem::ManuallyDrop;
+use core::ptr::{self, NonNull};
+use std::alloc::{self, Layout};
+
+use super::{
+    BufferAccess, ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context,
+};
+use crate::device::DeviceType;
+use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::layout::{self, ByteSpan, LayoutError, NullStrides};
+use crate::managed::{ManagedTensor, RawManagedTensor};
+
+/// Whether a legacy tensor freshly built by [`build`] was meant to be read-only; legacy
+/// headers have no flags, so the block records it.
+pub(super) fn legacy_read_only(managed: &ManagedTensor) -> bool {
+    // SAFETY: only tensors built by `build` just before reach here; their `manager_ctx` points
+    // to the start of their block, a `Block<DLManagedTensor, O>` whose `prefix` sits at the same
+    // offset for every `O` (`repr(C)`, fixed-layout fields before `owner`).
+    unsafe {
+        let block = managed.dl_tensor_ctx().cast::<Block<DLManagedTensor, ()>>();
+        (*block).prefix.read_only
+    }
+}
+
+/// The header kinds a block can start with.
+pub(super) trait Header: Sized {
+    /// The header for a finished export whose deleter frees a `Block<Self, O>`.
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        read_only: bool,
+    ) -> Self;
+    /// Wraps a finished block.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a finished block built by [`build`], owned by nobody else, whose header
+    /// validates.
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor;
+}
+
+impl Header for DLManagedTensorVersioned {
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        read_only: bool,
+    ) -> Self {
+        Self {
+            version: DLPackVersion {
+                major: ffi::DLPACK_MAJOR_VERSION,
+                minor: ffi::DLPACK_MINOR_VERSION,
+            },
+            manager_ctx,
+            deleter: Some(delete_block::<Self, O>),
+            flags: if read_only {
+                ffi::DLPACK_FLAG_BITMASK_READ_ONLY
+            } else {
+                0
+            },
+            dl_tensor,
+        }
+    }
+    #[inline]
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+        // SAFETY: a finished block has version 1.3, known flags and our deleter, and its header
+        // validates (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Versioned(ptr)) }
+    }
+}
+
+impl Header for DLManagedTensor {
+    fn new<O: Send + 'static>(
+        dl_tensor: DLTensor,
+        manager_ctx: *mut c_void,
+        _read_only: bool,
+    ) -> Self {
+        Self {
+            dl_tensor,
+            manager_ctx,
+            deleter: Some(delete_block::<Self, O>),
+        }
+    }
+    #[inline]
+    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+        // SAFETY: a finished block is a valid legacy tensor with our deleter, and its header
+        // validates (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Legacy(ptr)) }
+    }
+}
+
+/// Fields every block has right after its header, independent of the owner type.
+#[repr(C)]
+struct BlockPrefix {
+    /// Size of the whole allocation in bytes (its alignment is [`block_align`]).
+    size: usize,
+    /// Whether the export is read-only (recorded for legacy headers, which have no flags).
+    read_only: bool,
+}
+
+/// One heap block: header (offset 0, so the header pointer is the block pointer), prefix,
+/// owner, then `2 * ndim` `i64` (shape, then strides).
+#[repr(C)]
+struct Block<H, O> {
+    header: H,
+    prefix: BlockPrefix,
+    owner: ManuallyDrop<O>,
+}
+
+/// Layout of a block with `arrays_len` trailing `i64`, and the offset of those.
+#[inline]
+fn block_layout<H, O>(arrays_len: usize) -> Result<(Layout, usize), LayoutError> {
+    const OVERFLOW: LayoutError = LayoutError::Overflow {
+        what: "export block size",
+    };
+    let Ok(arrays) = Layout::array::<i64>(arrays_len) else {
+        return Err(OVERFLOW);
+    };
+    let Ok((layout, offset)) = Layout::new::<Block<H, O>>().extend(arrays) else {
+        return Err(OVERFLOW);
+    };
+    Ok((layout.pad_to_align(), offset))
+}
+
+/// Alignment of every `Block<H, O>` allocation, whatever its `arrays_len`.
+const fn block_align<H, O>() -> usize {
+    let block = core::mem::align_of::<Block<H, O>>();
+    let arrays = core::mem::align_of::<i64>();
+    if block > arrays { block } else { arrays }
+}
+
+/// Builds the block for `owner`, of `ndim` axes: one allocation. `parts_of` is asked at the
+/// owner's final address in the block, where its answer is exported.
+#[inline(always)]
+pub(super) fn build<H, O, F>(
+    owner: O,
+    ndim: usize,
+    parts_of: &F,
+    sync: &mut StreamWork<'_>,
+) -> Result<ManagedTensor, ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    if ndim > layout::MAX_NDIM {
+        return Err(LayoutError::TooManyDims {
+            ndim,
+            max: layout::MAX_NDIM,
+        }
+        .into());
+    }
+    let (block_layout, arrays_offset) = block_layout::<H, O>(2 * ndim)?;
+    debug_assert_eq!(block_layout.align(), block_align::<H, O>());
+    // SAFETY: the layout is non-zero-sized: it contains the header.
+    let raw = unsafe { alloc::alloc(block_layout) };
+    let Some(block) = NonNull::new(raw.cast::<Block<H, O>>()) else {
+        alloc::handle_alloc_error(block_layout)
+    };
+    // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
+    // allocation extends that layout); the prefix and the owner are written in place, field by
+    // field. The header stays uninitialized until `fill` writes it: nothing reads it before
+    // (`free_block` reads only the prefix and the owner).
+    unsafe {
+        let b = block.as_ptr();
+        ptr::addr_of_mut!((*b).prefix).write(BlockPrefix {
+            size: block_layout.size(),
+            read_only: false,
+        });
+        ptr::addr_of_mut!((*b).owner).write(ManuallyDrop::new(owner));
+    }
+    // SAFETY: `arrays_offset` is inside the allocation (`Layout::extend`), aligned for `i64`.
+    let arrays = unsafe { raw.add(arrays_offset) }.cast::<i64>();
+    // Frees the block if `fill` fails or `parts_of` panics; disarmed on success.
+    let guard = BlockGuard::<H, O>(block);
+    // SAFETY: the block's prefix and owner are initialized and exclusively ours; `arrays` has
+    // `2 * ndim` slots.
+    unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of, sync) }?;
+    core::mem::forget(guard);
+    // SAFETY: `fill` succeeded, so the block is finished (header written) and owned by nobody
+    // else, and its finished header validates.
+    Ok(unsafe { H::into_managed(block.cast::<H>()) })
+}
+
+/// [`build`] for an owner that is not a parameter of the caller: asks its rank first.
+pub(super) fn build_owned<H, O, F>(mut owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let ndim = parts_of(&mut owner).shape.len();
+    build::<H, O, F>(
+        owner,
+        ndim,
+        parts_of,
+        &mut StreamWork::new(&ExportRequest::new()),
+    )
+}
+
+/// Frees an unfinished block when dropped: on an error return or an unwinding panic.
+struct BlockGuard<H, O>(NonNull<Block<H, O>>);
+
+impl<H, O> Drop for BlockGuard<H, O> {
+    fn drop(&mut self) {
+        // SAFETY: the guard lives only between the initialization of the block's prefix and
+        // owner and its hand-out (where it is forgotten), so they are initialized, and the
+        // block is freed once, here.
+        unsafe { free_block::<H, O>(self.0) };
+    }
+}
+
+/// Describes the owner inside `block` and writes the finished header, validated as
+/// [`layout::validate`] would validate it, in the same pass that writes it.
+///
+/// # Safety
+///
+/// `block`'s prefix and owner are initialized and the block is exclusively owned by the caller;
+/// `arrays` points to `2 * ndim` writable `i64` inside the same allocation.
+#[inline]
+unsafe fn fill<H, O, F>(
+    block: NonNull<Block<H, O>>,
+    arrays: *mut i64,
+    ndim: usize,
+    parts_of: &F,
+    sync: &mut StreamWork<'_>,
+) -> Result<(), ExportError>
+where
+    H: Header,
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    // SAFETY: initialized and exclusive (caller); `arrays` lies outside `Block<H, O>`, so this
+    // reference does not overlap the writes to `arrays` below. Only the owner is borrowed: the
+    // header is not initialized yet.
+    let owner = unsafe { &mut (*block.as_ptr()).owner };
+    let parts = parts_of(owner);
+    if parts.shape.len() != ndim {
+        return Err(LayoutError::ShapeChanged {
+            before: ndim,
+            after: parts.shape.len(),
+        }
+        .into());
+    }
+    let buffer = parts.buffer();
+    let (device, byte_len) = (buffer.device(), buffer.byte_len());
+    // A dtype field overrides the buffer's (type-erased storage); the layout is checked against
+    // the buffer's length in bytes all the same.
+    let dtype = parts.dtype();
+    let byte_offset = parts.byte_offset(dtype)?;
+    if let Some(size) = dtype.element_bytes() {
+        if byte_offset % size != 0 {
+            // Elements of the buffer start at multiples of their size: any other offset splits
+            // them (an offset given in elements instead of bytes, say).
+            return Err(LayoutError::OffsetNotElementAligned {
+                byte_offset,
+                element_bytes: size,
+            }
+            .into());
+        }
+    }
+    if let Some(field) = parts.device {
+        if field != device {
+            return Err(ExportError::DeviceMismatch {
+                field,
+                buffer: device,
+            });
+        }
+    }
+    // SAFETY: `arrays` has `2 * ndim` slots (caller); both halves are in bounds.
+    let (shape_ptr, strides_ptr) = (arrays, unsafe { arrays.add(ndim) });
+    // One pass per array writes it and validates it as `layout::validate` would validate the
+    // finished header (the element count, the reach of the strides); the errors are reported
+    // afterwards, in `validate`'s order. The shape and strides arrays are ours, so `ndim`, NULL
+    // arrays and negative extents need no check.
+    let mut numel: Option<u64> = Some(1);
+    for (axis, &extent) in parts.shape.iter().enumerate() {
+        let Ok(extent) = i64::try_from(extent) else {
+            return Err(LayoutError::Overflow { what: "extent" }.into());
+        };
+        numel = numel.and_then(|n| n.checked_mul(extent as u64));
+        // SAFETY: `axis < ndim`, inside the shape half.
+        unsafe { shape_ptr.add(axis).write(extent) };
+    }
+    let mut reach = layout::Reach::new();
+    match parts.strides {
+        Some(strides) if strides.len() != ndim => {
+            return Err(LayoutError::StridesRank {
+                shape: ndim,
+                strides: strides.len(),
+            }
+            .into());
+        }
+        Some(strides) => {
+            for (axis, &stride) in strides.iter().enumerate() {
+                // `isize` fits in `i64`.
+                let stride = stride as i64;
+                // SAFETY: `axis < ndim`, inside both halves; the shape half is written above.
+                unsafe {
+                    strides_ptr.add(axis).write(stride);
+                    reach.add(*shape_ptr.add(axis), stride);
+                }
+            }
+        }
+        None => {
+            let mut acc: i64 = 1;
+            for axis in (0..ndim).rev() {
+                // SAFETY: `axis < ndim`, inside both halves; the shape half is written above.
+                unsafe {
+                    let extent = *shape_ptr.add(axis);
+                    strides_ptr.add(axis).write(acc);
+                    reach.add(extent, acc);
+                    acc = acc.saturating_mul(extent.max(1));
+                }
+            }
+        }
+    }
+    // Make the producer's pending work visible on the consumer's stream (spec section 2.5)
+    // while its streams are borrowed, before the tensor is handed out.
+    let has_elements = numel.is_some_and(|n| n > 0);
+    let data = buffer.as_ptr() as u64 + byte_offset as u64;
+    sync.order_pending(&parts, device, data, has_elements)?;
+    let (data, read_only) = match parts.buffer {
+        BufferAccess::Unique(b) if !parts.read_only => match b.as_mut_ptr() {
+            Some(p) => (p, false),
+            None => (b.as_ptr().cast_mut(), true),
+        },
+        BufferAccess::Unique(b) => (b.as_ptr().cast_mut(), true),
+        BufferAccess::Shared(b) => (b.as_ptr().cast_mut(), true),
+    };
+    let raw_dtype = dtype.to_raw();
+    let raw_device = device.to_raw();
+    // `layout::validate`'s checks, in its order, on what the passes above computed.
+    let element_bits = layout::check_dtype(raw_dtype, false)?;
+    if byte_offset > isize::MAX as usize {
+        return Err(LayoutError::Overflow {
+            what: "byte_offset",
+        }
+        .into());
+    }
+    let numel = match numel {
+        Some(n) if n <= isize::MAX as u64 => n as usize,
+        _ => {
+            return Err(LayoutError::Overflow {
+                what: "element count",
+            }
+            .into());
+        }
+    };
+    let mut dl_tensor = DLTensor {
+        data,
+        device: raw_device,
+        ndim: ndim as i32,
+        dtype: raw_dtype,
+        shape: shape_ptr,
+        strides: strides_ptr,
+        byte_offset: byte_offset as u64,
+    };
+    let span = if numel == 0 {
+        // Zero-size tensors carry a NULL `data` (spec section 1.7, `dlpack.h` `data` docs).
+        dl_tensor.data = ptr::null_mut();
+        dl_tensor.byte_offset = 0;
+        ByteSpan { start: 0, end: 0 }
+    } else {
+        // Every extent is >= 1, so the reach was accumulated as `validate` does.
+        let (lo, hi) = reach.bounds()?;
+        let span = layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64)?;
+        if span.start < 0 || span.end as usize > byte_len {
+            return Err(LayoutError::OutOfBuffer {
+                start: span.start,
+                end: span.end,
+                len: byte_len,
+            }
+            .into());
+        }
+        // Inside a live buffer, so never NULL nor wrapping; checked all the same.
+        layout::check_address(data, numel, span)?;
+        if has_address_data(device.device_type) {
+            // Fold the offset into `data`: consumers that drop `byte_offset` (spec section 6,
+            // corner 2) then still read the right element. In bounds: `byte_offset <= span.end`.
+            dl_tensor.data = data.cast::<u8>().wrapping_add(byte_offset).cast();
+            dl_tensor.byte_offset = 0;
+            // The span is relative to `data`, which moved by `byte_offset` (a whole number of
+            // bytes, so the rounding of sub-byte spans is unchanged); the addresses it covers,
+            // checked above, are the same.
+            ByteSpan {
+                start: span.start - byte_offset as isize,
+                end: span.end - byte_offset as isize,
+            }
+        } else {
+            span
+        }
+    };
+    // SAFETY: exclusive (caller); the owner's borrow (`parts`) ends above. Writes the header in
+    // place (it was uninitialized, nothing to drop) and the read-only mark.
+    unsafe {
+        let b = block.as_ptr();
+        (*b).prefix.read_only = read_only;
+        ptr::addr_of_mut!((*b).header).write(H::new::<O>(dl_tensor, b.cast(), read_only));
+    }
+    debug_assert_eq!(
+        // SAFETY: `shape`/`strides` point to `ndim` initialized `i64` each, in the block.
+        unsafe { layout::validate(&dl_tensor, NullStrides::Refuse, false) }
+            .map(|l| (l.numel(), l.span())),
+        Ok((numel, span)),
+        "the exporter's validation is that of the finished header"
+    );
+    Ok(())
+}
+
+/// Device types whose `data` is a plain address, so an offset can be folded into it.
+fn has_address_data(device_type: DeviceType) -> bool {
+    matches!(
+        device_type,
+        DeviceType::Cpu
+            | DeviceType::Cuda
+            | DeviceType::CudaHost
+            | DeviceType::CudaManaged
+            | DeviceType::Rocm
+            | DeviceType::RocmHost
+    )
+}
+
+/// Drops the owner and frees the block. A panic in the owner's `Drop` is caught and reported
+/// on stderr; the block is freed all the same. Never unwinds: the owner's `Drop` is the only
+/// code here that can panic.
+///
+/// # Safety
+///
+/// `block`'s prefix and owner are initialized (by [`build`]), and the block is freed exactly
+/// once.
+#[inline]
+unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
+    // The owner's drop may bind a CUDA context (cudarc buffers do): the consumer's thread keeps
+    // its own.
+    let _current = keep_current_context();
+    let b = block.as_ptr();
+    // SAFETY: the prefix is initialized (caller).
+    let size = unsafe { (*b).prefix.size };
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the owner is initialized and dropped exactly once (caller).
+        unsafe { ManuallyDrop::drop(&mut (*b).owner) }
+    }));
+    if dropped.is_err() {
+        report("the exported owner panicked while being dropped; its memory is freed regardless");
+    }
+    // SAFETY: `build` allocated the block with exactly this size and alignment (the size is
+    // recorded in the prefix, the alignment depends on `H` and `O` only).
+    unsafe {
+        alloc::dealloc(
+            b.cast(),
+            Layout::from_size_align_unchecked(size, block_align::<H, O>()),
+        )
+    };
+}
+
+#[cold]
+fn report(message: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "dlpack-runtime: {message}");
+}
+
+/// The `deleter` of exported tensors: frees the block. Never unwinds: [`free_block`] catches
+/// the owner's panics, and nothing else in it panics (were it to, `extern "C"` aborts rather
+/// than unwind).
+///
+/// # Safety
+///
+/// Called by the consumer, once, with the pointer handed out (the `dlpack.h` deleter contract).
+unsafe extern "C" fn delete_block<H, O>(header: *mut H) {
+    if let Some(header) = NonNull::new(header) {
+        // SAFETY: the header is at offset 0 of its `Block<H, O>`, which `build` made and
+        // finished; the consumer calls the deleter exactly once (caller).
+        unsafe { free_block::<H, O>(header.cast()) };
+    }
+}

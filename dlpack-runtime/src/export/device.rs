@@ -1,0 +1,379 @@
+//! The export's device work (feature `cuda`): ordering the producer's pending stream work
+//! before the consumer, and copies of CUDA memory, on the CUDA driver tier. `no_device.rs` is
+//! its twin without the feature.
+
+use cudarc::driver::CudaStream;
+use cudarc::driver::{result, sys};
+
+use super::host_copy::{build_copied, copy_to_host};
+use super::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, build_export};
+use crate::copy::StridedCopy;
+use crate::cuda::driver::{
+    AfterFailedWait, CopyTarget, CudaError, CurrentContext, DeviceMemory, ReadyEvents,
+    after_failed_wait, bind, check_consumer_stream, check_not_capturing, check_pointer,
+    check_primary_stream, check_producer_stream, context, driver_error, enqueue, execute, init,
+    leak, max_pitch, raw_stream, release_after_raw, stream_id,
+};
+use crate::device::{Device, DeviceType};
+use crate::dtype::DataType;
+use crate::layout::LayoutError;
+use crate::managed::ManagedTensor;
+use crate::stream::{
+    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_sync,
+};
+
+/// Whether CUDA device memory can be copied for a consumer (`copy=True`, `dl_device=cpu:0`).
+pub(crate) const COPIES_CUDA_MEMORY: bool = true;
+
+/// The `#[dlpack(stream)]` fields of an export: streams with pending work on the data.
+pub(crate) type Streams<'a> = Vec<&'a CudaStream>;
+
+impl<'a> ExportParts<'a> {
+    /// Adds a stream with pending work on the data (a `#[dlpack(stream)]` field; `None`: no
+    /// pending work): the consumer's stream is made to wait on an event recorded there.
+    #[inline]
+    pub fn with_stream(mut self, stream: Option<&'a CudaStream>) -> Self {
+        if let Some(stream) = stream {
+            self.streams.push(stream);
+        }
+        self
+    }
+
+    /// Whether the producer names streams with pending work on the data: `#[dlpack(stream)]`
+    /// fields, or the buffer's own stream.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn has_producer_streams(&self) -> bool {
+        !self.streams.is_empty() || self.buffer().producer_stream().is_some()
+    }
+}
+
+/// Keeps the thread's current CUDA context across a deleter: an exported owner's drop may bind
+/// its own (cudarc buffers do), and the consumer's thread keeps its context.
+pub(crate) fn keep_current_context() -> CurrentContext {
+    CurrentContext::save()
+}
+
+/// The stream work of one export: the request that names the consumer's stream (the input),
+/// and what the work leaves for the rest of the export (the outcome): the copy plan of a CUDA
+/// tensor, decided while the producer's streams were borrowed, and ready events when wanted.
+pub(crate) struct StreamWork<'r> {
+    request: &'r ExportRequest,
+    want_ready: bool,
+    ready: Option<ReadyEvents>,
+    copy: Option<CopyPlan>,
+}
+
+impl<'r> StreamWork<'r> {
+    pub(crate) fn new(request: &'r ExportRequest) -> Self {
+        Self {
+            request,
+            want_ready: false,
+            ready: None,
+            copy: None,
+        }
+    }
+
+    /// Orders the producer's pending work before the consumer (called by the exporter while
+    /// the producer's streams are borrowed, before the tensor is handed out): checks that a
+    /// CUDA `data` pointer (the address of element `(0, ..., 0)`) and the producer streams
+    /// belong to the tensor's device, parses the request's `stream` for the device the consumer
+    /// will use, plans the synchronization ([`plan_sync`], or [`plan_copy`] when the request
+    /// needs a copy of CUDA memory), checks the consumer's stream (`cuStreamGetCtx`) and
+    /// carries the plan out; when wanted, also records [`ReadyEvents`] on the pending streams.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Stream`] for an illegal or unsupported `stream`; the errors of
+    /// [`ExportRequest::check`] when a copy is needed; [`ExportError::Cuda`] for a driver
+    /// failure, a missing driver with pending work, or a pointer or stream on another device.
+    pub(crate) fn order_pending(
+        &mut self,
+        parts: &ExportParts<'_>,
+        device: Device,
+        data: u64,
+        has_elements: bool,
+    ) -> Result<(), ExportError> {
+        let mut pending = parts.streams.clone();
+        if let Some(stream) = parts.buffer().producer_stream() {
+            pending.push(stream);
+        }
+        if pending.is_empty() && !(device.device_type == DeviceType::Cuda && has_elements) {
+            return Ok(());
+        }
+        self.order(device, data, has_elements, &pending)
+    }
+
+    fn order(
+        &mut self,
+        device: Device,
+        data: u64,
+        has_elements: bool,
+        pending: &[&CudaStream],
+    ) -> Result<(), ExportError> {
+        let request = self.request;
+        let cuda = device.device_type == DeviceType::Cuda;
+        let needs_copy = request.needs_copy(device);
+        // A request that cannot be served is refused before the driver is asked anything, so the
+        // error does not depend on whether a driver is present.
+        if needs_copy {
+            request.check(device)?;
+        }
+        if cuda && has_elements && init().is_ok() {
+            check_pointer(data, device.device_id)?;
+        }
+        if cuda {
+            for stream in pending {
+                check_producer_stream(stream, device.device_id)?;
+            }
+        }
+        let identities: Vec<StreamId> = pending.iter().map(|s| stream_id(s)).collect();
+        if needs_copy {
+            if cuda {
+                let copy = copy_plan(device, request, &identities)?;
+                if copy.before != SyncPlan::Nothing {
+                    init()?;
+                    check_primary_stream(copy.on, device.device_id)?;
+                    execute(&copy.before, pending)?;
+                }
+                self.copy = Some(copy);
+                return Ok(());
+            }
+            // Host-accessible memory is copied by the host: it waits for the pending work.
+            let plan = plan_sync(device, &identities, StreamRequest::Host)?;
+            execute(&plan, pending)?;
+            return Ok(());
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let target = request.dl_device.unwrap_or(device);
+        let stream_request = parse_stream(target, request.stream)?;
+        let plan = plan_sync(device, &identities, stream_request)?;
+        if let SyncPlan::EventDependency { wait_on, .. } = &plan {
+            if cuda {
+                check_consumer_stream(*wait_on, device.device_id)?;
+            }
+        }
+        execute(&plan, pending)?;
+        if self.want_ready {
+            self.ready = Some(ReadyEvents::record(pending)?);
+        }
+        Ok(())
+    }
+
+    /// The copy `request` asks of the CUDA tensor `managed`, on the consumer's stream, after the
+    /// producer's work (ordered by [`StreamWork::order_pending`] when the tensor was built).
+    pub(crate) fn copy_device_memory(
+        &mut self,
+        managed: ManagedTensor,
+        request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError> {
+        let device = Device::from_raw(managed.dl_tensor().device);
+        let copy = match self.copy.take() {
+            Some(copy) => copy,
+            // Built without stream work (no producer stream, no elements, or prebuilt):
+            // nothing is pending, so nothing is ordered before the copy.
+            None => copy_plan(device, request, &[])?,
+        };
+        let (copied, ready) = copy_export(managed, request, &copy, self.want_ready)?;
+        if self.want_ready {
+            self.ready = ready;
+        }
+        Ok(copied)
+    }
+}
+
+/// Exports `owner` as [`export_with`](super::export_with) does, and records one event on each
+/// producer stream with pending work: beyond the DLPack standard, the consumer may make any of
+/// its streams wait on them later. Events, never stream handles, outlive the call.
+///
+/// # Errors
+///
+/// As [`export_with`](super::export_with).
+pub fn export_with_ready_events<O, F>(
+    owner: O,
+    parts_of: F,
+    request: &ExportRequest,
+) -> Result<(ManagedTensor, ReadyEvents), ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    let mut work = StreamWork::new(request);
+    work.want_ready = true;
+    let managed = build_export(owner, &parts_of, request, &mut work)?;
+    Ok((managed, work.ready.unwrap_or_default()))
+}
+
+/// [`DlpackExport::to_dlpack_with_ready_events`] of `value`.
+pub(crate) fn to_dlpack_with_ready_events<T: DlpackExport + Send + 'static>(
+    value: T,
+    request: &ExportRequest,
+) -> Result<(ManagedTensor, ReadyEvents), ExportError> {
+    export_with_ready_events(value, |owner| owner.export_parts_mut(), request)
+}
+
+// SAFETY: `ptr` owns `byte_len` bytes of device memory of the context's device (or is 0 with
+// no bytes); `cuMemAlloc` aligns to at least 256 bytes, enough for every element type.
+unsafe impl ExportBuffer for DeviceMemory {
+    fn dtype(&self) -> DataType {
+        self.dtype()
+    }
+    fn device(&self) -> Device {
+        Device::cuda(self.ordinal())
+    }
+    fn byte_len(&self) -> usize {
+        self.byte_len()
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.ptr() as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.ptr() as usize as *mut core::ffi::c_void)
+    }
+}
+
+/// A copy's owner: its memory and its shape, in elements.
+struct DeviceCopy {
+    memory: DeviceMemory,
+    shape: Vec<usize>,
+}
+
+fn device_copy_parts(c: &mut DeviceCopy) -> ExportParts<'_> {
+    ExportParts::unique(&mut c.memory, &c.shape)
+}
+
+/// Where a copy of a CUDA tensor for `request` goes, for the producer streams `pending`
+/// ([`plan_copy`]).
+fn copy_plan(
+    device: Device,
+    request: &ExportRequest,
+    pending: &[StreamId],
+) -> Result<CopyPlan, ExportError> {
+    let target = request.dl_device.unwrap_or(device);
+    let stream_request = parse_stream(target, request.stream)?;
+    Ok(plan_copy(device, pending, stream_request)?)
+}
+
+/// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; spec sections
+/// 2.5 and 2.7) as `copy` says, in the device's primary context: the strided source becomes
+/// compact row-major memory, written by driver copies enqueued on `copy.on` (the consumer's
+/// stream). A device copy is new device memory; unless `copy.host_wait`, the host does not
+/// block and the source is released once the stream has passed the copy ([`release_after`]).
+/// A host copy (`copy.to_host`) waits for the stream; a layout of many blocks whose span is not
+/// much larger than its elements comes over in one transfer and is compacted on the host. The
+/// result is flagged `IS_COPIED` and writable; with `want_ready`, an event recorded on
+/// `copy.on` after a device copy comes with it.
+fn copy_export(
+    source: ManagedTensor,
+    request: &ExportRequest,
+    copy: &CopyPlan,
+    want_ready: bool,
+) -> Result<(ManagedTensor, Option<ReadyEvents>), ExportError> {
+    // Declared before `source` is rebound, so restored after it is dropped (the source's
+    // deleter may bind its own context).
+    let _current = CurrentContext::save();
+    let source = source;
+    let layout = source.layout()?;
+    let device = layout.device();
+    if device.device_type != DeviceType::Cuda {
+        return Err(ExportError::CopyUnsupported { device });
+    }
+    let ctx = context(device.device_id)?;
+    check_primary_stream(copy.on, device.device_id)?;
+    bind(ctx.cu_ctx())?;
+    let stream = raw_stream(copy.on);
+    check_not_capturing(stream)?;
+    let max_pitch = max_pitch(&ctx)?;
+    let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
+    let versioned = request.wants_versioned();
+    if copy.to_host {
+        let span = layout.span();
+        let span_len = (span.end - span.start) as usize;
+        let first = layout.byte_offset() as isize - span.start;
+        let base =
+            (layout.data() as usize as sys::CUdeviceptr).wrapping_add_signed(span.start as i64);
+        let copied = copy_to_host(&layout, versioned, Some(max_pitch), |dst, plan| {
+            let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
+            let mut staging: Vec<u8> = Vec::new();
+            let enqueued = if staged {
+                staging
+                    .try_reserve_exact(span_len)
+                    .map_err(|_| CudaError::Driver {
+                        call: "host staging allocation",
+                        code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                    })
+                    .and_then(|()| {
+                        // SAFETY: `base` is the start of the tensor's validated span in device
+                        // memory, `span_len` bytes; `staging` has room for them (reserved);
+                        // synchronized below before anything reads it.
+                        unsafe {
+                            sys::cuMemcpyDtoHAsync_v2(
+                                staging.as_mut_ptr().cast(),
+                                base,
+                                span_len,
+                                stream,
+                            )
+                        }
+                        .result()
+                        .map_err(driver_error("cuMemcpyDtoHAsync"))
+                    })
+            } else {
+                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
+            };
+            // Wait even after a failed enqueue: the copies already enqueued write to host
+            // memory.
+            // SAFETY: `stream` is valid for the call.
+            let waited = unsafe { result::stream::synchronize(stream) }
+                .map_err(driver_error("cuStreamSynchronize"));
+            enqueued.and(waited)?;
+            if staged {
+                // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
+                unsafe { staging.set_len(span_len) };
+                // Compacted in destination order, which the host's caches favour.
+                let size = plan.bytes() / layout.numel();
+                let host = StridedCopy::for_host(layout.shape(), &layout.strides_vec(), size);
+                // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
+                // every element of the layout; `dst` has `bytes()` bytes, as `host` writes.
+                unsafe { host.run_on_host(staging.as_ptr().offset(first), dst) };
+            }
+            Ok(())
+        });
+        drop(source);
+        return Ok((copied?, None));
+    }
+    let dtype = layout.dtype();
+    let Some(size) = dtype.element_bytes() else {
+        return Err(LayoutError::SubByteAccess { dtype }.into());
+    };
+    let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
+    let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
+    let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
+    let enqueued = plan
+        .try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr()), stream));
+    // The copies read the source on `stream` (whether or not every block was enqueued); the
+    // new memory's drop waits for the device.
+    if copy.host_wait {
+        // SAFETY: `stream` is valid for the call.
+        let waited = unsafe { result::stream::synchronize(stream) }
+            .map_err(driver_error("cuStreamSynchronize"));
+        match waited.as_ref().map_err(after_failed_wait) {
+            Ok(()) | Err(AfterFailedWait::Free) => drop(source),
+            Err(_) => {
+                leak("a tensor whose copy could not be waited for");
+                core::mem::forget(source);
+            }
+        }
+        enqueued.and(waited)?;
+    } else {
+        let _ = release_after_raw(Box::new(source), &ctx, stream);
+        enqueued?;
+    }
+    let copied = build_copied(DeviceCopy { memory, shape }, &device_copy_parts, versioned)?;
+    let ready = if want_ready && !copy.host_wait {
+        Some(ReadyEvents::record_raw(&ctx, stream)?)
+    } else {
+        None
+    };
+    Ok((copied, ready))
+}

@@ -1,0 +1,81 @@
+//! [`ExportError`]: a request to export that cannot be honoured.
+
+use crate::device::{Device, DeviceType};
+use crate::layout::LayoutError;
+use crate::stream::StreamError;
+
+/// A request to export that cannot be honoured (the producer side of `__dlpack__`,
+/// spec sections 2.4 to 2.8).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// The described layout is invalid or reaches outside the buffer.
+    #[error("cannot export: {0}")]
+    Layout(#[from] LayoutError),
+    /// The `stream` argument is illegal.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+    /// `max_version` names a major version below 1 while the tensor is read-only: a legacy
+    /// `DLManagedTensor` cannot carry the read-only flag (spec section 2.7).
+    #[error(
+        "a read-only tensor cannot be exported as a legacy (unversioned) DLManagedTensor, expected max_version >= (1, 0)"
+    )]
+    ReadOnlyLegacy,
+    /// The requested `dl_device` cannot be served.
+    #[error(
+        "cannot export a {found} tensor to dl_device {requested}, expected {}",
+        reachable_devices(*found)
+    )]
+    UnsupportedDevice {
+        /// The tensor's device.
+        found: Device,
+        /// The device asked for.
+        requested: Device,
+    },
+    /// `copy=False` but serving the request needs a copy.
+    #[error("copy=False but exporting to {requested} needs a copy")]
+    CopyRequired {
+        /// The device asked for.
+        requested: Device,
+    },
+    /// A copy is needed or asked for, but this crate cannot make it: host-accessible memory is
+    /// copied to `cpu:0` only (a copy of `cuda_host` memory onto `cuda_host` would need pinned
+    /// memory), and CUDA device memory needs the `cuda` feature.
+    #[error(
+        "cannot copy {device} memory onto {device}, expected cpu:0 memory, a copy to dl_device cpu:0 of host-accessible memory, or CUDA device memory with the `cuda` feature"
+    )]
+    CopyUnsupported {
+        /// The tensor's device.
+        device: Device,
+    },
+    /// A CUDA driver call (stream ordering, a copy, a check) failed, or no driver is present.
+    #[cfg(feature = "cuda")]
+    #[error("CUDA: {0}")]
+    Cuda(#[from] crate::cuda::driver::CudaError),
+    /// A legacy tensor was asked of a tensor that exists only as a versioned one.
+    #[error(
+        "this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0)"
+    )]
+    VersionedOnly,
+    /// The device field of the tensor disagrees with the buffer's own device.
+    #[error("the device field says {field} but the buffer lives on {buffer}")]
+    DeviceMismatch {
+        /// Device named by the `#[dlpack(device)]` field.
+        field: Device,
+        /// Device the buffer reports.
+        buffer: Device,
+    },
+}
+
+/// The `dl_device` values an export of a `found` tensor can serve, for error messages.
+fn reachable_devices(found: Device) -> String {
+    if found == Device::CPU {
+        "cpu:0".to_owned()
+    } else if found.is_host_accessible()
+        || super::COPIES_CUDA_MEMORY && found.device_type == DeviceType::Cuda
+    {
+        format!("{found} or cpu:0")
+    } else {
+        found.to_string()
+    }
+}

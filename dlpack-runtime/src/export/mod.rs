@@ -1,0 +1,243 @@
+//! The producer side: building managed tensors from Rust owners.
+//!
+//! A type becomes a producer by implementing [`DlpackExport`] (usually with
+//! `#[derive(DlpackExport)]`): it describes its memory as [`ExportParts`], a borrowed
+//! [`ExportBuffer`] plus shape, strides, offset, dtype, device and writability.
+//! [`DlpackExport::to_dlpack_with`]
+//! then moves the owner into **one heap block** that holds the `DLManagedTensorVersioned` (or
+//! legacy `DLManagedTensor`) header, the `shape` and `strides` arrays and the owner itself; the
+//! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds.
+//!
+//! Before anything is handed out, the described layout is validated with the same rules a
+//! consumer applies ([`crate::layout::validate`], in the same pass that writes the `shape` and
+//! `strides` arrays) and its byte span is checked to lie inside the buffer, so safe code cannot
+//! describe memory it does not own. The [`ManagedTensor`] returned records that validation, so a
+//! Rust consumer does not validate the same header again.
+//!
+//! Buffers are reached through the safe trait [`AsExportBuffer`]: every [`ExportBuffer`] is one,
+//! an `Arc` of one is one (exported writable while the `Arc` is unique, read-only otherwise), and
+//! a storage enum over buffers (`enum Storage { F32(Vec<f32>), F64(Vec<f64>) }`) becomes one
+//! with `#[derive(DlpackStorage)]` or a hand-written `impl`, without `unsafe`.
+
+use std::sync::Arc;
+
+mod block;
+mod buffer;
+// The device work (CUDA streams and copies), or its no-op twin without the `cuda` feature.
+#[cfg_attr(not(feature = "cuda"), path = "no_device.rs")]
+mod device;
+mod error;
+mod host_copy;
+mod parts;
+mod request;
+
+use block::{build, legacy_read_only};
+pub use buffer::{AsExportBuffer, BufferAccess, ExportBuffer};
+#[cfg(feature = "cuda")]
+pub use device::export_with_ready_events;
+pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context};
+pub use error::ExportError;
+#[cfg(feature = "python")]
+pub(crate) use host_copy::allocate_host;
+use host_copy::copy_of;
+pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
+pub use request::ExportRequest;
+
+use crate::device::{Device, DeviceType};
+use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use crate::managed::ManagedTensor;
+
+/// A DLPack producer: a type whose memory can be lent as a managed tensor.
+///
+/// Usually derived with `#[derive(DlpackExport)]`. The two methods describe the memory; the
+/// provided methods do the export.
+pub trait DlpackExport {
+    /// Describes the memory for a read-only export through `&self` (shared export).
+    fn export_parts(&self) -> ExportParts<'_>;
+
+    /// Describes the memory for an export by value: writable unless the buffer is shared or
+    /// marked read-only.
+    fn export_parts_mut(&mut self) -> ExportParts<'_>;
+
+    /// `__dlpack_device__`: the device of the memory.
+    fn dlpack_device(&self) -> Device {
+        self.export_parts().device()
+    }
+
+    /// Moves `self` into a versioned managed tensor (DLPack 1.3), with no stream and no copy:
+    /// the Rust-to-Rust default.
+    ///
+    /// # Errors
+    ///
+    /// As [`DlpackExport::to_dlpack_with`].
+    fn to_dlpack(self) -> Result<ManagedTensor, ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        self.to_dlpack_with(&ExportRequest::versioned())
+    }
+
+    /// Moves `self` into a managed tensor as `request` asks (the arguments of `__dlpack__`).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Layout`] when the described layout is invalid or reaches outside the
+    /// buffer; [`ExportError::Stream`] for a `stream` illegal on the device;
+    /// [`ExportError::ReadOnlyLegacy`] for a legacy request of a read-only tensor;
+    /// [`ExportError::UnsupportedDevice`], [`ExportError::CopyRequired`] or
+    /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
+    /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
+    /// dropped on error.
+    fn to_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        export_with(self, |owner| owner.export_parts_mut(), request)
+    }
+
+    /// As [`DlpackExport::to_dlpack_with`], and returns events recorded on the producer's
+    /// streams (feature `cuda`), for a consumer that waits later, on any of its streams.
+    ///
+    /// # Errors
+    ///
+    /// As [`DlpackExport::to_dlpack_with`].
+    #[cfg(feature = "cuda")]
+    fn to_dlpack_with_ready_events(
+        self,
+        request: &ExportRequest,
+    ) -> Result<(ManagedTensor, crate::cuda::ReadyEvents), ExportError>
+    where
+        Self: Sized + Send + 'static,
+    {
+        device::to_dlpack_with_ready_events(self, request)
+    }
+}
+
+/// Shared export: the `Arc` stays alive while any consumer holds the tensor, and the export is
+/// read-only.
+impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
+    #[inline]
+    fn export_parts(&self) -> ExportParts<'_> {
+        (**self).export_parts()
+    }
+    #[inline]
+    fn export_parts_mut(&mut self) -> ExportParts<'_> {
+        (**self).export_parts()
+    }
+}
+
+/// Exports `owner`, described by `parts_of`, as `request` asks. This is what
+/// [`DlpackExport::to_dlpack_with`] calls; it serves owners that are not `DlpackExport`
+/// themselves (a Python object holding a tensor, say).
+///
+/// `parts_of` is called on the owner at its final address inside the heap block, so buffers
+/// whose address changes when moved are fine.
+///
+/// # Errors
+///
+/// As [`DlpackExport::to_dlpack_with`]. The owner is dropped on error.
+pub fn export_with<O, F>(
+    owner: O,
+    parts_of: F,
+    request: &ExportRequest,
+) -> Result<ManagedTensor, ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    build_export(owner, &parts_of, request, &mut StreamWork::new(request))
+}
+
+/// [`export_with`], with the stream work `work` of the export.
+#[inline(always)]
+fn build_export<O, F>(
+    mut owner: O,
+    parts_of: &F,
+    request: &ExportRequest,
+    sync: &mut StreamWork<'_>,
+) -> Result<ManagedTensor, ExportError>
+where
+    O: Send + 'static,
+    F: Fn(&mut O) -> ExportParts<'_>,
+{
+    // The rank sizes the block, so `parts_of` is asked first where the owner was passed (for
+    // the rank only), then again at the owner's final address in the block. Asked here, on the
+    // parameter itself, the owner is not copied before the allocation: copied right away, it
+    // would be read back while the caller's writes to it are still in flight (a
+    // store-forwarding stall).
+    let ndim = parts_of(&mut owner).shape.len();
+    let managed = if request.wants_versioned() {
+        let managed = build::<DLManagedTensorVersioned, O, F>(owner, ndim, parts_of, sync);
+        if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
+            // `to_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
+            // the result as built.
+            return managed;
+        }
+        managed?
+    } else {
+        build::<DLManagedTensor, O, F>(owner, ndim, parts_of, sync)?
+    };
+    finish(managed, request, sync)
+}
+
+/// What `request` asks of a tensor `build` made, beyond building it.
+fn finish(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+    sync: &mut StreamWork<'_>,
+) -> Result<ManagedTensor, ExportError> {
+    // Without `stream`, `dl_device` and `copy=True` nothing can fail or change (no stream is
+    // legal on every device, and the target is the tensor's own device): skip the checks, as
+    // for `to_dlpack()`.
+    if request.stream.is_some() || request.dl_device.is_some() || request.copy.is_some() {
+        let device = Device::from_raw(managed.dl_tensor().device);
+        request.check(device)?;
+        if request.needs_copy(device) {
+            // The copy is fresh and writable, whatever the source was.
+            return copy_for(managed, request, sync);
+        }
+    }
+    // A versioned tensor carries its own read-only flag; a legacy one cannot.
+    if managed.is_legacy() && legacy_read_only(&managed) {
+        return Err(ExportError::ReadOnlyLegacy);
+    }
+    Ok(managed)
+}
+
+/// Serves `request` with a managed tensor built before it came (a prebuilt export, or a
+/// tensor a producer handed over without honouring `copy`): checks it, and copies when it asks
+/// for a copy. The tensor is returned as it is otherwise.
+///
+/// # Errors
+///
+/// As [`ExportRequest::check`], and those of the copy.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn serve(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+) -> Result<ManagedTensor, ExportError> {
+    let device = Device::from_raw(managed.dl_tensor().device);
+    request.check(device)?;
+    if request.needs_copy(device) {
+        return copy_for(managed, request, &mut StreamWork::new(request));
+    }
+    Ok(managed)
+}
+
+/// The copy `request` asks for: on the host for host-accessible memory, with the driver on the
+/// consumer's stream for CUDA memory (feature `cuda`).
+fn copy_for(
+    managed: ManagedTensor,
+    request: &ExportRequest,
+    sync: &mut StreamWork<'_>,
+) -> Result<ManagedTensor, ExportError> {
+    let device = Device::from_raw(managed.dl_tensor().device);
+    if device.device_type == DeviceType::Cuda {
+        return sync.copy_device_memory(managed, request);
+    }
+    // A host copy is `cpu:0` memory: it serves a request for `cpu:0` only.
+    if request.dl_device.unwrap_or(device) != Device::CPU {
+        return Err(ExportError::CopyUnsupported { device });
+    }
+    copy_of(&managed, request.wants_versioned())
+}

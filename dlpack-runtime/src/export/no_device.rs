@@ -1,0 +1,63 @@
+//! The export's device work without the `cuda` feature: there are no streams to order and no
+//! device memory this crate can copy. The twin of `device.rs`, with the same items.
+
+use core::marker::PhantomData;
+
+use super::{ExportError, ExportParts, ExportRequest};
+use crate::device::Device;
+use crate::managed::ManagedTensor;
+
+/// Whether CUDA device memory can be copied for a consumer: not without the `cuda` feature.
+pub(crate) const COPIES_CUDA_MEMORY: bool = false;
+
+/// The `#[dlpack(stream)]` fields of an export: none without the `cuda` feature.
+pub(crate) type Streams<'a> = PhantomData<&'a ()>;
+
+impl ExportParts<'_> {
+    /// Whether the producer names streams with pending work on the data: never without the
+    /// `cuda` feature.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn has_producer_streams(&self) -> bool {
+        false
+    }
+}
+
+/// Nothing to keep: no CUDA context is bound without the `cuda` feature.
+pub(crate) struct NoContext;
+
+/// Nothing to keep: no CUDA context is bound without the `cuda` feature.
+pub(crate) fn keep_current_context() -> NoContext {
+    NoContext
+}
+
+/// The stream work of one export: nothing to do without streams.
+pub(crate) struct StreamWork<'r>(PhantomData<&'r ExportRequest>);
+
+impl<'r> StreamWork<'r> {
+    pub(crate) fn new(_request: &'r ExportRequest) -> Self {
+        Self(PhantomData)
+    }
+
+    /// No pending work can be named without the `cuda` feature.
+    #[inline(always)]
+    pub(crate) fn order_pending(
+        &mut self,
+        _parts: &ExportParts<'_>,
+        _device: Device,
+        _data: u64,
+        _has_elements: bool,
+    ) -> Result<(), ExportError> {
+        Ok(())
+    }
+
+    /// CUDA memory cannot be copied without the `cuda` feature.
+    pub(crate) fn copy_device_memory(
+        &mut self,
+        managed: ManagedTensor,
+        _request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError> {
+        Err(ExportError::CopyUnsupported {
+            device: Device::from_raw(managed.dl_tensor().device),
+        })
+    }
+}

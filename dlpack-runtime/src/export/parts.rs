@@ -1,0 +1,282 @@
+//! [`ExportParts`], what a producer exports, and the traits of the derive's field roles:
+//! [`AsShape`], [`AsStrides`], [`AsProducerStream`].
+
+use super::device::Streams;
+use super::{BufferAccess, ExportBuffer};
+use crate::device::Device;
+use crate::dtype::DataType;
+use crate::layout::LayoutError;
+
+/// A type usable as `#[dlpack(shape)]` of an exported tensor: extents in elements.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(shape)]` of an exported tensor",
+    note = "shapes are `Vec<usize>`, `[usize; N]` or `Box<[usize]>`; other types implement `dlpack_runtime::AsShape`"
+)]
+pub trait AsShape {
+    /// Extents in elements.
+    fn as_shape(&self) -> &[usize];
+}
+
+/// A type usable as `#[dlpack(strides)]` of an exported tensor: strides in elements (signed),
+/// or `None` for compact row-major.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(strides)]` of an exported tensor",
+    note = "strides are `Vec<isize>`, `[isize; N]`, `Box<[isize]>` or `Option` of those, in elements; other types implement `dlpack_runtime::AsStrides`"
+)]
+pub trait AsStrides {
+    /// Strides in elements, or `None` for compact row-major.
+    fn as_strides(&self) -> Option<&[isize]>;
+}
+
+impl AsShape for Vec<usize> {
+    #[inline]
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl AsShape for Box<[usize]> {
+    #[inline]
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl<const N: usize> AsShape for [usize; N] {
+    #[inline]
+    fn as_shape(&self) -> &[usize] {
+        self
+    }
+}
+impl AsStrides for Vec<isize> {
+    #[inline]
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl AsStrides for Box<[isize]> {
+    #[inline]
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl<const N: usize> AsStrides for [isize; N] {
+    #[inline]
+    fn as_strides(&self) -> Option<&[isize]> {
+        Some(self)
+    }
+}
+impl<S: AsStrides> AsStrides for Option<S> {
+    #[inline]
+    fn as_strides(&self) -> Option<&[isize]> {
+        self.as_ref().and_then(AsStrides::as_strides)
+    }
+}
+
+/// What a producer exports: a borrowed buffer and the layout of the tensor inside it.
+///
+/// Units: `shape` in elements; `strides` in elements, signed (`None`: compact row-major); the
+/// offset from the buffer start to logical element `(0, ..., 0)` in bytes
+/// ([`with_byte_offset`](Self::with_byte_offset)) or in elements
+/// ([`with_offset`](Self::with_offset)).
+///
+/// ```
+/// use dlpack_runtime::{DataType, DlpackExport, ExportParts};
+///
+/// /// Float16 values kept as raw bytes, with a start offset in elements.
+/// struct Halves {
+///     bytes: Vec<u8>,
+///     shape: [usize; 1],
+///     start: usize,
+/// }
+///
+/// impl DlpackExport for Halves {
+///     fn export_parts(&self) -> ExportParts<'_> {
+///         ExportParts::shared(&self.bytes, &self.shape)
+///             .with_dtype(DataType::F16)
+///             .with_offset(self.start)
+///     }
+///     fn export_parts_mut(&mut self) -> ExportParts<'_> {
+///         ExportParts::unique(&mut self.bytes, &self.shape)
+///             .with_dtype(DataType::F16)
+///             .with_offset(self.start)
+///     }
+/// }
+///
+/// // 0x3c00 is 1.0 in float16 (little-endian bytes `00 3c`): skip one element, keep two.
+/// let h = Halves { bytes: vec![0, 0, 0x00, 0x3c, 0x00, 0x3c], shape: [2], start: 1 };
+/// let managed = h.to_dlpack()?;
+/// assert_eq!(DataType::from_raw(managed.dl_tensor().dtype), DataType::F16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ExportParts<'a> {
+    pub(super) buffer: BufferAccess<'a>,
+    pub(super) shape: &'a [usize],
+    pub(super) strides: Option<&'a [isize]>,
+    pub(super) offset: Offset,
+    pub(super) dtype: Option<DataType>,
+    pub(super) device: Option<Device>,
+    pub(super) read_only: bool,
+    /// `#[dlpack(stream)]` fields with pending work (feature `cuda`).
+    pub(super) streams: Streams<'a>,
+}
+
+/// Where element `(0, ..., 0)` starts, in the unit the producer keeps.
+#[derive(Clone, Copy)]
+pub(super) enum Offset {
+    Bytes(usize),
+    Elements(usize),
+}
+
+impl<'a> ExportParts<'a> {
+    /// Parts borrowing `buffer` as `access` says: [`BufferAccess::Unique`] as
+    /// [`ExportParts::unique`], [`BufferAccess::Shared`] as [`ExportParts::shared`]. This is how
+    /// an [`AsExportBuffer`](crate::AsExportBuffer) is exported by value:
+    /// `ExportParts::new(storage.as_export_buffer_mut(), shape)`.
+    #[inline]
+    pub fn new(access: BufferAccess<'a>, shape: &'a [usize]) -> Self {
+        let read_only = matches!(access, BufferAccess::Shared(_));
+        Self {
+            buffer: access,
+            shape,
+            strides: None,
+            offset: Offset::Bytes(0),
+            dtype: None,
+            device: None,
+            read_only,
+            streams: Streams::default(),
+        }
+    }
+
+    /// Parts borrowing `buffer` uniquely: the export is writable unless marked read-only or the
+    /// buffer is shared (see [`ExportBuffer::as_mut_ptr`]).
+    #[inline]
+    pub fn unique(buffer: &'a mut dyn ExportBuffer, shape: &'a [usize]) -> Self {
+        Self::new(BufferAccess::Unique(buffer), shape)
+    }
+
+    /// Parts borrowing `buffer` shared: the export is read-only.
+    #[inline]
+    pub fn shared(buffer: &'a dyn ExportBuffer, shape: &'a [usize]) -> Self {
+        Self::new(BufferAccess::Shared(buffer), shape)
+    }
+
+    /// Sets the strides, in elements (`None`: compact row-major).
+    #[inline]
+    pub fn with_strides(mut self, strides: Option<&'a [isize]>) -> Self {
+        self.strides = strides;
+        self
+    }
+
+    /// Sets the offset in **bytes** from the buffer start to element `(0, ..., 0)`. It must be a
+    /// multiple of the element size. Replaces an offset set by [`with_offset`](Self::with_offset).
+    #[inline]
+    pub fn with_byte_offset(mut self, byte_offset: usize) -> Self {
+        self.offset = Offset::Bytes(byte_offset);
+        self
+    }
+
+    /// Sets the offset in **elements** from the buffer start to element `(0, ..., 0)` (a start
+    /// offset, as tensor libraries keep in their layouts). The export converts it to bytes with
+    /// the exported dtype's element size, refusing an overflow and dtypes whose elements are not
+    /// whole bytes. Replaces an offset set by [`with_byte_offset`](Self::with_byte_offset).
+    #[inline]
+    pub fn with_offset(mut self, elements: usize) -> Self {
+        self.offset = Offset::Elements(elements);
+        self
+    }
+
+    /// Exports the memory as `dtype` instead of the buffer's own dtype, for storage whose
+    /// element type is erased (bytes holding float16 values, say). Extents, strides and offsets
+    /// count elements of `dtype`; the layout is checked against the buffer's length in bytes.
+    #[inline]
+    pub fn with_dtype(mut self, dtype: DataType) -> Self {
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// Names the device; it must agree with the buffer's (checked at export).
+    #[inline]
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// Marks the export read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) when `read_only` is true.
+    /// `false` does not make a shared export writable.
+    #[inline]
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only |= read_only;
+        self
+    }
+
+    #[inline]
+    pub(super) fn buffer(&self) -> &dyn ExportBuffer {
+        self.buffer.buffer()
+    }
+
+    /// The device of the export: the buffer's device.
+    #[inline]
+    pub fn device(&self) -> Device {
+        self.buffer().device()
+    }
+
+    /// The element type: the one set by [`with_dtype`](Self::with_dtype), else the buffer's.
+    #[inline]
+    pub fn dtype(&self) -> DataType {
+        self.dtype.unwrap_or_else(|| self.buffer().dtype())
+    }
+
+    /// Extents in elements.
+    #[inline]
+    pub fn shape(&self) -> &[usize] {
+        self.shape
+    }
+
+    /// Whether the export will be read-only: a shared borrow, or marked read-only. (A unique
+    /// borrow of a shared buffer, an `Arc<[T]>` with clones, is also exported read-only.)
+    #[inline]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The offset from the buffer start to element `(0, ..., 0)` in bytes, for elements of
+    /// `dtype`.
+    #[inline]
+    pub(super) fn byte_offset(&self, dtype: DataType) -> Result<usize, LayoutError> {
+        match self.offset {
+            Offset::Bytes(bytes) => Ok(bytes),
+            Offset::Elements(0) => Ok(0),
+            Offset::Elements(elements) => {
+                let Some(size) = dtype.element_bytes() else {
+                    return Err(LayoutError::SubByteAccess { dtype });
+                };
+                match elements.checked_mul(size) {
+                    Some(bytes) => Ok(bytes),
+                    None => Err(LayoutError::Overflow {
+                        what: "offset in elements, converted to bytes",
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// A type usable as a `#[dlpack(stream)]` field: a stream on which the producer may have
+/// pending work on the tensor (feature `cuda`). Several fields may play this role.
+///
+/// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
+/// no pending work). A user stream type implements it by handing out a cudarc stream; a stream
+/// owned by another library (a raw `CUstream`) becomes one with cudarc's
+/// `CudaContext::wrap_borrowed_stream`, which never destroys it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
+    label = "not a producer stream",
+    note = "stream fields are cudarc `CudaStream`, `Arc<CudaStream>` or `Option` of those, and need the `cuda` feature of dlpack-runtime"
+)]
+pub trait AsProducerStream {
+    /// The stream, for this call; `None` when there is no pending work. The default says there
+    /// is none, so an impl written without the `cuda` feature still compiles with it.
+    #[cfg(feature = "cuda")]
+    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+        None
+    }
+}

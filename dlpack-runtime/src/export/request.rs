@@ -1,0 +1,118 @@
+//! [`ExportRequest`]: the arguments of `__dlpack__`, and what serving them needs.
+
+use super::{COPIES_CUDA_MEMORY, ExportError};
+use crate::device::{Device, DeviceType};
+use crate::ffi::{self, DLPackVersion};
+use crate::stream::parse_stream;
+
+/// The arguments of `__dlpack__(stream, max_version, dl_device, copy)` (spec section 2.1).
+///
+/// The all-`None` request ([`ExportRequest::new`]) is Python's default and yields a legacy
+/// `DLManagedTensor`; [`ExportRequest::versioned`] asks for DLPack 1.3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExportRequest {
+    /// The consumer's stream, as in the table of spec section 2.4 (`None`: Python's `None`).
+    pub stream: Option<i64>,
+    /// Highest version the consumer understands; `None` or major 0 gives a legacy tensor.
+    pub max_version: Option<DLPackVersion>,
+    /// Device the consumer wants the data on; `None`: the tensor's own device.
+    pub dl_device: Option<Device>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+}
+
+impl ExportRequest {
+    /// All arguments `None`, as Python's `__dlpack__()`: a legacy tensor.
+    #[inline]
+    pub const fn new() -> Self {
+        Self {
+            stream: None,
+            max_version: None,
+            dl_device: None,
+            copy: None,
+        }
+    }
+
+    /// A request for a versioned tensor at this crate's version (1.3).
+    #[inline]
+    pub const fn versioned() -> Self {
+        Self::new().max_version(DLPackVersion {
+            major: ffi::DLPACK_MAJOR_VERSION,
+            minor: ffi::DLPACK_MINOR_VERSION,
+        })
+    }
+
+    /// Sets `stream`.
+    #[inline]
+    pub const fn stream(mut self, stream: Option<i64>) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Sets `max_version`.
+    #[inline]
+    pub const fn max_version(mut self, version: DLPackVersion) -> Self {
+        self.max_version = Some(version);
+        self
+    }
+
+    /// Sets `dl_device`.
+    #[inline]
+    pub const fn dl_device(mut self, device: Device) -> Self {
+        self.dl_device = Some(device);
+        self
+    }
+
+    /// Sets `copy`.
+    #[inline]
+    pub const fn copy(mut self, copy: Option<bool>) -> Self {
+        self.copy = copy;
+        self
+    }
+
+    /// Checks what can be checked before exporting a tensor on `device`: `stream` must be legal
+    /// for the device the consumer will use (spec section 2.4), and `dl_device` must be
+    /// `device` itself, `cpu:0` for host-accessible memory, or (feature `cuda`) `cpu:0` for
+    /// CUDA memory, which is then copied (spec section 2.7).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Stream`], [`ExportError::CopyRequired`] (`copy=False` but serving
+    /// `dl_device` needs a copy), [`ExportError::UnsupportedDevice`].
+    pub fn check(&self, device: Device) -> Result<(), ExportError> {
+        let target = self.dl_device.unwrap_or(device);
+        parse_stream(target, self.stream)?;
+        if same_memory(device, target) {
+            return Ok(());
+        }
+        if self.copy == Some(false) {
+            return Err(ExportError::CopyRequired { requested: target });
+        }
+        if COPIES_CUDA_MEMORY && device.device_type == DeviceType::Cuda && target == Device::CPU {
+            return Ok(());
+        }
+        Err(ExportError::UnsupportedDevice {
+            found: device,
+            requested: target,
+        })
+    }
+
+    /// Whether serving this request for a tensor on `device` makes a copy: `copy=True`, or a
+    /// `dl_device` that the memory is not reachable from (spec section 2.7).
+    #[inline]
+    pub fn needs_copy(&self, device: Device) -> bool {
+        self.copy == Some(true) || self.dl_device.is_some_and(|t| !same_memory(device, t))
+    }
+
+    #[inline]
+    pub(crate) fn wants_versioned(&self) -> bool {
+        self.max_version.is_some_and(|v| v.major >= 1)
+    }
+}
+
+/// Whether memory on `device` can be handed to a consumer on `target` without a copy.
+#[inline]
+pub(super) fn same_memory(device: Device, target: Device) -> bool {
+    target == device || target == Device::CPU && device.is_host_accessible()
+}

@@ -1,0 +1,264 @@
+//! [`ImportConstraints`]: what a consumer requires of a tensor (`#[dlpack(dtype = f32, ...)]`),
+//! checked once at import.
+
+use super::ImportError;
+use crate::device::DeviceType;
+use crate::dtype::DataType;
+use crate::layout::{self, Contiguity, TensorLayout, validated_numel};
+use crate::managed::ManagedTensor;
+
+/// What a consumer requires of a tensor, checked once at import, in the spirit of nanobind's
+/// `ndarray<float, shape<-1, 3>, c_contig, device::cuda>`.
+///
+/// `#[derive(DlpackImport)]` builds one from its container options (`dtype = f32`, `ndim = 2`,
+/// `shape = [_, 3]`, `contiguous = "C"`, `device = "cpu"`, `writable`); by hand:
+///
+/// ```
+/// use dlpack_runtime::{Contiguity, DataType, DeviceType, ImportConstraints};
+///
+/// const POINTS: ImportConstraints = ImportConstraints::new()
+///     .dtype(DataType::F32)
+///     .shape(&[None, Some(3)])
+///     .contiguous(Contiguity::C)
+///     .device(DeviceType::Cpu);
+/// assert_eq!(POINTS.ndim, Some(2));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ImportConstraints {
+    /// Required memory order; `None` accepts any valid strided layout.
+    pub contiguous: Option<Contiguity>,
+    /// Whether writable memory is required (`DLPACK_FLAG_BITMASK_READ_ONLY` clear, versioned).
+    pub writable: bool,
+    /// Required `ndim`.
+    pub ndim: Option<usize>,
+    /// Required dtype.
+    pub dtype: Option<DataType>,
+    /// Required extents, one entry per axis: `Some(n)` requires extent `n`, `None` accepts any
+    /// (`shape = [_, 3]` is `[None, Some(3)]`). Implies `ndim`.
+    pub shape: Option<&'static [Option<usize>]>,
+    /// Required device type (any ordinal).
+    pub device: Option<DeviceType>,
+}
+
+impl ImportConstraints {
+    /// No constraint beyond a valid layout.
+    #[inline]
+    pub const fn new() -> Self {
+        Self {
+            contiguous: None,
+            writable: false,
+            ndim: None,
+            dtype: None,
+            shape: None,
+            device: None,
+        }
+    }
+
+    /// Requires compact storage in `order`.
+    #[inline]
+    pub const fn contiguous(mut self, order: Contiguity) -> Self {
+        self.contiguous = Some(order);
+        self
+    }
+
+    /// Requires writable memory when `writable` is true.
+    #[inline]
+    pub const fn writable(mut self, writable: bool) -> Self {
+        self.writable = writable;
+        self
+    }
+
+    /// Requires `ndim` axes.
+    #[inline]
+    pub const fn ndim(mut self, ndim: usize) -> Self {
+        self.ndim = Some(ndim);
+        self
+    }
+
+    /// Requires elements of `dtype`.
+    #[inline]
+    pub const fn dtype(mut self, dtype: DataType) -> Self {
+        self.dtype = Some(dtype);
+        self
+    }
+
+    /// Requires extents matching `pattern`, one entry per axis (`None`: any extent); sets
+    /// `ndim` to the pattern's length.
+    #[inline]
+    pub const fn shape(mut self, pattern: &'static [Option<usize>]) -> Self {
+        self.shape = Some(pattern);
+        self.ndim = Some(pattern.len());
+        self
+    }
+
+    /// Requires memory on a device of type `device_type`, whatever its ordinal.
+    #[inline]
+    pub const fn device(mut self, device_type: DeviceType) -> Self {
+        self.device = Some(device_type);
+        self
+    }
+
+    /// Validates `managed` and checks the constraints, in this order: layout, dtype, device,
+    /// `ndim`, shape, contiguity, writability.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch;
+    /// [`ImportError::Dtype`], [`ImportError::Device`], [`ImportError::Ndim`],
+    /// [`ImportError::Shape`] and [`ImportError::ReadOnly`] for the other constraints.
+    // Not inlined: called by the derive's code through a thin wrapper, it writes its result in
+    // place.
+    #[inline(never)]
+    pub fn check<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
+        if !managed.is_validated() {
+            // Validated once, here; later calls rebuild the layout without validating.
+            managed.layout()?;
+        }
+        self.check_validated(managed)?;
+        // Rebuilt from the validated header straight into the result. (Checking a layout held
+        // here and returning it instead copies it, and the copies, made piecewise, stall the
+        // reads that follow them.)
+        managed.layout().map_err(ImportError::from)
+    }
+
+    /// Whether the constraints hold, read straight from the header of `managed`, which is
+    /// validated; the error of the first that fails otherwise.
+    #[inline]
+    fn check_validated(&self, managed: &ManagedTensor) -> Result<(), ImportError> {
+        let t = managed.dl_tensor();
+        // Validated: `0 <= ndim <= MAX_NDIM`, arrays non-NULL where read.
+        let ndim = t.ndim as usize;
+        let dtype_ok = self
+            .dtype
+            .is_none_or(|expected| DataType::from_raw(t.dtype) == expected);
+        let device_ok = self
+            .device
+            .is_none_or(|expected| DeviceType::from_raw(t.device.device_type) == expected);
+        if !dtype_ok || !device_ok || self.ndim.is_some_and(|expected| ndim != expected) {
+            return Err(refused(self, managed));
+        }
+        if self.shape.is_some() || self.contiguous.is_some() {
+            let shape: &[i64] = if ndim == 0 {
+                &[]
+            } else {
+                // SAFETY: a validated header's `shape` points to `ndim` readable entries,
+                // unmodified while `managed` owns the tensor.
+                unsafe { core::slice::from_raw_parts(t.shape, ndim) }
+            };
+            let shape_ok = self.shape.is_none_or(|pattern| {
+                ndim == pattern.len()
+                    && shape
+                        .iter()
+                        .zip(pattern)
+                        .all(|(&extent, want)| want.is_none_or(|want| extent as usize == want))
+            });
+            let contiguous_ok = self.contiguous.is_none_or(|order| {
+                let strides: Option<&[i64]> = if ndim == 0 || t.strides.is_null() {
+                    None
+                } else {
+                    // SAFETY: as for `shape`.
+                    Some(unsafe { core::slice::from_raw_parts(t.strides, ndim) })
+                };
+                layout::is_contiguous(shape, strides, validated_numel(shape), order)
+            });
+            if !shape_ok || !contiguous_ok {
+                return Err(refused(self, managed));
+            }
+        }
+        if self.writable && managed.is_read_only() {
+            return Err(ImportError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// The constraints, on a validated `layout` of `managed`, with the errors they name.
+    fn check_constraints(
+        &self,
+        managed: &ManagedTensor,
+        layout: &TensorLayout<'_>,
+    ) -> Result<(), ImportError> {
+        if let Some(expected) = self.dtype {
+            if layout.dtype() != expected {
+                return Err(ImportError::Dtype {
+                    found: layout.dtype(),
+                    expected,
+                });
+            }
+        }
+        if let Some(expected) = self.device {
+            if layout.device().device_type != expected {
+                return Err(ImportError::Device {
+                    found: layout.device(),
+                    expected: device_type_name(expected),
+                });
+            }
+        }
+        if let Some(expected) = self.ndim {
+            if layout.ndim() != expected {
+                return Err(ImportError::Ndim {
+                    found: layout.ndim(),
+                    expected,
+                });
+            }
+        }
+        if let Some(pattern) = self.shape {
+            let matches = layout.ndim() == pattern.len()
+                && layout
+                    .shape()
+                    .iter()
+                    .zip(pattern)
+                    .all(|(&extent, want)| want.is_none_or(|want| extent as usize == want));
+            if !matches {
+                return Err(ImportError::Shape {
+                    found: layout.shape().iter().map(|&e| e as usize).collect(),
+                    expected: pattern.to_vec(),
+                });
+            }
+        }
+        if let Some(order) = self.contiguous {
+            layout.require_contiguous(order)?;
+        }
+        if self.writable && managed.is_read_only() {
+            return Err(ImportError::ReadOnly);
+        }
+        Ok(())
+    }
+}
+
+/// The error of a validated tensor that `constraints` refuse: the first constraint it fails,
+/// named with what was found.
+#[cold]
+#[inline(never)]
+fn refused(constraints: &ImportConstraints, managed: &ManagedTensor) -> ImportError {
+    match managed.layout() {
+        Err(err) => err.into(),
+        Ok(layout) => match constraints.check_constraints(managed, &layout) {
+            Err(err) => err,
+            Ok(()) => unreachable!("a refused tensor fails a constraint"),
+        },
+    }
+}
+
+/// The name a consumer constraint gives a device type, for [`ImportError::Device`].
+fn device_type_name(device_type: DeviceType) -> &'static str {
+    match device_type {
+        DeviceType::Cpu => "cpu memory (kDLCPU)",
+        DeviceType::Cuda => "cuda memory (kDLCUDA)",
+        DeviceType::CudaHost => "cuda_host memory (kDLCUDAHost)",
+        DeviceType::CudaManaged => "cuda_managed memory (kDLCUDAManaged)",
+        DeviceType::Rocm => "rocm memory (kDLROCM)",
+        DeviceType::RocmHost => "rocm_host memory (kDLROCMHost)",
+        DeviceType::OpenCl => "opencl memory (kDLOpenCL)",
+        DeviceType::Vulkan => "vulkan memory (kDLVulkan)",
+        DeviceType::Metal => "metal memory (kDLMetal)",
+        DeviceType::Vpi => "vpi memory (kDLVPI)",
+        DeviceType::ExtDev => "ext_dev memory (kDLExtDev)",
+        DeviceType::OneApi => "oneapi memory (kDLOneAPI)",
+        DeviceType::WebGpu => "webgpu memory (kDLWebGPU)",
+        DeviceType::Hexagon => "hexagon memory (kDLHexagon)",
+        DeviceType::Maia => "maia memory (kDLMAIA)",
+        DeviceType::Trn => "trn memory (kDLTrn)",
+        DeviceType::Unknown(_) => "memory of the device type the consumer declared",
+    }
+}

@@ -1,0 +1,89 @@
+//! [`ImportError`]: a tensor that cannot be imported, or does not meet the consumer's
+//! constraints.
+
+use crate::device::Device;
+use crate::dtype::DataType;
+use crate::export::ExportError;
+use crate::layout::LayoutError;
+use crate::managed::HeaderError;
+
+/// A tensor that cannot be imported, or does not meet the consumer's constraints
+/// (spec sections 1.7, 1.12, 2.3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImportError {
+    /// The managed tensor cannot be taken: NULL, an unsupported version, unknown flags.
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    /// The layout is invalid or does not meet the consumer's constraints.
+    #[error("cannot import: {0}")]
+    Layout(#[from] LayoutError),
+    /// The consumer requires writable memory and the tensor is read-only.
+    #[error("tensor is read-only, expected writable memory (the consumer is declared `writable`)")]
+    ReadOnly,
+    /// The tensor's device is not one the consumer accepts.
+    #[error("tensor lives on {found}, expected {expected}")]
+    Device {
+        /// Device found.
+        found: Device,
+        /// Devices accepted, in words.
+        expected: &'static str,
+    },
+    /// The consumer's rank constraint fails.
+    #[error("tensor has ndim {found}, expected {expected}")]
+    Ndim {
+        /// `ndim` found.
+        found: usize,
+        /// `ndim` required.
+        expected: usize,
+    },
+    /// The consumer's dtype constraint (`dtype = ...`) fails.
+    #[error("tensor has dtype {found}, expected {expected}")]
+    Dtype {
+        /// The tensor's dtype.
+        found: DataType,
+        /// The dtype required.
+        expected: DataType,
+    },
+    /// The consumer's shape constraint (`shape = [...]`) fails.
+    #[error(
+        "tensor has shape {found:?}, expected {}",
+        display_shape_pattern(expected)
+    )]
+    Shape {
+        /// Extents found, in elements.
+        found: Vec<usize>,
+        /// Extents required, one per axis; `None` accepts any extent (written `_`).
+        expected: Vec<Option<usize>>,
+    },
+    /// No variant of a storage enum (`#[derive(DlpackImportStorage)]`) accepts the tensor.
+    #[error(
+        "no variant of `{storage}` accepts the tensor: {}",
+        display_reasons(reasons)
+    )]
+    NoVariant {
+        /// The storage enum's name.
+        storage: &'static str,
+        /// Each variant's name and why it refused, in declaration order.
+        reasons: Vec<(&'static str, ImportError)>,
+    },
+    /// The producer failed to export.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+}
+
+fn display_shape_pattern(pattern: &[Option<usize>]) -> String {
+    let axes: Vec<String> = pattern
+        .iter()
+        .map(|axis| axis.map_or_else(|| "_".to_owned(), |extent| extent.to_string()))
+        .collect();
+    format!("[{}]", axes.join(", "))
+}
+
+fn display_reasons(reasons: &[(&'static str, ImportError)]) -> String {
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|(variant, error)| format!("`{variant}` refuses it ({error})"))
+        .collect();
+    reasons.join("; ")
+}

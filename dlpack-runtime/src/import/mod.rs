@@ -1,0 +1,178 @@
+//! The consumer side: building Rust values from managed tensors.
+//!
+//! A type becomes a consumer by implementing [`DlpackImport`] (usually with
+//! `#[derive(DlpackImport)]`). Its `#[dlpack(data)]` field keeps the [`ManagedTensor`] alive
+//! (an [`ImportedData<T>`] or the [`ManagedTensor`] itself), so the producer's deleter runs
+//! exactly once, when the Rust value is dropped, or at once if the import is refused.
+//!
+//! Every import validates the layout ([`ManagedTensor::layout`]) and the consumer's
+//! [`ImportConstraints`] before anything reads the data, once: a tensor this crate's exporter
+//! built arrives validated, a foreign one is validated at its first `layout`, and
+//! [`ImportedData`] keeps what the import established, so typed accesses only check their
+//! index.
+
+mod constraints;
+mod data;
+mod error;
+
+pub use constraints::ImportConstraints;
+pub use data::ImportedData;
+pub use error::ImportError;
+
+use crate::export::DlpackExport;
+use crate::layout::TensorLayout;
+use crate::managed::ManagedTensor;
+
+/// A DLPack consumer: a type that can be built from a managed tensor.
+///
+/// Usually derived with `#[derive(DlpackImport)]`.
+pub trait DlpackImport: Sized {
+    /// Builds `Self` from `managed`, taking ownership. On error `managed` has been dropped, so
+    /// its deleter has run exactly once.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError`] naming the first check that failed.
+    fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError>;
+
+    /// Rust-to-Rust exchange: exports `producer` as a versioned tensor and imports it.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Export`] when the producer cannot export, otherwise as
+    /// [`DlpackImport::from_managed`].
+    fn from_dlpack<P: DlpackExport + Send + 'static>(producer: P) -> Result<Self, ImportError> {
+        Self::from_managed(producer.to_dlpack()?)
+    }
+}
+
+/// A type usable as the `#[dlpack(data)]` field of an imported tensor: it takes ownership of the
+/// managed tensor.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot hold the data of an imported tensor",
+    label = "not an `ImportBuffer`",
+    note = "imported data is held by `dlpack_runtime::ImportedData<T>` or `dlpack_runtime::ManagedTensor`, or by an enum of them that derives `dlpack_runtime::DlpackImportStorage`"
+)]
+pub trait ImportBuffer: Sized {
+    /// Takes ownership of `managed`, whose layout has been validated.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError`] when the tensor does not suit the buffer (for example its dtype);
+    /// `managed` is dropped.
+    fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError>;
+
+    /// Whether [`from_managed`](Self::from_managed) would accept `managed`, asked without taking
+    /// it: a storage enum (`#[derive(DlpackImportStorage)]`) tries its variants with it. The
+    /// default accepts every tensor.
+    ///
+    /// # Errors
+    ///
+    /// The error `from_managed` would return.
+    fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
+        let _ = managed;
+        Ok(())
+    }
+}
+
+impl ImportBuffer for ManagedTensor {
+    #[inline]
+    fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {
+        Ok(managed)
+    }
+}
+
+/// A type usable as `#[dlpack(shape)]` of an imported tensor.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(shape)]` of an imported tensor",
+    note = "shapes are `Vec<usize>`, `Box<[usize]>` or `[usize; N]`; other types implement `dlpack_runtime::FromShape`"
+)]
+pub trait FromShape: Sized {
+    /// Builds the shape from extents in elements (all `>= 0`, validated).
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Ndim`] when the type has a fixed rank that differs.
+    fn from_shape(shape: &[i64]) -> Result<Self, ImportError>;
+}
+
+/// A type usable as `#[dlpack(strides)]` of an imported tensor: strides in elements.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be the `#[dlpack(strides)]` of an imported tensor",
+    note = "strides are `Vec<isize>`, `Box<[isize]>`, `[isize; N]` or `Option` of those, in elements; other types implement `dlpack_runtime::FromStrides`"
+)]
+pub trait FromStrides: Sized {
+    /// Builds the strides from the validated layout (computed when the producer gave NULL).
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Ndim`] when the type has a fixed rank that differs.
+    fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError>;
+}
+
+impl FromShape for Vec<usize> {
+    #[inline]
+    fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
+        Ok(shape.iter().map(|&e| e as usize).collect())
+    }
+}
+impl FromShape for Box<[usize]> {
+    #[inline]
+    fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
+        Ok(shape.iter().map(|&e| e as usize).collect())
+    }
+}
+impl<const N: usize> FromShape for [usize; N] {
+    #[inline]
+    fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
+        if shape.len() != N {
+            return Err(ImportError::Ndim {
+                found: shape.len(),
+                expected: N,
+            });
+        }
+        Ok(core::array::from_fn(|axis| shape[axis] as usize))
+    }
+}
+impl FromStrides for Vec<isize> {
+    #[inline]
+    fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
+        Ok(match layout.raw_strides() {
+            // Validated strides fit in `i64`; on 64-bit targets that is `isize` (on narrower ones
+            // the cast truncates as `stride(axis) as isize` always did).
+            Some(strides) => strides.iter().map(|&s| s as isize).collect(),
+            None => (0..layout.ndim())
+                .map(|axis| layout.stride(axis) as isize)
+                .collect(),
+        })
+    }
+}
+impl FromStrides for Box<[isize]> {
+    #[inline]
+    fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
+        Vec::from_strides(layout).map(Vec::into_boxed_slice)
+    }
+}
+impl<S: FromStrides> FromStrides for Option<S> {
+    #[inline]
+    fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
+        S::from_strides(layout).map(Some)
+    }
+}
+impl<const N: usize> FromStrides for [isize; N] {
+    #[inline]
+    fn from_strides(layout: &TensorLayout<'_>) -> Result<Self, ImportError> {
+        if layout.ndim() != N {
+            return Err(ImportError::Ndim {
+                found: layout.ndim(),
+                expected: N,
+            });
+        }
+        Ok(match layout.raw_strides() {
+            // `ndim == N`: in bounds. Validated strides fit in `i64`; on 64-bit targets that is
+            // `isize` (on narrower ones the cast truncates as `stride(axis) as isize` always did).
+            Some(strides) => core::array::from_fn(|axis| strides[axis] as isize),
+            None => core::array::from_fn(|axis| layout.stride(axis) as isize),
+        })
+    }
+}

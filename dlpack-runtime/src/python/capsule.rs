@@ -1,0 +1,157 @@
+//! Capsules: wrapping a managed tensor for Python, and taking one back, with the rename protocol
+//! of the DLPack Python specification.
+
+use core::ffi::{CStr, c_void};
+use core::ptr::NonNull;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::ffi as pyffi;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
+use crate::managed::{HeaderError, ManagedTensor, RawManagedTensor};
+
+/// Wraps a managed tensor in a capsule named by its kind, with the spec's destructor.
+///
+/// # Errors
+///
+/// The Python error of `PyCapsule_New` (memory); the tensor's deleter has then been called.
+pub fn to_capsule(py: Python<'_>, managed: ManagedTensor) -> PyResult<Bound<'_, PyCapsule>> {
+    let raw = managed.into_raw();
+    let (pointer, name, destructor): (NonNull<c_void>, &'static CStr, pyffi::PyCapsule_Destructor) =
+        match raw {
+            RawManagedTensor::Versioned(p) => (
+                p.cast(),
+                ffi::DLTENSOR_VERSIONED_CAPSULE_NAME,
+                versioned_capsule_destructor,
+            ),
+            RawManagedTensor::Legacy(p) => (
+                p.cast(),
+                ffi::DLTENSOR_CAPSULE_NAME,
+                legacy_capsule_destructor,
+            ),
+        };
+    // SAFETY: `pointer` is a live managed tensor whose ownership moves into the capsule; the
+    // destructor frees it only under the unconsumed name and is callable from any thread with
+    // the GIL (CPython capsule contract).
+    let capsule =
+        unsafe { PyCapsule::new_with_pointer_and_destructor(py, pointer, name, Some(destructor)) };
+    if capsule.is_err() {
+        // SAFETY: the capsule was not created, so ownership never left us; version checked at
+        // construction.
+        drop(unsafe { ManagedTensor::from_raw_unchecked(raw) });
+    }
+    capsule
+}
+
+/// Capsule destructor for `"dltensor_versioned"`: calls the deleter only if the capsule was
+/// not consumed (spec section 2.3).
+unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject) {
+    // SAFETY: CPython calls the destructor with the capsule, GIL held. `PyCapsule_IsValid` sets
+    // no exception and is false for a renamed (consumed) capsule.
+    unsafe {
+        if pyffi::PyCapsule_IsValid(capsule, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr()) == 1 {
+            let p =
+                pyffi::PyCapsule_GetPointer(capsule, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr());
+            let p = p.cast::<DLManagedTensorVersioned>();
+            if let Some(deleter) = (*p).deleter {
+                deleter(p);
+            }
+        }
+    }
+}
+
+/// Capsule destructor for `"dltensor"`: calls the deleter only if the capsule was not
+/// consumed (spec section 2.3).
+unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
+    // SAFETY: as for `versioned_capsule_destructor`, for the legacy name and struct.
+    unsafe {
+        if pyffi::PyCapsule_IsValid(capsule, ffi::DLTENSOR_CAPSULE_NAME.as_ptr()) == 1 {
+            let p = pyffi::PyCapsule_GetPointer(capsule, ffi::DLTENSOR_CAPSULE_NAME.as_ptr());
+            let p = p.cast::<DLManagedTensor>();
+            if let Some(deleter) = (*p).deleter {
+                deleter(p);
+            }
+        }
+    }
+}
+
+/// Takes ownership of the managed tensor in a DLPack capsule (spec section 2.3).
+///
+/// A `"dltensor_versioned"` capsule whose major version is not 1 is refused **without**
+/// renaming it, so its producer's destructor frees it. Otherwise the capsule is renamed to its
+/// `used_*` name and the returned [`ManagedTensor`] owns the tensor.
+///
+/// # Errors
+///
+/// `ValueError` for a consumed capsule, `TypeError` for a capsule of another name or a
+/// non-capsule, `BufferError` for a foreign major version.
+pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
+    let obj = capsule.as_ptr();
+    // SAFETY: `obj` is a live object (borrowed by `capsule`), GIL held.
+    if unsafe { pyffi::PyCapsule_CheckExact(obj) } == 0 {
+        return Err(PyTypeError::new_err(format!(
+            "expected a DLPack capsule, found an object of type {}",
+            capsule
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        )));
+    }
+    // SAFETY: `obj` is a capsule (checked), GIL held; `PyCapsule_IsValid` sets no exception.
+    let is_named = |name: &CStr| unsafe { pyffi::PyCapsule_IsValid(obj, name.as_ptr()) } == 1;
+    if is_named(ffi::DLTENSOR_VERSIONED_CAPSULE_NAME) {
+        // SAFETY: the capsule is valid under this name (checked).
+        let p = unsafe {
+            pyffi::PyCapsule_GetPointer(obj, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr())
+        }
+        .cast::<DLManagedTensorVersioned>();
+        // SAFETY: a `"dltensor_versioned"` capsule holds a managed tensor whose `version` is at
+        // offset 0 in every major version (spec section 1.10).
+        let version = unsafe { (*p).version };
+        if version.major != ffi::DLPACK_MAJOR_VERSION {
+            return Err(HeaderError::UnsupportedVersion { found: version }.into());
+        }
+        rename(obj, ffi::USED_DLTENSOR_VERSIONED_CAPSULE_NAME)?;
+        // SAFETY: renamed, so the capsule destructor no longer frees it: we own it now.
+        return unsafe { ManagedTensor::from_raw_versioned(p) }.map_err(Into::into);
+    }
+    if is_named(ffi::DLTENSOR_CAPSULE_NAME) {
+        // SAFETY: the capsule is valid under this name (checked).
+        let p = unsafe { pyffi::PyCapsule_GetPointer(obj, ffi::DLTENSOR_CAPSULE_NAME.as_ptr()) }
+            .cast::<DLManagedTensor>();
+        rename(obj, ffi::USED_DLTENSOR_CAPSULE_NAME)?;
+        // SAFETY: renamed, so the capsule destructor no longer frees it: we own it now.
+        return unsafe { ManagedTensor::from_raw_legacy(p) }.map_err(Into::into);
+    }
+    if is_named(ffi::USED_DLTENSOR_VERSIONED_CAPSULE_NAME)
+        || is_named(ffi::USED_DLTENSOR_CAPSULE_NAME)
+    {
+        return Err(PyValueError::new_err(
+            "DLPack capsule has already been consumed (its name is `used_dltensor*`); a capsule can be imported only once",
+        ));
+    }
+    // SAFETY: `obj` is a capsule; `PyCapsule_GetName` returns its name or NULL, no exception.
+    let name = unsafe { pyffi::PyCapsule_GetName(obj) };
+    let name = if name.is_null() {
+        "NULL".to_owned()
+    } else {
+        // SAFETY: a non-NULL capsule name is a NUL-terminated C string owned by the capsule,
+        // alive while `capsule` is borrowed.
+        let name = unsafe { CStr::from_ptr(name) };
+        format!("{name:?}")
+    };
+    Err(PyTypeError::new_err(format!(
+        "capsule is named {name}, expected \"dltensor_versioned\" or \"dltensor\""
+    )))
+}
+
+fn rename(obj: *mut pyffi::PyObject, name: &'static CStr) -> PyResult<()> {
+    // SAFETY: `obj` is a capsule, GIL held; `name` is static as the capsule API requires.
+    if unsafe { pyffi::PyCapsule_SetName(obj, name.as_ptr()) } != 0 {
+        // SAFETY: GIL held by the caller's `Bound`.
+        return Err(PyErr::fetch(unsafe { Python::assume_attached() }));
+    }
+    Ok(())
+}

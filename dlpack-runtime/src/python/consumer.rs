@@ -1,0 +1,376 @@
+//! The consumer side: `from_dlpack` for any `DlpackImport` type, negotiating `max_version`,
+//! `dl_device` and `copy`, through the C exchange API when the producer publishes one.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::ffi as pyffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::device::Device;
+use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, serve};
+use crate::ffi::{self, DLManagedTensorVersioned};
+use crate::import::DlpackImport;
+use crate::managed::ManagedTensor;
+
+use super::*;
+
+/// Options of `from_dlpack(x, /, *, device=None, copy=None)` (spec section 2.9).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FromDlpackOptions {
+    /// Device the data must end up on; `None`: the producer's device. Passed to the producer as
+    /// `dl_device`.
+    pub device: Option<Device>,
+    /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
+    pub copy: Option<bool>,
+    /// The consumer's stream, passed as `stream=` (spec section 2.4: for CUDA a `cudaStream_t`
+    /// as an integer, `1` or `2` for the default streams, `-1` for no synchronization); `None`
+    /// passes none, which a CUDA producer reads as the legacy default stream.
+    pub stream: Option<i64>,
+}
+
+impl FromDlpackOptions {
+    /// No device change, copy only if needed, no stream.
+    pub const fn new() -> Self {
+        Self {
+            device: None,
+            copy: None,
+            stream: None,
+        }
+    }
+
+    /// Sets `stream`: the stream the consumer will use the data on.
+    pub const fn stream(mut self, stream: Option<i64>) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Sets `device`.
+    pub const fn device(mut self, device: Device) -> Self {
+        self.device = Some(device);
+        self
+    }
+
+    /// Sets `copy`.
+    pub const fn copy(mut self, copy: Option<bool>) -> Self {
+        self.copy = copy;
+        self
+    }
+}
+
+/// `from_dlpack` for Rust: builds `T` from any Python object that has `__dlpack__`, or from a
+/// raw DLPack capsule. Same as [`from_dlpack_with`] with default options.
+///
+/// # Errors
+///
+/// As [`from_dlpack_with`].
+pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
+    from_dlpack_with(obj, &FromDlpackOptions::new())
+}
+
+/// `from_dlpack(obj, device=..., copy=...)` for Rust.
+///
+/// Protocol (spec sections 2.2, 2.6, 2.9, 5): when the producer's type publishes the C
+/// exchange API (`__dlpack_c_exchange_api__`, version 1.x; looked up once per type) and no
+/// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
+/// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA device memory, whose
+/// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
+/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. Otherwise it calls
+/// `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword left at
+/// its default is passed; so `__dlpack_device__` is not needed to choose a stream), and on
+/// `TypeError` retries `__dlpack__()` (with `stream` only, if one was given) for producers that
+/// predate the keywords, then serves `copy=True` and `device` itself (copying CUDA memory with
+/// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
+/// describes, and the tensor is validated by `T`'s import before anything reads it.
+///
+/// # Errors
+///
+/// `AttributeError` when `obj` has no `__dlpack__`; the producer's own exceptions; those of
+/// [`consume_capsule`]; `BufferError` when the result cannot be on `device`, when `copy=False`
+/// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
+pub fn from_dlpack_with<T: DlpackImport>(
+    obj: &Bound<'_, PyAny>,
+    options: &FromDlpackOptions,
+) -> PyResult<T> {
+    let managed = managed_from_object(obj, options)?;
+    T::from_managed(managed).map_err(Into::into)
+}
+
+/// The managed tensor of `obj` (a producer or a capsule), as [`from_dlpack_with`] obtains it.
+///
+/// # Errors
+///
+/// As [`from_dlpack_with`].
+pub fn managed_from_object(
+    obj: &Bound<'_, PyAny>,
+    options: &FromDlpackOptions,
+) -> PyResult<ManagedTensor> {
+    let py = obj.py();
+    // SAFETY: `obj` is a live object, GIL held.
+    if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
+        return settle(consume_capsule(obj)?, options, true);
+    }
+    let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
+    if options.device.is_none() && options.copy.is_none() {
+        if let Some(api) = exchange_api_of(&obj.get_type())? {
+            match via_exchange_api(obj, api) {
+                Ok(managed) => match order_exchanged(py, &managed, api, options)? {
+                    true => return Ok(managed),
+                    // Memory this consumer cannot order: give it back and ask `__dlpack__`,
+                    // which synchronizes.
+                    false => drop(managed),
+                },
+                // A producer that cannot serve the C path (pending streams, say) may still
+                // serve `__dlpack__`, which raises its own error otherwise.
+                Err(err) if err.is_instance_of::<PyBufferError>(py) => {}
+                Err(err) => return Err(err),
+            }
+        }
+    }
+    // The consumer's stream, if any, is the caller's choice; so the producer's device does not
+    // change the call, and `__dlpack_device__` is not asked.
+    let kwargs = if plain {
+        default_kwargs(py)?
+    } else {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(intern!(py, "max_version"), max_version(py)?)?;
+        if let Some(device) = options.device {
+            let raw = device.to_raw();
+            kwargs.set_item(intern!(py, "dl_device"), (raw.device_type, raw.device_id))?;
+        }
+        if let Some(copy) = options.copy {
+            kwargs.set_item(intern!(py, "copy"), copy)?;
+        }
+        if let Some(stream) = options.stream {
+            kwargs.set_item(intern!(py, "stream"), stream)?;
+        }
+        kwargs
+    };
+    let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
+    let (capsule, fell_back) = match dunder.call((), Some(&kwargs)) {
+        Ok(capsule) => (capsule, false),
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => {
+            // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
+            let retried = match options.stream {
+                Some(stream) => {
+                    let kwargs = PyDict::new(py);
+                    kwargs.set_item(intern!(py, "stream"), stream)?;
+                    dunder.call((), Some(&kwargs))?
+                }
+                None => dunder.call0()?,
+            };
+            (retried, true)
+        }
+        Err(err) => return Err(err),
+    };
+    settle(consume_capsule(&capsule)?, options, fell_back)
+}
+
+/// `(1, 3)`, the `max_version` this consumer asks for, built once.
+fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
+    static VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    VERSION
+        .get_or_try_init(py, || {
+            PyTuple::new(py, [ffi::DLPACK_MAJOR_VERSION, ffi::DLPACK_MINOR_VERSION])
+                .map(Bound::unbind)
+        })
+        .map(|version| version.bind(py))
+}
+
+/// `{"max_version": (1, 3)}`, the keywords of a `__dlpack__` call without `device` and `copy`,
+/// built once rather than on every call.
+///
+/// A callee written in C with `METH_VARARGS | METH_KEYWORDS` receives this very dict and could
+/// change it, so it is checked before each use to hold exactly that one entry; a changed dict is
+/// replaced by a fresh one for the call.
+fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    static KWARGS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
+    let key = intern!(py, "max_version");
+    let version = max_version(py)?;
+    let fresh = || -> PyResult<Bound<'_, PyDict>> {
+        let kwargs = PyDict::new(py);
+        kwargs.set_item(key, version)?;
+        Ok(kwargs)
+    };
+    let kwargs = KWARGS
+        .get_or_try_init(py, || fresh().map(Bound::unbind))?
+        .bind(py);
+    let intact = kwargs.len() == 1
+        && kwargs
+            .get_item(key)?
+            .is_some_and(|value| value.is(version.as_any()));
+    if intact { Ok(kwargs.clone()) } else { fresh() }
+}
+
+/// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
+/// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as spec
+/// section 5.1 allows. The cache holds a reference to each type, so a type's address is never
+/// reused while its entry exists.
+fn exchange_api_of(
+    ty: &Bound<'_, pyo3::types::PyType>,
+) -> PyResult<Option<&'static ffi::DLPackExchangeAPI>> {
+    type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
+    static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
+    thread_local! {
+        /// The last type this thread looked up, and its table's address: a front for `CACHE`
+        /// that spares the lock and the hash when one type is exchanged repeatedly. It holds
+        /// only types that `CACHE` holds, whose addresses are therefore never reused.
+        static LAST: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
+    }
+    let table = |address: usize| {
+        // SAFETY: cached addresses are 0 or tables that live for the whole process (below).
+        (address != 0).then(|| unsafe { &*(address as *const ffi::DLPackExchangeAPI) })
+    };
+    let key = ty.as_ptr() as usize;
+    if let Ok((last, address)) = LAST.try_with(core::cell::Cell::get) {
+        if last == key {
+            return Ok(table(address));
+        }
+    }
+    let cache = CACHE.get_or_init(Default::default);
+    let cached = cache
+        .lock()
+        .map_err(|_| poisoned())?
+        .get(&key)
+        .map(|(_, address)| *address);
+    let address = match cached {
+        Some(address) => address,
+        None => {
+            let address = lookup_exchange_api(ty)?;
+            cache
+                .lock()
+                .map_err(|_| poisoned())?
+                .insert(key, (ty.clone().unbind(), address));
+            address
+        }
+    };
+    // `key` is in `CACHE` now, with a reference to its type.
+    let _ = LAST.try_with(|last| last.set((key, address)));
+    Ok(table(address))
+}
+
+fn poisoned() -> PyErr {
+    PyBufferError::new_err("exchange API cache poisoned by a panic")
+}
+
+/// Address of the type's exchange API table, or 0 when it publishes none usable.
+fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
+    let Some(capsule) = ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? else {
+        return Ok(0);
+    };
+    let name = ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME.as_ptr();
+    // SAFETY: `capsule` is a live object, GIL held; `PyCapsule_IsValid` sets no exception.
+    if unsafe { pyffi::PyCapsule_IsValid(capsule.as_ptr(), name) } != 1 {
+        return Ok(0);
+    }
+    // SAFETY: a valid capsule under this name holds a `const DLPackExchangeAPI*` that lives for
+    // the whole process (spec section 5.1).
+    let api = unsafe { pyffi::PyCapsule_GetPointer(capsule.as_ptr(), name) }
+        .cast::<ffi::DLPackExchangeAPI>();
+    // SAFETY: as above; the header is readable.
+    let usable = !api.is_null() && unsafe { (*api).header.version.major } == ffi::DLPACK_MAJOR_VERSION
+        // SAFETY: as above.
+        && unsafe { (*api).managed_tensor_from_py_object_no_sync }.is_some();
+    Ok(if usable { api as usize } else { 0 })
+}
+
+/// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, or a producer
+/// that refused the keywords).
+fn settle(
+    managed: ManagedTensor,
+    options: &FromDlpackOptions,
+    unasked: bool,
+) -> PyResult<ManagedTensor> {
+    let found = Device::from_raw(managed.dl_tensor().device);
+    let unreachable = options.device.filter(|&wanted| {
+        !(found == wanted || wanted == Device::CPU && found.is_host_accessible())
+    });
+    // CUDA memory a producer handed over despite `dl_device=(CPU, 0)` is copied here, as the
+    // producer should have done (feature `cuda`).
+    let copy_to_host = unreachable == Some(Device::CPU)
+        && COPIES_CUDA_MEMORY
+        && found.device_type == crate::DeviceType::Cuda
+        && options.copy != Some(false);
+    if let Some(wanted) = unreachable {
+        if !copy_to_host {
+            return Err(PyBufferError::new_err(format!(
+                "the producer handed over a {found} tensor, expected {wanted} (from_dlpack(device=...))"
+            )));
+        }
+    }
+    if copy_to_host || unasked && options.copy == Some(true) && !managed.is_copied() {
+        // The copy is ours: versioned, writable, flagged IS_COPIED; a CUDA copy goes on the
+        // stream the producer was asked to order its work on.
+        let request = ExportRequest::versioned().copy(Some(true));
+        let request = if copy_to_host {
+            request.dl_device(Device::CPU)
+        } else {
+            request.stream(options.stream)
+        };
+        return serve(managed, &request).map_err(Into::into);
+    }
+    Ok(managed)
+}
+
+/// Makes a tensor taken through a C exchange API without synchronization safe to use as
+/// `__dlpack__(stream=options.stream)` would (spec sections 2.5 and 5.4): host memory needs
+/// nothing; CUDA memory (feature `cuda`) gets an event dependency from the producer's
+/// `current_work_stream` to the consumer's stream (`None`: the legacy default stream). Returns
+/// `false` for memory this consumer cannot order, which the caller gives back.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn order_exchanged(
+    py: Python<'_>,
+    managed: &ManagedTensor,
+    api: &ffi::DLPackExchangeAPI,
+    options: &FromDlpackOptions,
+) -> PyResult<bool> {
+    let raw = managed.dl_tensor().device;
+    let device = Device::from_raw(raw);
+    if device.device_type == crate::DeviceType::Cpu {
+        return Ok(options.stream.is_none());
+    }
+    #[cfg(feature = "cuda")]
+    // Host and managed CUDA memory: `current_work_stream` is per device, and these have none
+    // (device 0 by convention), so `__dlpack__` orders them instead.
+    if device.device_type == crate::DeviceType::Cuda {
+        let Some(current) = api.current_work_stream else {
+            return Ok(false);
+        };
+        let request = crate::stream::parse_stream(device, options.stream)
+            .map_err(crate::export::ExportError::from)?;
+        let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
+        // SAFETY: the table's contract (spec section 5.3): GIL held, a valid out-pointer; the
+        // stream written is valid until control returns to Python.
+        if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        crate::cuda::driver::order_raw(device.device_id, stream.cast(), request)
+            .map_err(crate::export::ExportError::from)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Takes the tensor through a C exchange API table (spec section 5.3).
+fn via_exchange_api(
+    obj: &Bound<'_, PyAny>,
+    api: &ffi::DLPackExchangeAPI,
+) -> PyResult<ManagedTensor> {
+    let from_py = api.managed_tensor_from_py_object_no_sync.ok_or_else(|| {
+        PyBufferError::new_err("exchange API table without managed_tensor_from_py_object_no_sync")
+    })?;
+    let mut out: *mut DLManagedTensorVersioned = core::ptr::null_mut();
+    // SAFETY: the table's contract: `py_object` is an object of the table's type (the type we
+    // read it from), `out` receives an owned tensor; GIL held. 0 on success, -1 with a Python
+    // exception set on failure.
+    let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
+    if rc != 0 {
+        return Err(PyErr::fetch(obj.py()));
+    }
+    // SAFETY: on success `out` is an owned managed tensor (spec section 5.3).
+    unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(Into::into)
+}

@@ -1,0 +1,257 @@
+//! The DLPack C exchange API (`__dlpack_c_exchange_api__`, `DLPackExchangeAPI` in `dlpack.h`)
+//! of a pyclass, for C consumers that skip the Python-level call.
+
+use core::ffi::c_void;
+use core::ptr::NonNull;
+use std::sync::Mutex;
+
+use pyo3::PyClass;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::types::PyCapsule;
+
+use crate::device::Device;
+use crate::export::{DlpackExport, ExportRequest, allocate_host, export_with};
+use crate::ffi::{self, DLManagedTensorVersioned, DLPackVersion};
+use crate::managed::{ManagedTensor, RawManagedTensor};
+
+use super::export_once::export_managed;
+use super::producer::PyOwner;
+
+/// The C exchange API table of pyclass `T` (spec section 5), as the capsule to publish as the
+/// class attribute `__dlpack_c_exchange_api__`:
+///
+/// a `#[classattr]` method returning `python::dlpack_c_exchange_api::<Self>(py)`, as in the
+/// module example.
+///
+/// The table (version 1.3) lives for the whole process, one per type:
+/// `managed_tensor_from_py_object_no_sync` makes the same shared, read-only export as
+/// [`dlpack`]; `managed_tensor_allocator` allocates zeroed host tensors;
+/// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
+/// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
+/// `current_work_stream` reports NULL (no current stream). The conversion performs no
+/// synchronization, as the spec requires; a tensor whose producer names CUDA streams with
+/// pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers) is refused with `BufferError`,
+/// since the C exchange API cannot name those streams: `__dlpack__(stream=...)` orders them
+/// before the consumer's stream. This crate's consumer then falls back to `__dlpack__`.
+///
+/// # Errors
+///
+/// The Python error of creating the capsule.
+pub fn dlpack_c_exchange_api<T>(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    static TABLES: std::sync::OnceLock<Mutex<std::collections::HashMap<std::any::TypeId, usize>>> =
+        std::sync::OnceLock::new();
+    let tables = TABLES.get_or_init(Default::default);
+    let address = *tables
+        .lock()
+        .map_err(|_| PyBufferError::new_err("exchange API registry poisoned by a panic"))?
+        .entry(std::any::TypeId::of::<T>())
+        .or_insert_with(|| {
+            let table = Box::new(ffi::DLPackExchangeAPI {
+                header: ffi::DLPackExchangeAPIHeader {
+                    version: DLPackVersion {
+                        major: ffi::DLPACK_MAJOR_VERSION,
+                        minor: ffi::DLPACK_MINOR_VERSION,
+                    },
+                    prev_api: core::ptr::null_mut(),
+                },
+                managed_tensor_allocator: Some(c_api_allocate),
+                managed_tensor_from_py_object_no_sync: Some(c_api_from_py::<T>),
+                managed_tensor_to_py_object_no_sync: Some(c_api_to_py),
+                dltensor_from_py_object_no_sync: None,
+                current_work_stream: Some(c_api_current_work_stream),
+            });
+            // Leaked on purpose: the spec requires the table to live for the whole process.
+            Box::into_raw(table) as usize
+        });
+    let pointer = NonNull::new(address as *mut c_void)
+        .ok_or_else(|| PyBufferError::new_err("null exchange API table"))?;
+    // SAFETY: `pointer` is a leaked, never-freed table, valid for the process; no destructor.
+    unsafe { PyCapsule::new_with_pointer(py, pointer, ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME) }
+}
+
+/// Runs `f` with the GIL, turning a Rust panic into a Python `SystemError` and an error into a
+/// raised exception: the C API functions return 0 or -1 and never unwind.
+fn c_api_call(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> core::ffi::c_int {
+    Python::attach(|py| {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py)));
+        match result {
+            Ok(Ok(())) => 0,
+            Ok(Err(err)) => {
+                err.restore(py);
+                -1
+            }
+            Err(_) => {
+                pyo3::exceptions::PySystemError::new_err(
+                    "panic in a DLPack C exchange API function",
+                )
+                .restore(py);
+                -1
+            }
+        }
+    })
+}
+
+/// `managed_tensor_from_py_object_no_sync` for objects of type `T`.
+unsafe extern "C" fn c_api_from_py<T>(
+    py_object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> core::ffi::c_int
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    c_api_call(|py| {
+        if py_object.is_null() || out.is_null() {
+            return Err(PyValueError::new_err(
+                "NULL argument to managed_tensor_from_py_object_no_sync",
+            ));
+        }
+        // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
+        let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
+        let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
+        // No synchronization (spec section 5.3): `stream=-1` where a stream is legal. The table
+        // carries no stream per tensor, so a tensor with work pending on the producer's own
+        // streams cannot be ordered before the consumer's: refused, for `__dlpack__(stream=...)`
+        // to serve it, rather than handed over unordered.
+        let (device, pending) = {
+            let parts = obj.get().export_parts();
+            (parts.device(), parts.has_producer_streams())
+        };
+        if pending {
+            return Err(PyBufferError::new_err(format!(
+                "this {device} tensor names CUDA streams with pending work, which the C exchange API cannot order before the consumer's stream; expected a __dlpack__(stream=...) call"
+            )));
+        }
+        let request = match device.device_type {
+            crate::DeviceType::Cpu => ExportRequest::versioned(),
+            _ => ExportRequest::versioned().stream(Some(-1)),
+        };
+        let owner = PyOwner(Some(obj.unbind()));
+        let managed = export_with(owner, PyOwner::parts, &request)?;
+        match managed.into_raw() {
+            // SAFETY: `out` is a valid out-pointer (checked non-NULL; caller's contract).
+            RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
+            RawManagedTensor::Legacy(_) => {
+                unreachable!("a versioned request builds a versioned tensor")
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `managed_tensor_allocator`: a zeroed host tensor of the prototype's dtype and shape.
+unsafe extern "C" fn c_api_allocate(
+    prototype: *mut ffi::DLTensor,
+    out: *mut *mut DLManagedTensorVersioned,
+    error_ctx: *mut c_void,
+    set_error: Option<
+        unsafe extern "C" fn(*mut c_void, *const core::ffi::c_char, *const core::ffi::c_char),
+    >,
+) -> core::ffi::c_int {
+    let result = std::panic::catch_unwind(|| -> Result<*mut DLManagedTensorVersioned, String> {
+        if prototype.is_null() || out.is_null() {
+            return Err("NULL argument to managed_tensor_allocator".to_owned());
+        }
+        // SAFETY: a non-NULL prototype is a readable `DLTensor` whose `shape` holds `ndim`
+        // entries (spec section 5.3: only dtype, ndim, shape and device are used).
+        let prototype = unsafe { &*prototype };
+        let device = Device::from_raw(prototype.device);
+        if device != Device::CPU {
+            return Err(format!(
+                "this producer allocates cpu:0 tensors only, not {device}"
+            ));
+        }
+        let ndim = usize::try_from(prototype.ndim)
+            .map_err(|_| format!("ndim is {}, expected >= 0", prototype.ndim))?;
+        if ndim > crate::layout::MAX_NDIM || ndim > 0 && prototype.shape.is_null() {
+            return Err(format!(
+                "ndim is {ndim} with shape {:?}, expected at most 64 extents",
+                prototype.shape
+            ));
+        }
+        let extents: &[i64] = if ndim == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL, `ndim` entries (prototype contract).
+            unsafe { core::slice::from_raw_parts(prototype.shape, ndim) }
+        };
+        let shape = extents
+            .iter()
+            .map(|&e| usize::try_from(e).map_err(|_| format!("extent {e} is negative")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let managed = allocate_host(crate::DataType::from_raw(prototype.dtype), shape)
+            .map_err(|e| e.to_string())?;
+        match managed.into_raw() {
+            RawManagedTensor::Versioned(p) => Ok(p.as_ptr()),
+            RawManagedTensor::Legacy(_) => Err("allocator built a legacy tensor".to_owned()),
+        }
+    });
+    match result {
+        Ok(Ok(tensor)) => {
+            // SAFETY: `out` is non-NULL (checked) and writable (caller's contract).
+            unsafe { out.write(tensor) };
+            0
+        }
+        Ok(Err(message)) => {
+            report_c_error(error_ctx, set_error, &message);
+            -1
+        }
+        Err(_) => {
+            report_c_error(error_ctx, set_error, "panic in managed_tensor_allocator");
+            -1
+        }
+    }
+}
+
+fn report_c_error(
+    error_ctx: *mut c_void,
+    set_error: Option<
+        unsafe extern "C" fn(*mut c_void, *const core::ffi::c_char, *const core::ffi::c_char),
+    >,
+    message: &str,
+) {
+    if let Some(set_error) = set_error {
+        let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: the caller's callback, with its context and two NUL-terminated strings that
+        // outlive the call (spec section 5.3: `SetError` is called exactly on failure).
+        unsafe { set_error(error_ctx, c"BufferError".as_ptr(), message.as_ptr()) };
+    }
+}
+
+/// `managed_tensor_to_py_object_no_sync`: steals `tensor` into an [`ExportOnce`] object.
+unsafe extern "C" fn c_api_to_py(
+    tensor: *mut DLManagedTensorVersioned,
+    out_py_object: *mut *mut c_void,
+) -> core::ffi::c_int {
+    c_api_call(|py| {
+        if out_py_object.is_null() {
+            // SAFETY: the tensor was handed over (stolen) even on failure: free it once.
+            drop(unsafe { ManagedTensor::from_raw_versioned(tensor) });
+            return Err(PyValueError::new_err("NULL out_py_object"));
+        }
+        // SAFETY: the caller hands over an owned managed tensor (spec section 5.3).
+        let managed = unsafe { ManagedTensor::from_raw_versioned(tensor) }?;
+        let obj = export_managed(py, managed)?;
+        // SAFETY: `out_py_object` is non-NULL and writable; the new reference goes to the caller.
+        unsafe { out_py_object.write(obj.into_ptr().cast()) };
+        Ok(())
+    })
+}
+
+/// `current_work_stream`: NULL. This producer has no current stream: its CUDA tensors carry
+/// their own streams, which the C exchange API cannot name.
+unsafe extern "C" fn c_api_current_work_stream(
+    _device_type: ffi::DLDeviceType,
+    _device_id: i32,
+    out_current_stream: *mut *mut c_void,
+) -> core::ffi::c_int {
+    if !out_current_stream.is_null() {
+        // SAFETY: a non-NULL out-pointer is writable (caller's contract).
+        unsafe { out_current_stream.write(core::ptr::null_mut()) };
+    }
+    0
+}

@@ -1,0 +1,132 @@
+//! Python glue (feature `python`): `__dlpack__`, `__dlpack_device__` and `from_dlpack` on pyo3.
+//!
+//! # Producer: give a `#[pyclass]` tensor the protocol
+//!
+//! A frozen pyclass that derives [`DlpackExport`] gets the two methods with one line each. The
+//! export is shared and read-only: the Python object stays alive while any consumer holds the
+//! tensor, and a frozen class cannot be mutated from Rust in the meantime.
+//!
+//! ```
+//! use dlpack_runtime::{DlpackExport, python};
+//! use pyo3::prelude::*;
+//! use pyo3::types::PyCapsule;
+//!
+//! #[pyclass(frozen)]
+//! #[derive(DlpackExport)]
+//! struct Tensor {
+//!     #[dlpack(data)]
+//!     data: Vec<f32>,
+//!     #[dlpack(shape)]
+//!     shape: Vec<usize>,
+//! }
+//!
+//! #[pymethods]
+//! impl Tensor {
+//!     #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+//!     fn __dlpack__<'py>(
+//!         slf: &Bound<'py, Self>,
+//!         stream: Option<i64>,
+//!         max_version: Option<(u32, u32)>,
+//!         dl_device: Option<(i32, i32)>,
+//!         copy: Option<bool>,
+//!     ) -> PyResult<Bound<'py, PyCapsule>> {
+//!         python::dlpack(slf, stream, max_version, dl_device, copy)
+//!     }
+//!
+//!     fn __dlpack_device__(&self) -> (i32, i32) {
+//!         python::dlpack_device(self)
+//!     }
+//!
+//!     // Optional: the DLPack 1.3 C exchange API, for C consumers (spec section 5).
+//!     #[classattr]
+//!     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+//!         python::dlpack_c_exchange_api::<Self>(py)
+//!     }
+//! }
+//! ```
+//!
+//! To hand a Rust tensor to Python **by value** (writable, exported once), wrap it with
+//! [`export_once`]: the result is a Python object with `__dlpack__` that `numpy.from_dlpack`
+//! and friends accept.
+//!
+//! # Consumer
+//!
+//! [`from_dlpack`] builds any [`DlpackImport`] type from a Python object that has `__dlpack__`
+//! (calling `__dlpack_device__` first and asking for `max_version=(1, 3)`, with the spec's
+//! fallback on `TypeError`), or from a raw capsule; [`from_dlpack_with`] adds `device` and
+//! `copy`. Producers whose type publishes the C exchange API are read through it when no
+//! synchronization is needed.
+//!
+//! # C exchange API (spec section 5)
+//!
+//! [`dlpack_c_exchange_api`] builds the `__dlpack_c_exchange_api__` capsule for a pyclass, so C
+//! consumers (tvm-ffi, PyTorch extensions) skip the Python-level call.
+//!
+//! # Capsules (spec section 2.3)
+//!
+//! Capsules are named `"dltensor_versioned"` or `"dltensor"`. Their destructor calls the tensor's
+//! deleter only while the capsule still has that name; a consumer that takes ownership renames it
+//! to `"used_dltensor_versioned"` / `"used_dltensor"`. [`from_dlpack`] renames only once it has
+//! taken ownership, and leaves the capsule untouched when it refuses it (a foreign major
+//! version), so the producer frees it.
+//!
+//! # Threads and the GIL
+//!
+//! A tensor imported from Python (a NumPy array, say) is freed by its producer's deleter, which
+//! takes the GIL. Dropping such an import on a thread other than the one holding the GIL blocks
+//! until the GIL is released; drop it while attached, or from a thread that can wait.
+//!
+//! # Exceptions
+//!
+//! | error | Python exception |
+//! |---|---|
+//! | [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
+//! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
+//! | [`ImportError`] (version, layout, dtype, constraints) | `BufferError` |
+//! | a capsule that was already consumed | `ValueError` |
+//! | a capsule of another kind | `TypeError` |
+//! | an object without `__dlpack__` | `AttributeError` |
+//! | wrong argument types (`stream` not an int, `max_version` not a pair) | `TypeError` (from pyo3) |
+
+use pyo3::PyErr;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+
+use crate::export::ExportError;
+use crate::import::ImportError;
+use crate::managed::HeaderError;
+
+mod capsule;
+mod consumer;
+mod exchange_api;
+mod export_once;
+mod producer;
+
+pub use capsule::{consume_capsule, to_capsule};
+pub use consumer::{FromDlpackOptions, from_dlpack, from_dlpack_with, managed_from_object};
+pub use exchange_api::dlpack_c_exchange_api;
+pub use export_once::{ExportOnce, export_managed, export_once};
+pub use producer::{dlpack, dlpack_device, export_request};
+
+impl From<ExportError> for PyErr {
+    fn from(err: ExportError) -> Self {
+        match err {
+            ExportError::Stream(_) => PyValueError::new_err(err.to_string()),
+            _ => PyBufferError::new_err(err.to_string()),
+        }
+    }
+}
+
+impl From<HeaderError> for PyErr {
+    fn from(err: HeaderError) -> Self {
+        PyBufferError::new_err(err.to_string())
+    }
+}
+
+impl From<ImportError> for PyErr {
+    fn from(err: ImportError) -> Self {
+        match err {
+            ImportError::Export(export) => export.into(),
+            _ => PyBufferError::new_err(err.to_string()),
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The producer side: `__dlpack__` and `__dlpack_device__` for a frozen pyclass that derives
+//! `DlpackExport`.
+
+use pyo3::PyClass;
+use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::types::PyCapsule;
+
+use crate::device::Device;
+use crate::export::{DlpackExport, ExportRequest, export_with};
+use crate::ffi::{self, DLPackVersion};
+
+use super::*;
+
+/// Builds the [`ExportRequest`] of a `__dlpack__` call from its Python arguments.
+pub fn export_request(
+    stream: Option<i64>,
+    max_version: Option<(u32, u32)>,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> ExportRequest {
+    let mut request = ExportRequest::new().stream(stream).copy(copy);
+    if let Some((major, minor)) = max_version {
+        request = request.max_version(DLPackVersion { major, minor });
+    }
+    if let Some((device_type, device_id)) = dl_device {
+        request = request.dl_device(Device::from_raw(ffi::DLDevice {
+            device_type,
+            device_id,
+        }));
+    }
+    request
+}
+
+/// `__dlpack__` of a frozen pyclass that is a [`DlpackExport`]: a shared, read-only export
+/// that keeps the Python object alive until the consumer calls the deleter.
+///
+/// Arguments are those of `__dlpack__` (spec section 2.1): `stream` as in the table of spec
+/// section 2.4; `max_version` `None` gives a legacy `"dltensor"` capsule, major >= 1 a
+/// `"dltensor_versioned"` capsule at version 1.3; `dl_device` the device wanted; `copy`.
+///
+/// # Errors
+///
+/// As tabulated in the module docs: `ValueError` for an illegal `stream`, `BufferError` for
+/// everything the producer cannot serve (a legacy capsule of this read-only export included).
+pub fn dlpack<'py, T>(
+    slf: &Bound<'py, T>,
+    stream: Option<i64>,
+    max_version: Option<(u32, u32)>,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> PyResult<Bound<'py, PyCapsule>>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    let py = slf.py();
+    let request = export_request(stream, max_version, dl_device, copy);
+    let owner = PyOwner(Some(slf.clone().unbind()));
+    let managed = export_with(owner, PyOwner::parts, &request)?;
+    to_capsule(py, managed)
+}
+
+/// `__dlpack_device__`: `(device_type, device_id)` in DLPack numbering (spec section 2.1).
+pub fn dlpack_device<T: DlpackExport + ?Sized>(tensor: &T) -> (i32, i32) {
+    let device = tensor.dlpack_device().to_raw();
+    (device.device_type, device.device_id)
+}
+
+/// Keeps a Python object alive inside an export; releases it with the GIL, or leaks it once
+/// the interpreter is finalizing (spec section 1.11: deleters may run on any thread, even after
+/// shutdown).
+pub(super) struct PyOwner<T: PyClass>(pub(super) Option<Py<T>>);
+
+impl<T: PyClass<Frozen = True> + DlpackExport + Sync> PyOwner<T> {
+    pub(super) fn parts(&mut self) -> crate::export::ExportParts<'_> {
+        match &self.0 {
+            Some(obj) => obj.get().export_parts(),
+            // Unreachable: the object is only taken in `Drop`.
+            None => unreachable_parts(),
+        }
+    }
+}
+
+#[cold]
+fn unreachable_parts() -> ! {
+    unreachable!("PyOwner is emptied only when dropped")
+}
+
+impl<T: PyClass> Drop for PyOwner<T> {
+    fn drop(&mut self) {
+        if let Some(obj) = self.0.take() {
+            if Python::try_attach(move |_py| drop(obj)).is_none() {
+                // The interpreter is gone or finalizing: releasing the reference is impossible
+                // and unnecessary.
+            }
+        }
+    }
+}
