@@ -3,7 +3,7 @@
 //! A type becomes a producer by implementing [`DlpackExport`] (usually with
 //! `#[derive(DlpackExport)]`): it describes its memory as [`ExportParts`], a borrowed
 //! [`ExportBuffer`] plus shape, strides, offset, dtype, device and writability.
-//! [`DlpackExport::to_dlpack_with`]
+//! [`DlpackExport::into_dlpack_with`]
 //! then moves the owner into **one heap block** that holds the `DLManagedTensorVersioned` (or
 //! legacy `DLManagedTensor`) header, the `shape` and `strides` arrays and the owner itself; the
 //! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds.
@@ -69,12 +69,12 @@ pub trait DlpackExport {
     ///
     /// # Errors
     ///
-    /// As [`DlpackExport::to_dlpack_with`].
-    fn to_dlpack(self) -> Result<ManagedTensor, ExportError>
+    /// As [`DlpackExport::into_dlpack_with`].
+    fn into_dlpack(self) -> Result<ManagedTensor, ExportError>
     where
         Self: Sized + Send + 'static,
     {
-        self.to_dlpack_with(&ExportRequest::versioned())
+        self.into_dlpack_with(&ExportRequest::versioned())
     }
 
     /// Moves `self` into a managed tensor as `request` asks (the arguments of `__dlpack__`).
@@ -88,28 +88,28 @@ pub trait DlpackExport {
     /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
     /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
     /// dropped on error.
-    fn to_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
+    fn into_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
     where
         Self: Sized + Send + 'static,
     {
         export_with(self, |owner| owner.export_parts_mut(), request)
     }
 
-    /// As [`DlpackExport::to_dlpack_with`], and returns events recorded on the producer's
+    /// As [`DlpackExport::into_dlpack_with`], and returns events recorded on the producer's
     /// streams (feature `cuda`), for a consumer that waits later, on any of its streams.
     ///
     /// # Errors
     ///
-    /// As [`DlpackExport::to_dlpack_with`].
+    /// As [`DlpackExport::into_dlpack_with`].
     #[cfg(feature = "cuda")]
-    fn to_dlpack_with_ready_events(
+    fn into_dlpack_with_ready_events(
         self,
         request: &ExportRequest,
-    ) -> Result<(ManagedTensor, crate::cuda::ReadyEvents), ExportError>
+    ) -> Result<(ManagedTensor, crate::cuda::driver::ReadyEvents), ExportError>
     where
         Self: Sized + Send + 'static,
     {
-        device::to_dlpack_with_ready_events(self, request)
+        device::into_dlpack_with_ready_events(self, request)
     }
 }
 
@@ -127,7 +127,7 @@ impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
 }
 
 /// Exports `owner`, described by `parts_of`, as `request` asks. This is what
-/// [`DlpackExport::to_dlpack_with`] calls; it serves owners that are not `DlpackExport`
+/// [`DlpackExport::into_dlpack_with`] calls; it serves owners that are not `DlpackExport`
 /// themselves (a Python object holding a tensor, say).
 ///
 /// `parts_of` is called on the owner at its final address inside the heap block, so buffers
@@ -135,7 +135,7 @@ impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
 ///
 /// # Errors
 ///
-/// As [`DlpackExport::to_dlpack_with`]. The owner is dropped on error.
+/// As [`DlpackExport::into_dlpack_with`]. The owner is dropped on error.
 pub fn export_with<O, F>(
     owner: O,
     parts_of: F,
@@ -169,7 +169,7 @@ where
     let managed = if request.wants_versioned() {
         let managed = build::<DLManagedTensorVersioned, O, F>(owner, ndim, parts_of, sync);
         if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
-            // `to_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
+            // `into_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
             // the result as built.
             return managed;
         }
@@ -188,7 +188,7 @@ fn finish(
 ) -> Result<ManagedTensor, ExportError> {
     // Without `stream`, `dl_device` and `copy=True` nothing can fail or change (no stream is
     // legal on every device, and the target is the tensor's own device): skip the checks, as
-    // for `to_dlpack()`.
+    // for `into_dlpack()`.
     if request.stream.is_some() || request.dl_device.is_some() || request.copy.is_some() {
         let device = Device::from_raw(managed.dl_tensor().device);
         request.check(device)?;
