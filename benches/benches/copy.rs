@@ -50,7 +50,7 @@ fn copies(c: &mut Criterion) {
     for (name, view) in views(&values) {
         let view = Arc::new(view);
         g.bench_function(name, |b| {
-            b.iter(|| black_box(view.clone().to_dlpack_with(&request).unwrap()))
+            b.iter(|| black_box(view.clone().into_dlpack_with(&request).unwrap()))
         });
     }
     g.bench_function("floor_memcpy", |b| b.iter(|| black_box(values.to_vec())));

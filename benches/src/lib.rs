@@ -99,9 +99,9 @@ pub mod ours {
         pub strides: Vec<isize>,
     }
 
-    /// Export: `DlpackExport::to_dlpack` (versioned, no stream, no copy).
+    /// Export: `DlpackExport::into_dlpack` (versioned, no stream, no copy).
     pub fn export<P: DlpackExport + Send + 'static>(producer: P) -> ManagedTensor {
-        producer.to_dlpack().expect("export")
+        producer.into_dlpack().expect("export")
     }
 
     /// Import: `DlpackImport::from_managed` (layout validation, dtype check, shape and strides
@@ -111,7 +111,7 @@ pub mod ours {
     }
 
     /// One full layout validation of the tensor's header (`layout::validate`), which a tensor
-    /// from FFI or Python gets once; a tensor `to_dlpack` built arrives validated and gets none.
+    /// from FFI or Python gets once; a tensor `into_dlpack` built arrives validated and gets none.
     /// Returns the element count.
     pub fn validate(managed: &ManagedTensor) -> usize {
         use dlpack_runtime::__testing::{self as layout, NullStrides};

@@ -36,7 +36,7 @@
 //! let address = m.values.as_ptr();
 //!
 //! // Export: `m` moves into a DLManagedTensorVersioned (one allocation, no copy) ...
-//! let managed = m.to_dlpack()?;
+//! let managed = m.into_dlpack()?;
 //! // ... and import: validated once, then read in place.
 //! let view = View::from_managed(managed)?;
 //! assert_eq!(view.shape, [2, 3]);
@@ -154,7 +154,7 @@ pub use stream::StreamError;
 /// Consumer constraints (`dtype = ...`, `shape = [...]`, ...) belong to [`DlpackImport`]
 /// (derive): on a type that only derives `DlpackExport` they are a compile error.
 ///
-/// Exports: [`DlpackExport::to_dlpack`] moves the value into the managed tensor (writable unless
+/// Exports: [`DlpackExport::into_dlpack`] moves the value into the managed tensor (writable unless
 /// a shared buffer, a `readonly` field or the flag says otherwise); an `Arc` of the value is a
 /// shared export, read-only, that keeps the `Arc` alive while any consumer holds the tensor.
 /// Generics, lifetimes, where clauses and tuple structs (`#[dlpack(data)] Vec<f32>` on field

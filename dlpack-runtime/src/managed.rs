@@ -79,7 +79,7 @@ pub enum RawManagedTensor {
 /// safe code cannot change them through a `ManagedTensor`. So the first successful
 /// [`layout`](ManagedTensor::layout) records that the header is valid (and its element count),
 /// and later calls rebuild the layout from the header without validating again. A
-/// tensor made by this crate's exporter ([`DlpackExport::to_dlpack`](crate::DlpackExport::to_dlpack)
+/// tensor made by this crate's exporter ([`DlpackExport::into_dlpack`](crate::DlpackExport::into_dlpack)
 /// and friends) is validated by the exporter and arrives with that result already kept, so a
 /// Rust-to-Rust exchange validates its layout once in all. Tensors from elsewhere (FFI, Python
 /// capsules) are validated at their first `layout`.

@@ -23,7 +23,7 @@
 //!
 //! let a = array![[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]];
 //! let flipped = a.slice_move(s![.., ..;-1]); // strides (3, -1)
-//! let view = View::from_managed(flipped.to_dlpack()?)?;
+//! let view = View::from_managed(flipped.into_dlpack()?)?;
 //! let v = view.data.as_array()?.into_dimensionality::<Ix2>()?;
 //! assert_eq!(v, array![[3.0, 2.0, 1.0], [6.0, 5.0, 4.0]]);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -243,13 +243,13 @@ impl<T: Element, D: Dimension + 'static> DlpackExport for Array<T, D> {
     }
 
     /// Read-only parts: the array holds its shape inside the buffer owner, so a unique borrow of
-    /// the buffer cannot lend the shape as well. [`DlpackExport::to_dlpack_with`] exports arrays
+    /// the buffer cannot lend the shape as well. [`DlpackExport::into_dlpack_with`] exports arrays
     /// writable all the same, by moving them next to a copy of their shape.
     fn export_parts_mut(&mut self) -> ExportParts<'_> {
         self.export_parts()
     }
 
-    fn to_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
+    fn into_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
     where
         Self: Sized + Send + 'static,
     {

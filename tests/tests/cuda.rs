@@ -158,7 +158,7 @@ fn a_cross_stream_race_is_shown_without_the_dependency_and_absent_with_it() {
                 -1
             };
             let view = GpuView::from_managed(
-                t.to_dlpack_with(&ExportRequest::versioned().stream(Some(stream)))
+                t.into_dlpack_with(&ExportRequest::versioned().stream(Some(stream)))
                     .unwrap(),
             )
             .unwrap();
@@ -227,7 +227,7 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
     // Warm up the pool and the driver.
     let warm = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     drop(
-        warm.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        warm.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     );
     let buf = a.alloc_zeros::<u32>(N).unwrap();
@@ -237,7 +237,7 @@ fn the_host_is_not_blocked_by_an_event_dependency() {
     // The export returns while the producer's stream is held: it did not wait for the host.
     let consumer = b.cu_stream() as i64;
     let export =
-        spawn(move || t.to_dlpack_with(&ExportRequest::versioned().stream(Some(consumer))));
+        spawn(move || t.into_dlpack_with(&ExportRequest::versioned().stream(Some(consumer))));
     let managed = export
         .recv_timeout(RETURNS)
         .expect("the export returned while the producer's work was held")
@@ -270,7 +270,7 @@ fn after_warm_up_no_event_is_created_per_exchange() {
     let export = |counter: &Counter| {
         let t = GpuTensor::new(a.alloc_zeros::<u32>(1024).unwrap(), &a, counter);
         drop(
-            t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
                 .unwrap(),
         );
     };
@@ -296,7 +296,7 @@ fn after_warm_up_no_event_is_created_per_exchange() {
 fn view_written_on(a: &Arc<CudaStream>, b: &Arc<CudaStream>, counter: &Counter) -> (GpuView, Gate) {
     let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), a, counter);
     let view = GpuView::from_managed(
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     )
     .unwrap();
@@ -345,7 +345,7 @@ fn ready_events_let_the_consumer_wait_later() {
     fill(&buf, &a, 100);
     let t = GpuTensor::new(buf, &a, &counter);
     let (managed, ready) = t
-        .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
+        .into_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
         .unwrap();
     assert!(!ready.is_empty());
     let view = GpuView::from_managed(managed).unwrap();
@@ -363,7 +363,7 @@ fn ready_events_let_the_consumer_wait_later() {
     fill(&buf, &a, 5);
     let t = GpuTensor::new(buf, &a, &counter);
     let (managed, ready) = t
-        .to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
+        .into_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)))
         .unwrap();
     let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let releaser = {
@@ -393,7 +393,7 @@ fn illegal_streams_and_wrong_devices_are_refused() {
     let counter = Counter::new();
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(0)))
+        .into_dlpack_with(&ExportRequest::versioned().stream(Some(0)))
         .unwrap_err();
     assert!(matches!(err, ExportError::Stream(_)), "{err}");
     assert_eq!(counter.get(), 1);
@@ -527,7 +527,7 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
             .copy(Some(true));
         // The producer's tensor goes into the export and is dropped by it once the copy has
         // run (case C13: the source must stay allocated until then).
-        let (managed, ready) = t.to_dlpack_with_ready_events(&request).unwrap();
+        let (managed, ready) = t.into_dlpack_with_ready_events(&request).unwrap();
         assert!(
             !idle(&a),
             "the export returned with the producer's work held"
@@ -568,7 +568,9 @@ fn copy_true_is_enqueued_on_the_consumer_stream() {
         &counter,
     );
     let export = spawn(move || {
-        t.to_dlpack_with_ready_events(&ExportRequest::versioned().stream(Some(-1)).copy(Some(true)))
+        t.into_dlpack_with_ready_events(
+            &ExportRequest::versioned().stream(Some(-1)).copy(Some(true)),
+        )
     });
     assert!(
         export.recv_timeout(BLOCKED).is_err(),
@@ -621,7 +623,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         let (t, gate, expected) =
             view_behind_a_gate(&a, (rows, cols), (&shape, &strides, offset), &counter);
         let export =
-            spawn(move || t.to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU)));
+            spawn(move || t.into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU)));
         assert!(
             export.recv_timeout(BLOCKED).is_err(),
             "a host copy waits for the producer's work"
@@ -657,7 +659,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         guard: counter.guard(),
     };
     assert_eq!(
-        t.to_dlpack_with(
+        t.into_dlpack_with(
             &ExportRequest::versioned()
                 .dl_device(Device::CPU)
                 .copy(Some(false))
@@ -703,7 +705,7 @@ fn streams_are_checked_against_the_tensor_device() {
         .result()
         .unwrap();
     let managed = t
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        .into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
         .unwrap();
     let mut current: sys::CUcontext = std::ptr::dangling_mut();
     // SAFETY: a valid out-pointer.
@@ -798,7 +800,7 @@ fn streams_of_other_devices_and_contexts_are_told_apart() {
     let counter = Counter::new();
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
-        .to_dlpack_with(
+        .into_dlpack_with(
             &ExportRequest::versioned()
                 .stream(Some(created.cu_stream() as i64))
                 .copy(Some(true)),
@@ -817,7 +819,7 @@ fn streams_of_other_devices_and_contexts_are_told_apart() {
     // Without a copy, a stream of another context of the device gets an event dependency.
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     drop(
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(created.cu_stream() as i64)))
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(created.cu_stream() as i64)))
             .unwrap(),
     );
     assert_eq!(counter.get(), 2);
@@ -860,7 +862,7 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
     begin_capture(&b);
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
-        .to_dlpack_with(
+        .into_dlpack_with(
             &ExportRequest::versioned()
                 .stream(Some(b.cu_stream() as i64))
                 .copy(Some(true)),
@@ -875,7 +877,7 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
     // the capture.
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let err = t
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        .into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
         .unwrap_err();
     assert!(
         matches!(err, ExportError::Cuda(CudaError::Capturing { .. })),
@@ -886,7 +888,7 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
     // graph may still read it.
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let view =
-        GpuView::from_managed(t.to_dlpack_with(&ExportRequest::versioned()).unwrap()).unwrap();
+        GpuView::from_managed(t.into_dlpack_with(&ExportRequest::versioned()).unwrap()).unwrap();
     let err = view.data.release_after(&b).unwrap_err();
     assert!(matches!(err, CudaError::Capturing { .. }), "{err}");
     end_capture(&b);
@@ -910,7 +912,7 @@ fn the_first_exchange_on_a_device_creates_its_event() {
     let before = driver::events_created();
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
     let view = GpuView::from_managed(
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     )
     .unwrap();
@@ -946,7 +948,7 @@ fn a_cuda_slice_brings_its_own_stream_and_stays_writable() {
         data: buf,
         shape: vec![N],
     }
-    .to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+    .into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
     .unwrap();
     assert!(
         !managed.is_read_only(),
@@ -1003,7 +1005,7 @@ fn zero_size_cuda_tensors_are_exchanged_without_touching_their_pointer() {
                 _guard: counter.guard(),
             };
             let managed = t
-                .to_dlpack_with(&request)
+                .into_dlpack_with(&request)
                 .unwrap_or_else(|e| panic!("{shape:?}, {request:?}: {e}"));
             assert_eq!(managed.dl_tensor().ndim as usize, shape.len());
         }
@@ -1042,7 +1044,7 @@ fn device_copies_free_their_memory_when_released() {
         let request = ExportRequest::versioned()
             .stream(Some(b.cu_stream() as i64))
             .copy(Some(true));
-        let view = GpuView::from_managed(t.to_dlpack_with(&request).unwrap()).unwrap();
+        let view = GpuView::from_managed(t.into_dlpack_with(&request).unwrap()).unwrap();
         let ptr = view.data.cuda_device_ptr().unwrap();
         assert_eq!(read_all_on(ptr, rows * cols, &b), expected);
     };
@@ -1106,7 +1108,7 @@ fn stream_fields_name_work_on_streams_other_than_the_buffers() {
             maybe: on_optional.then(|| d.clone()),
         };
         let view = GpuView::from_managed(
-            t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
                 .unwrap(),
         )
         .unwrap();

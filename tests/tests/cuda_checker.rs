@@ -39,7 +39,7 @@ fn fill(p: sys::CUdeviceptr, len: usize, value: u32, stream: &CudaStream) {
 fn consumer_writing(a: &Arc<CudaStream>, b: &Arc<CudaStream>) -> (GpuView, Gate) {
     let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), a, &Counter::new());
     let view = GpuView::from_managed(
-        t.to_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
             .unwrap(),
     )
     .unwrap();
@@ -108,7 +108,7 @@ fn a_copy_not_ordered_after_the_producer_work_is_reported() {
     fill(ptr(&src, &a), N, 4, &a);
     let t = GpuTensor::new(src, &a, &Counter::new());
     let view = GpuView::from_managed(
-        t.to_dlpack_with(
+        t.into_dlpack_with(
             &ExportRequest::versioned()
                 .stream(Some(b.cu_stream() as i64))
                 .copy(Some(true)),
@@ -220,7 +220,7 @@ fn strided_copies_take_the_fewest_driver_copies() {
     for (t, staged) in [(sparse(16, 32), true), (sparse(4, 128), false)] {
         a.synchronize().unwrap();
         checker.reset();
-        let managed = t.to_dlpack_with(&to_host).unwrap();
+        let managed = t.into_dlpack_with(&to_host).unwrap();
         let (two_d, one_d) = (
             checker.operations("cuMemcpy2DAsync"),
             checker.operations("cuMemcpyDtoHAsync"),
@@ -235,7 +235,7 @@ fn strided_copies_take_the_fewest_driver_copies() {
     for (n, (t, request, two_d, one_d)) in cases.into_iter().enumerate() {
         a.synchronize().unwrap();
         checker.reset();
-        let managed = t.to_dlpack_with(request).unwrap();
+        let managed = t.into_dlpack_with(request).unwrap();
         b.synchronize().unwrap();
         assert_eq!(
             (

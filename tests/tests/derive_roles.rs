@@ -62,7 +62,7 @@ fn offset_in_elements_is_converted_to_bytes_and_folded_into_data() {
         start: 5,
         _guard: counter.guard(),
     };
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     let raw = managed.dl_tensor();
     assert_eq!(
         raw.data.cast::<f64>().cast_const(),
@@ -96,7 +96,7 @@ fn offset_beyond_the_buffer_or_overflowing_is_refused_and_drops_the_owner() {
     };
     // Start 8 reaches element 8 + 4 + 1 = 13, one past the 12 elements: bytes [64, 112) of 96.
     assert_eq!(
-        t.to_dlpack().unwrap_err(),
+        t.into_dlpack().unwrap_err(),
         ExportError::Layout(LayoutError::OutOfBuffer {
             start: 64,
             end: 112,
@@ -113,7 +113,7 @@ fn offset_beyond_the_buffer_or_overflowing_is_refused_and_drops_the_owner() {
         _guard: counter.guard(),
     };
     assert_eq!(
-        t.to_dlpack().unwrap_err(),
+        t.into_dlpack().unwrap_err(),
         ExportError::Layout(LayoutError::Overflow {
             what: "offset in elements, converted to bytes"
         })
@@ -217,7 +217,7 @@ fn dtype_field_counts_elements_of_its_own_size_against_the_buffer_bytes() {
         _guard: counter.guard(),
     };
     assert_eq!(
-        t.to_dlpack().unwrap_err(),
+        t.into_dlpack().unwrap_err(),
         ExportError::Layout(LayoutError::OutOfBuffer {
             start: 0,
             end: 10,
@@ -280,7 +280,7 @@ fn readonly_field_and_flag_mark_the_export_read_only() {
             shape: vec![3],
             frozen,
         };
-        let managed = t.to_dlpack().unwrap();
+        let managed = t.into_dlpack().unwrap();
         assert_eq!(managed.flags() & DLPACK_FLAG_BITMASK_READ_ONLY != 0, frozen);
         let mut view = Flagged::from_managed(managed).unwrap();
         assert_eq!(view.read_only, frozen);
@@ -292,7 +292,7 @@ fn readonly_field_and_flag_mark_the_export_read_only() {
         values: vec![1, 2, 3],
         shape: vec![3],
     };
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     assert_eq!(managed.flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
     let view = Flagged::from_managed(managed).unwrap();
     assert!(view.read_only);
@@ -590,7 +590,7 @@ fn storage_enum_exports_each_variant_with_its_dtype() {
             shape: vec![2],
             _guard: counter.guard(),
         };
-        let managed = t.to_dlpack().unwrap();
+        let managed = t.into_dlpack().unwrap();
         assert_eq!(DataType::from_raw(managed.dl_tensor().dtype), dtype);
         assert_eq!(managed.flags(), 0, "a unique `Arc` is exported writable");
         let view = View::from_managed(managed).unwrap();
@@ -613,7 +613,7 @@ fn arc_shared_storage_is_exported_read_only_and_kept_alive() {
         shape: vec![3],
         _guard: counter.guard(),
     };
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     assert_eq!(
         managed.flags(),
         DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -710,7 +710,7 @@ fn hand_written_storage_is_read_only_unless_it_lends_mutably() {
         storage: HandWritten::Words(vec![1u16, 2, 3].into()),
         shape: [3],
     };
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     assert_eq!(managed.flags(), DLPACK_FLAG_BITMASK_READ_ONLY);
     let view = Flagless::<u16>::from_managed(managed).unwrap();
     assert_eq!(view.data.as_slice().unwrap(), [1, 2, 3]);
@@ -726,7 +726,7 @@ fn hand_written_storage_is_read_only_unless_it_lends_mutably() {
         storage: Writable16(vec![4, 5]),
         shape: [2],
     };
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     assert_eq!(managed.flags(), 0);
 }
 

@@ -70,7 +70,7 @@ fn round_trip<T: Element + PartialEq + std::fmt::Debug>(values: Vec<T>) {
     let address = values.as_ptr();
     let n = values.len();
     let expected = values.clone();
-    let managed = Tensor::new(values, &[n], &counter).to_dlpack().unwrap();
+    let managed = Tensor::new(values, &[n], &counter).into_dlpack().unwrap();
     assert_eq!(
         managed.version(),
         Some(ffi::DLPackVersion { major: 1, minor: 3 })
@@ -108,7 +108,7 @@ fn round_trips_every_basic_dtype_zero_copy() {
 fn deleter_runs_once_when_unconsumed() {
     let counter = Counter::new();
     let managed = Tensor::new(vec![1.0f32; 6], &[2, 3], &counter)
-        .to_dlpack()
+        .into_dlpack()
         .unwrap();
     assert_eq!(counter.get(), 0);
     drop(managed);
@@ -119,7 +119,7 @@ fn deleter_runs_once_when_unconsumed() {
 fn deleter_runs_once_when_refused_by_the_consumer() {
     let counter = Counter::new();
     let managed = Tensor::new(vec![1i32, 2, 3], &[3], &counter)
-        .to_dlpack()
+        .into_dlpack()
         .unwrap();
     let err = Strided::<f32>::from_managed(managed).unwrap_err();
     assert_eq!(
@@ -144,7 +144,7 @@ fn deleter_runs_once_when_refused_by_the_consumer() {
 fn exporting_a_layout_outside_the_buffer_is_refused_and_drops_the_owner_once() {
     let counter = Counter::new();
     let err = Tensor::new(vec![0f32; 5], &[2, 3], &counter)
-        .to_dlpack()
+        .into_dlpack()
         .unwrap_err();
     assert_eq!(
         err,
@@ -159,7 +159,7 @@ fn exporting_a_layout_outside_the_buffer_is_refused_and_drops_the_owner_once() {
     let counter = Counter::new();
     let mut t = Tensor::new(vec![0f32; 6], &[2, 3], &counter);
     t.strides = Some(vec![3, -1]);
-    let err = t.to_dlpack().unwrap_err();
+    let err = t.into_dlpack().unwrap_err();
     assert_eq!(
         err,
         ExportError::Layout(LayoutError::OutOfBuffer {
@@ -173,7 +173,7 @@ fn exporting_a_layout_outside_the_buffer_is_refused_and_drops_the_owner_once() {
     let mut t = Tensor::new(vec![0f32; 6], &[2, 3], &counter);
     t.strides = Some(vec![3]);
     assert_eq!(
-        t.to_dlpack().unwrap_err(),
+        t.into_dlpack().unwrap_err(),
         ExportError::Layout(LayoutError::StridesRank {
             shape: 2,
             strides: 1
@@ -195,7 +195,7 @@ fn c01_flipped_then_transposed_exports_signed_strides() {
     let expected: Vec<i32> = (0..4)
         .flat_map(|i| (0..3).map(move |j| 3 - i + 4 * j))
         .collect();
-    let managed = t.to_dlpack().unwrap();
+    let managed = t.into_dlpack().unwrap();
     let raw = managed.dl_tensor();
     // SAFETY: the exporter wrote `ndim` (2) strides.
     let strides = unsafe { std::slice::from_raw_parts(raw.strides, 2) };
@@ -261,7 +261,7 @@ fn c04_zero_size_tensors_both_ways() {
     for shape in [&[0usize][..], &[2, 0, 3]] {
         let counter = Counter::new();
         let managed = Tensor::new(Vec::<f32>::new(), shape, &counter)
-            .to_dlpack()
+            .into_dlpack()
             .unwrap();
         assert!(
             managed.dl_tensor().data.is_null(),
@@ -307,7 +307,7 @@ fn c05_byte_offset_is_applied() {
 fn c06_bool_round_trips_and_invalid_bytes_are_refused() {
     let counter = Counter::new();
     let managed = Tensor::new(vec![true, false, true], &[3], &counter)
-        .to_dlpack()
+        .into_dlpack()
         .unwrap();
     let raw = managed.dl_tensor().dtype;
     assert_eq!((raw.code, raw.bits, raw.lanes), (6, 8, 1));
@@ -485,10 +485,10 @@ fn legacy_export_of_a_shared_tensor_is_refused() {
     let shared = Arc::new(Tensor::new(vec![1u8, 2], &[2], &counter));
     let err = shared
         .clone()
-        .to_dlpack_with(&ExportRequest::new())
+        .into_dlpack_with(&ExportRequest::new())
         .unwrap_err();
     assert_eq!(err, ExportError::ReadOnlyLegacy);
-    let managed = shared.clone().to_dlpack().unwrap();
+    let managed = shared.clone().into_dlpack().unwrap();
     assert_eq!(
         managed.flags() & DLPACK_FLAG_BITMASK_READ_ONLY,
         DLPACK_FLAG_BITMASK_READ_ONLY
@@ -506,7 +506,7 @@ fn legacy_export_of_a_shared_tensor_is_refused() {
 fn legacy_export_by_value() {
     let counter = Counter::new();
     let managed = Tensor::new(vec![4i16, 5], &[2], &counter)
-        .to_dlpack_with(&ExportRequest::new())
+        .into_dlpack_with(&ExportRequest::new())
         .unwrap();
     assert!(managed.is_legacy());
     let view = Compact::<i16>::from_managed(managed).unwrap();
@@ -524,7 +524,7 @@ fn copy_true_makes_a_compact_flagged_copy() {
     t.strides = Some(vec![-1, 4]);
     t.offset = 12;
     let managed = t
-        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .into_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
         .unwrap();
     assert_eq!(counter.get(), 1, "the source is released once copied");
     assert_eq!(managed.flags(), DLPACK_FLAG_BITMASK_IS_COPIED);
@@ -546,7 +546,7 @@ fn copies_of_cuda_memory_need_the_driver() {
     let counter = Counter::new();
     let make = |len: usize| dlpack_tests::types::fake_cuda(len, &counter);
     let err = make(4)
-        .to_dlpack_with(
+        .into_dlpack_with(
             &ExportRequest::versioned()
                 .dl_device(Device::CPU)
                 .copy(Some(false)),
@@ -559,7 +559,7 @@ fn copies_of_cuda_memory_need_the_driver() {
         }
     );
     let err = make(4)
-        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
         .unwrap_err();
     assert_eq!(
         err,
@@ -574,13 +574,13 @@ fn copies_of_cuda_memory_need_the_driver() {
     #[cfg(not(feature = "cuda"))]
     {
         assert_eq!(
-            make(4).to_dlpack_with(&copy_true).unwrap_err(),
+            make(4).into_dlpack_with(&copy_true).unwrap_err(),
             ExportError::CopyUnsupported {
                 device: Device::cuda(0)
             }
         );
         assert_eq!(
-            make(4).to_dlpack_with(&to_host).unwrap_err(),
+            make(4).into_dlpack_with(&to_host).unwrap_err(),
             ExportError::UnsupportedDevice {
                 found: Device::cuda(0),
                 requested: Device::CPU
@@ -597,7 +597,7 @@ fn copies_of_cuda_memory_need_the_driver() {
                 for request in [copy_true, to_host, to_host.stream(None).copy(Some(true))] {
                     for len in [0, 4] {
                         assert_eq!(
-                            make(len).to_dlpack_with(&request).unwrap_err(),
+                            make(len).into_dlpack_with(&request).unwrap_err(),
                             ExportError::Cuda(CudaError::NoDriver),
                             "{request:?} of {len} elements"
                         );
@@ -606,7 +606,7 @@ fn copies_of_cuda_memory_need_the_driver() {
                 // A stream illegal for the host is refused before the driver is asked.
                 assert!(matches!(
                     make(4)
-                        .to_dlpack_with(&to_host.stream(Some(1)))
+                        .into_dlpack_with(&to_host.stream(Some(1)))
                         .unwrap_err(),
                     ExportError::Stream(StreamError::Invalid { found: Some(1), .. })
                 ));
@@ -618,7 +618,7 @@ fn copies_of_cuda_memory_need_the_driver() {
                 assert_ne!(dlpack_tests::expected_driver(), Some(false), "{other:?}");
                 other.expect("the driver initializes");
                 for request in [copy_true, to_host, to_host.stream(None).copy(Some(true))] {
-                    let err = make(4).to_dlpack_with(&request).unwrap_err();
+                    let err = make(4).into_dlpack_with(&request).unwrap_err();
                     assert!(
                         matches!(err, ExportError::Cuda(CudaError::Driver { .. })),
                         "{request:?}: {err}"
@@ -672,7 +672,7 @@ fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
         shape: vec![3],
     };
     let err = make()
-        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .into_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
         .unwrap_err();
     assert_eq!(err, ExportError::CopyUnsupported { device: pinned });
     assert_eq!(
@@ -680,7 +680,7 @@ fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
         "cannot copy cuda_host:0 memory onto cuda_host:0, expected cpu:0 memory, a copy to dl_device cpu:0 of host-accessible memory, or CUDA device memory with the `cuda` feature"
     );
     let copied = make()
-        .to_dlpack_with(
+        .into_dlpack_with(
             &ExportRequest::versioned()
                 .dl_device(Device::CPU)
                 .copy(Some(true)),
@@ -692,13 +692,13 @@ fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
     assert_eq!(view.data.as_slice().unwrap(), [1.0, 2.0, 3.0]);
     // Without a copy, dl_device=(CPU, 0) shares the memory as it is.
     let shared = make()
-        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
         .unwrap();
     assert!(!shared.is_copied());
     assert_eq!(Device::from_raw(shared.dl_tensor().device), pinned);
     // The devices an export can serve, named in the refusal.
     let err = make()
-        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
         .unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -710,7 +710,7 @@ fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
 fn request_checks() {
     let counter = Counter::new();
     let err = Tensor::new(vec![1f32], &[1], &counter)
-        .to_dlpack_with(&ExportRequest::versioned().stream(Some(1)))
+        .into_dlpack_with(&ExportRequest::versioned().stream(Some(1)))
         .unwrap_err();
     assert!(matches!(
         err,
@@ -721,7 +721,7 @@ fn request_checks() {
         "stream=1 is not valid for a consumer on cpu:0, expected None"
     );
     let err = Tensor::new(vec![1f32], &[1], &counter)
-        .to_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))
         .unwrap_err();
     assert_eq!(
         err,
@@ -731,7 +731,7 @@ fn request_checks() {
         }
     );
     let err = Tensor::new(vec![1f32], &[1], &counter)
-        .to_dlpack_with(
+        .into_dlpack_with(
             &ExportRequest::versioned()
                 .dl_device(Device::cuda(0))
                 .copy(Some(false)),
@@ -743,7 +743,7 @@ fn request_checks() {
             requested: Device::cuda(0)
         }
     );
-    let ok = Tensor::new(vec![1f32], &[1], &counter).to_dlpack_with(
+    let ok = Tensor::new(vec![1f32], &[1], &counter).into_dlpack_with(
         &ExportRequest::versioned()
             .dl_device(Device::CPU)
             .copy(Some(false)),
@@ -752,7 +752,7 @@ fn request_checks() {
     let mut t = Tensor::new(vec![1f32], &[1], &counter);
     t.device = Device::cuda(0);
     assert_eq!(
-        t.to_dlpack().unwrap_err(),
+        t.into_dlpack().unwrap_err(),
         ExportError::DeviceMismatch {
             field: Device::cuda(0),
             buffer: Device::CPU
@@ -782,7 +782,7 @@ fn huge_broadcasts_give_errors_not_aborts() {
     let counter = Counter::new();
     let mut t = Tensor::new(vec![7i32], &[1 << 40], &counter);
     t.strides = Some(vec![0]);
-    let view = Strided::<i32>::from_managed(t.to_dlpack().unwrap()).unwrap();
+    let view = Strided::<i32>::from_managed(t.into_dlpack().unwrap()).unwrap();
     assert_eq!(view.data.get(&[(1 << 40) - 1]).unwrap(), 7);
     assert!(
         matches!(view.data.to_vec(), Err(LayoutError::CopyTooLarge { numel, element_bytes: 4 }) if numel == 1 << 40)
@@ -790,7 +790,7 @@ fn huge_broadcasts_give_errors_not_aborts() {
     let mut t = Tensor::new(vec![7i32], &[1 << 62], &counter);
     t.strides = Some(vec![0]);
     let err = t
-        .to_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+        .into_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
         .unwrap_err();
     assert_eq!(
         err,
@@ -858,7 +858,7 @@ fn a_panicking_producer_is_still_dropped_once() {
         calls: std::cell::Cell::new(0),
         _guard: counter.guard(),
     };
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flaky.to_dlpack()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| flaky.into_dlpack()));
     assert!(result.is_err());
     assert_eq!(counter.get(), 1);
 }
@@ -868,7 +868,7 @@ fn byte_offsets_that_split_elements_are_refused() {
     let counter = Counter::new();
     let mut t = Tensor::new(vec![1.0f32, 2.0, 3.0], &[2], &counter);
     t.offset = 2;
-    let err = t.to_dlpack().unwrap_err();
+    let err = t.into_dlpack().unwrap_err();
     assert_eq!(
         err,
         ExportError::Layout(LayoutError::OffsetNotElementAligned {

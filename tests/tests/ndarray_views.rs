@@ -150,7 +150,7 @@ fn owned_arrays_export_zero_copy_with_their_strides() {
     let flipped = a.slice_move(s![..;-1, 1..;2]);
     let expected = flipped.clone();
     let first = flipped.as_ptr();
-    let managed = flipped.to_dlpack().unwrap();
+    let managed = flipped.into_dlpack().unwrap();
     assert!(!managed.is_read_only());
     let view = View::<f32>::from_managed(managed).unwrap();
     assert_eq!(view.shape, [3, 2]);
@@ -166,9 +166,9 @@ fn owned_arrays_export_zero_copy_with_their_strides() {
     );
 
     let empty = Array::<f64, _>::zeros((0, 5));
-    let view = View::<f64>::from_managed(empty.to_dlpack().unwrap()).unwrap();
+    let view = View::<f64>::from_managed(empty.into_dlpack().unwrap()).unwrap();
     assert_eq!(view.shape, [0, 5]);
     let scalar = ndarray::arr0(2.5f64);
-    let view = View::<f64>::from_managed(scalar.to_dlpack().unwrap()).unwrap();
+    let view = View::<f64>::from_managed(scalar.into_dlpack().unwrap()).unwrap();
     assert_eq!(view.data.get(&[]).unwrap(), 2.5);
 }

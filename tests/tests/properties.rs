@@ -104,7 +104,7 @@ proptest! {
         let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i);
         let counter = Counter::new();
         let tensor = Tensor { data: buffer, shape: shape.clone(), strides: strides.clone(), offset: first * 4, _guard: counter.guard() };
-        let view = Strided::from_managed(tensor.to_dlpack().unwrap()).unwrap();
+        let view = Strided::from_managed(tensor.into_dlpack().unwrap()).unwrap();
         prop_assert_eq!(&view.shape, &shape);
         prop_assert_eq!(view.data.to_vec().unwrap(), expected);
         for (axis, &extent) in shape.iter().enumerate() {
@@ -121,7 +121,7 @@ proptest! {
         let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i * 7 - 3);
         let counter = Counter::new();
         let tensor = Tensor { data: buffer, shape: shape.clone(), strides, offset: first * 4, _guard: counter.guard() };
-        let managed = tensor.to_dlpack_with(&ExportRequest::versioned().copy(Some(true))).unwrap();
+        let managed = tensor.into_dlpack_with(&ExportRequest::versioned().copy(Some(true))).unwrap();
         prop_assert_eq!(counter.get(), 1, "the source is released once copied");
         prop_assert!(managed.is_copied());
         let view = Strided::from_managed(managed).unwrap();
@@ -141,7 +141,7 @@ proptest! {
             .all(|&i| i >= 0 && (i as usize) < len);
         let counter = Counter::new();
         let tensor = Tensor { data: vec![7; len], shape, strides, offset: offset * 4, _guard: counter.guard() };
-        match tensor.to_dlpack() {
+        match tensor.into_dlpack() {
             Ok(managed) => {
                 prop_assert!(inside, "accepted a layout outside the buffer");
                 let view = Strided::from_managed(managed).unwrap();

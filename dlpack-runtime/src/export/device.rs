@@ -205,8 +205,8 @@ where
     Ok((managed, work.ready.unwrap_or_default()))
 }
 
-/// [`DlpackExport::to_dlpack_with_ready_events`] of `value`.
-pub(crate) fn to_dlpack_with_ready_events<T: DlpackExport + Send + 'static>(
+/// [`DlpackExport::into_dlpack_with_ready_events`] of `value`.
+pub(crate) fn into_dlpack_with_ready_events<T: DlpackExport + Send + 'static>(
     value: T,
     request: &ExportRequest,
 ) -> Result<(ManagedTensor, ReadyEvents), ExportError> {

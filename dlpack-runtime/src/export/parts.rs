@@ -103,7 +103,7 @@ impl<S: AsStrides> AsStrides for Option<S> {
 ///
 /// // 0x3c00 is 1.0 in float16 (little-endian bytes `00 3c`): skip one element, keep two.
 /// let h = Halves { bytes: vec![0, 0, 0x00, 0x3c, 0x00, 0x3c], shape: [2], start: 1 };
-/// let managed = h.to_dlpack()?;
+/// let managed = h.into_dlpack()?;
 /// assert_eq!(DataType::from_raw(managed.dl_tensor().dtype), DataType::F16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -42,7 +42,7 @@ pub trait DlpackImport: Sized {
     /// [`ImportError::Export`] when the producer cannot export, otherwise as
     /// [`DlpackImport::from_managed`].
     fn from_dlpack<P: DlpackExport + Send + 'static>(producer: P) -> Result<Self, ImportError> {
-        Self::from_managed(producer.to_dlpack()?)
+        Self::from_managed(producer.into_dlpack()?)
     }
 }
 

@@ -27,7 +27,7 @@ trait ErasedExport: Send {
 
 impl<T: DlpackExport + Send + 'static> ErasedExport for T {
     fn export(self: Box<Self>, request: &ExportRequest) -> Result<ManagedTensor, ExportError> {
-        (*self).to_dlpack_with(request)
+        (*self).into_dlpack_with(request)
     }
 }
 

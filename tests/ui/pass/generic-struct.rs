@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         shape: [2, 3],
         strides: Some([1, 2]),
     };
-    let view = View::<f64>::from_managed(column_major.to_dlpack()?)?;
+    let view = View::<f64>::from_managed(column_major.into_dlpack()?)?;
     assert_eq!(view.shape, [2, 3]);
     assert_eq!(view.strides, [1, 2]);
     assert_eq!(view.data.get(&[1, 2])?, 12.0);

@@ -107,7 +107,7 @@ fn main() -> ::core::result::Result<(), ::std::boxed::Box<dyn ::std::error::Erro
         device: Device::CPU,
         __dlpack_readonly: true,
     };
-    let view = <View as DlpackImport>::from_managed(m.to_dlpack()?)?;
+    let view = <View as DlpackImport>::from_managed(m.into_dlpack()?)?;
     ::std::assert_eq!(view.__dlpack_data, [2, 3]);
     ::std::assert_eq!(view.__dlpack_shape.get(&[1, 2])?, 6.0);
     ::std::assert_eq!(view.managed, Device::CPU);

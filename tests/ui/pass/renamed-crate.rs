@@ -54,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         values: vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
         shape: [2, 3],
     };
-    let view = View::from_managed(m.to_dlpack()?)?;
+    let view = View::from_managed(m.into_dlpack()?)?;
     assert_eq!(view.shape, [2, 3]);
     assert_eq!(view.data.get(&[1, 2])?, 6.0);
 

@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         4,
         Device::CPU,
     );
-    let view = View::from_managed(m.to_dlpack()?)?;
+    let view = View::from_managed(m.into_dlpack()?)?;
     assert_eq!(view.1, [2, 3]);
     assert_eq!(view.0.get(&[0, 0])?, 1.0);
     assert_eq!(view.0.get(&[1, 2])?, 6.0);
