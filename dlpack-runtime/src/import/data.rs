@@ -1,14 +1,11 @@
 //! [`ImportedData`]: imported memory of one element type, read in place.
 
 use core::marker::PhantomData;
-use core::ptr::NonNull;
 
 use super::{ImportBuffer, ImportError};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
-use crate::layout::{
-    self, Contiguity, LayoutError, TensorLayout, raw_host_accessible, validated_numel,
-};
+use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
 use crate::managed::ManagedTensor;
 
 /// Imported memory of element type `T`: owns the managed tensor and reads it through its
@@ -26,167 +23,58 @@ pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
     /// What the import established; `None` when the layout is invalid (every access then
     /// reports the validation error).
-    view: Option<HostView>,
+    view: Option<View>,
     _element: PhantomData<T>,
 }
 
-// SAFETY: the raw pointers in `view` point into memory owned by `managed` (its header's `shape`
-// and `strides` arrays, and its data), which is `Send` and `Sync`; they are read only through
-// `&self` and written through only with `&mut self`, under the same rules as `managed` itself,
-// and `T: Element` is `Send + Sync`.
+// SAFETY: the layout in `view` borrows memory owned by `managed` (its header's `shape` and
+// `strides` arrays) and points to its data; it is read only through `&self` and the data is
+// written through only with `&mut self`, under the same rules as `managed` itself, which is
+// `Send` and `Sync`, and `T: Element` is `Send + Sync`.
 unsafe impl<T: Element> Send for ImportedData<T> {}
 // SAFETY: as for `Send`: shared access only reads.
 unsafe impl<T: Element> Sync for ImportedData<T> {}
 
-/// Facts of a validated layout, established at import, that typed access uses.
-///
-/// Whole words only, each written at once: a view is built and then moved (returned) at once,
-/// and a move that reads back whole words just written in pieces stalls the processor (a failed
-/// store-to-load forwarding) on every exchange.
+/// The layout validated at import, and what typed access of `T` needs to know about it.
 #[derive(Clone, Copy)]
-struct HostView {
-    /// Element `(0, ..., 0)`: `data + byte_offset`.
-    first: *mut u8,
-    /// The producer's `shape` array, `ndim` entries (an empty slice's dangling pointer when
-    /// `ndim` is 0).
-    shape: NonNull<i64>,
-    /// The producer's `strides` array, `ndim` entries, or NULL: compact row-major.
-    strides: *const i64,
-    /// `ndim` (at most `MAX_NDIM`) in the low byte, and the flags [`C_CONTIGUOUS`] and
-    /// [`HOST_OK`].
-    ndim_flags: usize,
-    numel: usize,
+struct View {
+    /// The validated layout. It borrows the header arrays of the tensor `managed` owns, which
+    /// stay in place, unmodified, until the tensor's deleter runs when `managed` is dropped:
+    /// the lifetime is erased here and restored to that of `&self` where it is handed out.
+    layout: TensorLayout<'static>,
+    /// The memory is host-accessible and element `(0, ..., 0)` is aligned for `T` (the checks
+    /// of [`TensorLayout::check_typed`] after the dtype, which the import checked).
+    host_ok: bool,
+    /// The layout is compact row-major.
+    c_contiguous: bool,
 }
 
-/// [`HostView`] flag: the layout is compact row-major.
-const C_CONTIGUOUS: usize = 1 << 8;
-/// [`HostView`] flag: the memory is host-accessible and element `(0, ..., 0)` is aligned for
-/// `T` (the checks of [`TensorLayout::check_typed`] after the dtype, which the import checked).
-const HOST_OK: usize = 1 << 9;
-
-impl HostView {
-    /// The facts of `managed`, whose layout was validated and whose dtype is `T::DTYPE`.
+impl View {
+    /// The view of `managed`'s layout, validated, whose dtype is `T::DTYPE`.
     #[inline]
-    fn of<T: Element>(managed: &ManagedTensor) -> Self {
-        let t = managed.dl_tensor();
-        // Validated: `0 <= ndim <= MAX_NDIM`, `shape` non-NULL when `ndim > 0`.
-        let ndim = t.ndim as usize;
-        let shape: &[i64] = if ndim == 0 {
-            &[]
-        } else {
-            // SAFETY: a validated header's `shape` points to `ndim` readable entries, unmodified
-            // while `managed` owns the tensor.
-            unsafe { core::slice::from_raw_parts(t.shape, ndim) }
-        };
-        let strides: Option<&[i64]> = if ndim == 0 || t.strides.is_null() {
-            None
-        } else {
-            // SAFETY: as for `shape`.
-            Some(unsafe { core::slice::from_raw_parts(t.strides, ndim) })
-        };
-        let numel = validated_numel(shape);
-        let first = t.data.cast::<u8>().wrapping_add(t.byte_offset as usize);
-        let host_ok = raw_host_accessible(t.device.device_type)
-            && (numel == 0 || (first as usize) % core::mem::align_of::<T>() == 0);
-        let c_contiguous = is_c_contiguous(shape, strides, numel);
-        Self {
-            first,
-            shape: NonNull::from(shape).cast(),
-            strides: strides.map_or(core::ptr::null(), <[i64]>::as_ptr),
-            ndim_flags: ndim
-                | if c_contiguous { C_CONTIGUOUS } else { 0 }
-                | if host_ok { HOST_OK } else { 0 },
-            numel,
-        }
+    fn of<T: Element>(managed: &ManagedTensor) -> Option<Self> {
+        let layout = managed.layout().ok()?;
+        let numel = layout.numel();
+        let host_ok = raw_host_accessible(managed.dl_tensor().device.device_type)
+            && (numel == 0 || (layout.first_element_ptr() as usize) % align_of::<T>() == 0);
+        let c_contiguous = layout.is_contiguous(Contiguity::C);
+        // SAFETY: only the lifetime changes; see `View::layout` for why the arrays outlive
+        // every use of it.
+        let layout =
+            unsafe { core::mem::transmute::<TensorLayout<'_>, TensorLayout<'static>>(layout) };
+        Some(Self {
+            layout,
+            host_ok,
+            c_contiguous,
+        })
     }
 
+    /// The layout, for as long as the view is borrowed (and so the `ImportedData` that owns
+    /// the arrays it borrows).
     #[inline]
-    fn ndim(&self) -> usize {
-        self.ndim_flags & 0xff
+    fn layout(&self) -> &TensorLayout<'_> {
+        &self.layout
     }
-
-    #[inline]
-    fn host_ok(&self) -> bool {
-        self.ndim_flags & HOST_OK != 0
-    }
-
-    #[inline]
-    fn c_contiguous(&self) -> bool {
-        self.ndim_flags & C_CONTIGUOUS != 0
-    }
-
-    /// The producer's `shape` array.
-    #[inline]
-    fn shape(&self) -> &[i64] {
-        // SAFETY: `shape` is the pointer of a validated `ndim`-entry slice (or an empty slice's
-        // dangling pointer) into the header arrays of the managed tensor that owns `self`'s
-        // owner, unmodified while it is owned (`ManagedTensor::layout`).
-        unsafe { core::slice::from_raw_parts(self.shape.as_ptr(), self.ndim()) }
-    }
-
-    /// Byte offset of the element at `index` from `first`, and its row-major position.
-    #[inline]
-    fn locate<T: Element>(&self, index: &[usize]) -> Result<(isize, usize), LayoutError> {
-        let ndim = self.ndim();
-        if index.len() != ndim {
-            return Err(LayoutError::IndexRank {
-                found: index.len(),
-                expected: ndim,
-            });
-        }
-        let shape = self.shape();
-        let mut linear = 0usize;
-        for (axis, (&i, &extent)) in index.iter().zip(shape).enumerate() {
-            if i as u64 >= extent as u64 {
-                return Err(LayoutError::IndexOutOfBounds {
-                    axis,
-                    index: i,
-                    extent,
-                });
-            }
-            // In range: `i < extent`, and the element count fits in `isize`.
-            linear = linear * extent as usize + i;
-        }
-        let size = core::mem::size_of::<T>();
-        if self.strides.is_null() {
-            // Compact row-major: the row-major position is the element offset; in range, as
-            // the span of the whole tensor fits in `isize`.
-            return Ok(((linear * size) as isize, linear));
-        }
-        // SAFETY: non-NULL, so a validated `ndim`-entry array, as for `shape`.
-        let strides = unsafe { core::slice::from_raw_parts(self.strides, ndim) };
-        let mut offset: i64 = 0;
-        for (&i, &stride) in index.iter().zip(strides) {
-            // In range: `i < extent`, and the span of the whole tensor fits in `isize`.
-            offset += i as i64 * stride * size as i64;
-        }
-        Ok((offset as isize, linear))
-    }
-}
-
-/// Whether a validated layout is compact row-major: [`TensorLayout::is_contiguous`] with
-/// [`Contiguity::C`], from the arrays.
-#[inline]
-fn is_c_contiguous(shape: &[i64], strides: Option<&[i64]>, numel: usize) -> bool {
-    let Some(strides) = strides else {
-        // NULL strides mean compact row-major.
-        return true;
-    };
-    if numel == 0 {
-        return true;
-    }
-    let mut expected: i64 = 1;
-    for (&extent, &stride) in shape.iter().zip(strides).rev() {
-        if extent == 1 {
-            continue;
-        }
-        if stride != expected {
-            return false;
-        }
-        // Extents are >= 2 here and their product divides `numel`: no overflow.
-        expected *= extent;
-    }
-    true
 }
 
 impl<T: Element> core::fmt::Debug for ImportedData<T> {
@@ -204,8 +92,9 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
         Self::accepts(&managed)?;
         // Validated once: by the consumer's constraint check just before (derive), by the
         // exporter (tensors built by this crate), or here.
-        let view = (managed.is_validated() || managed.layout().is_ok())
-            .then(|| HostView::of::<T>(&managed));
+        // Validated once: by the consumer's constraint check just before (derive), by the
+        // exporter (tensors built by this crate), or here.
+        let view = View::of::<T>(&managed);
         Ok(Self {
             managed,
             view,
@@ -274,9 +163,9 @@ impl<T: Element> ImportedData<T> {
 
     /// The facts kept at import, when the tensor is readable as host elements of `T`.
     #[inline]
-    fn host_view(&self) -> Result<&HostView, LayoutError> {
+    fn host_view(&self) -> Result<&View, LayoutError> {
         match &self.view {
-            Some(view) if view.host_ok() => Ok(view),
+            Some(view) if view.host_ok => Ok(view),
             _ => Err(self.access_error()),
         }
     }
@@ -296,8 +185,7 @@ impl<T: Element> ImportedData<T> {
 
     /// The validated layout, for host access of `T`.
     pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        self.host_view()?;
-        self.managed.layout()
+        Ok(*self.host_view()?.layout())
     }
 
     /// The refusal of a non-C-contiguous layout, naming its shape and strides.
@@ -327,19 +215,22 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
         let view = self.host_view()?;
-        if !view.c_contiguous() {
+        if !view.c_contiguous {
             return Err(self.not_contiguous());
         }
-        if view.numel == 0 {
+        let (ptr, numel) = (
+            view.layout().first_element_ptr().cast::<T>(),
+            view.layout().numel(),
+        );
+        if numel == 0 {
             return Ok(&[]);
         }
-        let ptr = view.first.cast::<T>();
-        check_bit_patterns::<T>(ptr, view.numel)?;
+        check_bit_patterns::<T>(ptr, numel)?;
         // SAFETY: the layout is validated and C-contiguous, so `numel` elements of `T` start at
         // `ptr` (aligned: `host_ok`) in host-accessible memory the producer keeps alive while
         // `self` owns the managed tensor; every element holds a valid `T` (checked above), and
         // no `&mut` to them exists while `&self` is borrowed.
-        Ok(unsafe { core::slice::from_raw_parts(ptr, view.numel) })
+        Ok(unsafe { core::slice::from_raw_parts(ptr, numel) })
     }
 
     /// The elements as a mutable slice, for a writable C-contiguous tensor in host memory.
@@ -352,11 +243,14 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let view = *self.host_view()?;
-        if !view.c_contiguous() {
+        let view = self.host_view()?;
+        if !view.c_contiguous {
             return Err(self.not_contiguous());
         }
-        let (ptr, numel) = (view.first.cast::<T>(), view.numel);
+        let (ptr, numel) = (
+            view.layout().first_element_ptr().cast::<T>(),
+            view.layout().numel(),
+        );
         if numel == 0 {
             return Ok(&mut []);
         }
@@ -374,11 +268,11 @@ impl<T: Element> ImportedData<T> {
     /// and [`LayoutError::InvalidValue`] for a bad `bool` byte.
     #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
-        let view = self.host_view()?;
-        let (offset, linear) = view.locate::<T>(index)?;
+        let layout = self.host_view()?.layout();
+        let (offset, linear) = layout.locate(index, size_of::<T>())?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
         // `locate`), aligned and host-accessible (`host_ok`).
-        unsafe { read_element::<T>(view.first.offset(offset), linear) }
+        unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), linear) }
     }
 
     /// Writes the element at `index`, for a writable tensor.
@@ -390,11 +284,17 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let view = self.host_view()?;
-        let (offset, _) = view.locate::<T>(index)?;
+        let layout = self.host_view()?.layout();
+        let (offset, _) = layout.locate(index, size_of::<T>())?;
         // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor; `&mut self`
         // excludes other access from this side.
-        unsafe { view.first.offset(offset).cast::<T>().write(value) };
+        unsafe {
+            layout
+                .first_element_ptr()
+                .offset(offset)
+                .cast::<T>()
+                .write(value)
+        };
         Ok(())
     }
 

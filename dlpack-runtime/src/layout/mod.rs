@@ -502,26 +502,52 @@ impl<'a> TensorLayout<'a> {
     /// [`LayoutError::IndexRank`] or [`LayoutError::IndexOutOfBounds`]; element sizes that are
     /// not whole bytes give [`LayoutError::SubByteAccess`].
     pub fn offset_of(&self, index: &[usize]) -> Result<isize, LayoutError> {
-        let size = self.element_bytes()? as i64;
-        if index.len() != self.ndim() {
+        let size = self.element_bytes()?;
+        self.locate(index, size).map(|(offset, _)| offset)
+    }
+
+    /// Byte offset of the element at `index` relative to [`Self::first_element_ptr`], for
+    /// elements of `element_bytes` bytes, and its position in row-major order.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::IndexRank`] or [`LayoutError::IndexOutOfBounds`].
+    #[inline]
+    pub(crate) fn locate(
+        &self,
+        index: &[usize],
+        element_bytes: usize,
+    ) -> Result<(isize, usize), LayoutError> {
+        let ndim = self.ndim();
+        if index.len() != ndim {
             return Err(LayoutError::IndexRank {
                 found: index.len(),
-                expected: self.ndim(),
+                expected: ndim,
             });
         }
-        let mut offset: i64 = 0;
-        for (axis, &i) in index.iter().enumerate() {
-            if i as u64 >= self.shape[axis] as u64 {
+        let mut linear = 0usize;
+        for (axis, (&i, &extent)) in index.iter().zip(self.shape).enumerate() {
+            if i as u64 >= extent as u64 {
                 return Err(LayoutError::IndexOutOfBounds {
                     axis,
                     index: i,
-                    extent: self.shape[axis],
+                    extent,
                 });
             }
-            // In range: `i < extent`, and the span of the whole tensor fits in isize.
-            offset += i as i64 * self.stride(axis) * size;
+            // In range: `i < extent`, and the element count fits in `isize`.
+            linear = linear * extent as usize + i;
         }
-        Ok(offset as isize)
+        let Some(strides) = self.strides else {
+            // Compact row-major: the row-major position is the element offset; in range, as
+            // the span of the whole tensor fits in `isize`.
+            return Ok(((linear * element_bytes) as isize, linear));
+        };
+        let mut offset: i64 = 0;
+        for (&i, &stride) in index.iter().zip(strides) {
+            // In range: `i < extent`, and the span of the whole tensor fits in `isize`.
+            offset += i as i64 * stride * element_bytes as i64;
+        }
+        Ok((offset as isize, linear))
     }
 
     fn element_bytes(&self) -> Result<usize, LayoutError> {
