@@ -70,8 +70,9 @@ unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
 }
 
 /// Stream-ordered release: `tensor`'s deleter runs only after `stream` has completed the work
-/// enqueued on it so far (spec section 6, corner 7: the deleter carries no stream). An event is
-/// recorded on `stream` now; a reaper thread waits for it, then drops the tensor.
+/// enqueued on it so far (the deleter carries no stream: `dlpack.h`,
+/// `DLManagedTensorVersioned::deleter`). An event is recorded on `stream` now; a reaper thread
+/// waits for it, then drops the tensor.
 ///
 /// # Errors
 ///

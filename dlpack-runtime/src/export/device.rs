@@ -3,16 +3,16 @@
 //! its twin without the feature.
 
 use cudarc::driver::CudaStream;
-use cudarc::driver::{result, sys};
+use cudarc::driver::sys;
 
-use super::host_copy::{build_copied, copy_to_host};
+use super::host_copy::{build_copied, copy_to_host as host_copy};
 use super::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, build_export};
 use crate::copy::StridedCopy;
 use crate::cuda::driver::{
-    AfterFailedWait, CopyTarget, CudaError, CurrentContext, DeviceMemory, ReadyEvents,
-    after_failed_wait, bind, check_consumer_stream, check_not_capturing, check_pointer,
-    check_primary_stream, check_producer_stream, context, driver_error, enqueue, execute, init,
-    leak, max_pitch, raw_stream, release_after_raw, stream_id,
+    AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
+    check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
+    check_producer_stream, context, copy_to_device, copy_to_host, execute, init, leak, max_pitch,
+    raw_stream, release_after_raw, stream_id, synchronize,
 };
 use crate::device::{Device, DeviceType};
 use crate::dtype::DataType;
@@ -255,8 +255,10 @@ fn copy_plan(
     Ok(plan_copy(device, pending, stream_request)?)
 }
 
-/// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; spec sections
-/// 2.5 and 2.7) as `copy` says, in the device's primary context: the strided source becomes
+/// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; the `copy`,
+/// `dl_device` and `stream` parameters of the array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html))
+/// as `copy` says, in the device's primary context: the strided source becomes
 /// compact row-major memory, written by driver copies enqueued on `copy.on` (the consumer's
 /// stream). A device copy is new device memory; unless `copy.host_wait`, the host does not
 /// block and the source is released once the stream has passed the copy ([`release_after`]).
@@ -288,56 +290,11 @@ fn copy_export(
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();
     if copy.to_host {
-        let span = layout.span();
-        let span_len = (span.end - span.start) as usize;
-        let first = layout.byte_offset() as isize - span.start;
-        let base =
-            (layout.data() as usize as sys::CUdeviceptr).wrapping_add_signed(span.start as i64);
-        let copied = copy_to_host(&layout, versioned, Some(max_pitch), |dst, plan| {
-            let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
-            let mut staging: Vec<u8> = Vec::new();
-            let enqueued = if staged {
-                staging
-                    .try_reserve_exact(span_len)
-                    .map_err(|_| CudaError::Driver {
-                        call: "host staging allocation",
-                        code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-                    })
-                    .and_then(|()| {
-                        // SAFETY: `base` is the start of the tensor's validated span in device
-                        // memory, `span_len` bytes; `staging` has room for them (reserved);
-                        // synchronized below before anything reads it.
-                        unsafe {
-                            sys::cuMemcpyDtoHAsync_v2(
-                                staging.as_mut_ptr().cast(),
-                                base,
-                                span_len,
-                                stream,
-                            )
-                        }
-                        .result()
-                        .map_err(driver_error("cuMemcpyDtoHAsync"))
-                    })
-            } else {
-                plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
-            };
-            // Wait even after a failed enqueue: the copies already enqueued write to host
-            // memory.
-            // SAFETY: `stream` is valid for the call.
-            let waited = unsafe { result::stream::synchronize(stream) }
-                .map_err(driver_error("cuStreamSynchronize"));
-            enqueued.and(waited)?;
-            if staged {
-                // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
-                unsafe { staging.set_len(span_len) };
-                // Compacted in destination order, which the host's caches favour.
-                let size = plan.bytes() / layout.numel();
-                let host = StridedCopy::for_host(layout.shape(), &layout.strides_vec(), size);
-                // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
-                // every element of the layout; `dst` has `bytes()` bytes, as `host` writes.
-                unsafe { host.run_on_host(staging.as_ptr().offset(first), dst) };
-            }
-            Ok(())
+        let copied = host_copy(&layout, versioned, Some(max_pitch), |dst, plan| {
+            // SAFETY: `dst` has `plan.bytes()` bytes (`host_copy`'s contract), `plan` was made
+            // for `layout` and this device's pitch; `source` keeps the memory alive until after
+            // the copy has been waited for; `stream` is valid for the call.
+            Ok(unsafe { copy_to_host(&layout, plan, dst, stream) }?)
         });
         drop(source);
         return Ok((copied?, None));
@@ -349,14 +306,11 @@ fn copy_export(
     let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
     let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
     let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
-    let enqueued = plan
-        .try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr()), stream));
+    let enqueued = copy_to_device(&plan, src, &memory, stream);
     // The copies read the source on `stream` (whether or not every block was enqueued); the
     // new memory's drop waits for the device.
     if copy.host_wait {
-        // SAFETY: `stream` is valid for the call.
-        let waited = unsafe { result::stream::synchronize(stream) }
-            .map_err(driver_error("cuStreamSynchronize"));
+        let waited = synchronize(stream);
         match waited.as_ref().map_err(after_failed_wait) {
             Ok(()) | Err(AfterFailedWait::Free) => drop(source),
             Err(_) => {

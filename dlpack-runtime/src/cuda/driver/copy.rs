@@ -7,8 +7,9 @@ use cudarc::driver::{CudaContext, result, sys};
 
 use super::reaper::{Job, reap};
 use super::{CudaError, bind, driver_error};
-use crate::copy::Block;
+use crate::copy::{Block, StridedCopy};
 use crate::dtype::DataType;
+use crate::layout::TensorLayout;
 
 /// Device memory of one copy, from `cuMemAlloc`; freed by the reaper once the device has
 /// finished the work submitted before the drop (the deleter carries no stream).
@@ -77,14 +78,14 @@ impl Drop for DeviceMemory {
 
 /// Where a copy writes.
 #[derive(Clone, Copy)]
-pub(crate) enum CopyTarget {
+enum CopyTarget {
     Host(*mut u8),
     Device(sys::CUdeviceptr),
 }
 
 /// Enqueues one block of a strided copy from device memory (`src` is the source's first
 /// element) on `stream`.
-pub(crate) fn enqueue(
+fn enqueue(
     block: Block,
     src: sys::CUdeviceptr,
     dst: CopyTarget,
@@ -161,4 +162,94 @@ pub(crate) fn max_pitch(ctx: &CudaContext) -> Result<usize, CudaError> {
     }
     .map_err(driver_error("cuDeviceGetAttribute"))?;
     Ok(usize::try_from(pitch).unwrap_or(0))
+}
+
+/// Blocks the host until `stream` (valid for the call, of the current context) has finished
+/// its work (`cuStreamSynchronize`).
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from `cuStreamSynchronize`.
+pub(crate) fn synchronize(stream: sys::CUstream) -> Result<(), CudaError> {
+    // SAFETY: a stream handle valid for the call (caller).
+    unsafe { result::stream::synchronize(stream) }.map_err(driver_error("cuStreamSynchronize"))
+}
+
+/// Copies the elements of `layout`, CUDA memory of the current context, compactly to host
+/// memory at `dst` as `plan` (made for `layout` and this device's maximum pitch) describes, on
+/// `stream`, and waits for the copy. A layout of many blocks whose span is not much larger
+/// than its elements comes over in one transfer and is compacted on the host.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from the copies, the wait, or the staging allocation.
+///
+/// # Safety
+///
+/// `dst` points to `plan.bytes()` writable bytes; `layout` is a validated layout of CUDA
+/// memory that stays alive for the call; `stream` is valid for the call.
+pub(crate) unsafe fn copy_to_host(
+    layout: &TensorLayout<'_>,
+    plan: &StridedCopy,
+    dst: *mut u8,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    let span = layout.span();
+    let span_len = span.len();
+    let first = layout.byte_offset() as isize - span.start;
+    let base = (layout.data() as usize as sys::CUdeviceptr).wrapping_add_signed(span.start as i64);
+    let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
+    let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
+    let mut staging: Vec<u8> = Vec::new();
+    let enqueued = if staged {
+        staging
+            .try_reserve_exact(span_len)
+            .map_err(|_| CudaError::Driver {
+                call: "host staging allocation",
+                code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            })
+            .and_then(|()| {
+                // SAFETY: `base` is the start of the tensor's validated span in device memory,
+                // `span_len` bytes; `staging` has room for them (reserved); synchronized below
+                // before anything reads it.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(staging.as_mut_ptr().cast(), base, span_len, stream)
+                }
+                .result()
+                .map_err(driver_error("cuMemcpyDtoHAsync"))
+            })
+    } else {
+        plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
+    };
+    // Wait even after a failed enqueue: the copies already enqueued write to host memory.
+    let waited = synchronize(stream);
+    enqueued.and(waited)?;
+    if staged {
+        // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
+        unsafe { staging.set_len(span_len) };
+        // Compacted in destination order, which the host's caches favour.
+        let size = plan.bytes() / layout.numel();
+        let host = StridedCopy::for_host(layout.shape(), &layout.strides_vec(), size);
+        // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds every
+        // element of the layout; `dst` has `bytes()` bytes (caller), as `host` writes.
+        unsafe { host.run_on_host(staging.as_ptr().offset(first), dst) };
+    }
+    Ok(())
+}
+
+/// Enqueues the copies of `plan` from `src` (element `(0, ..., 0)` of a validated layout of
+/// CUDA memory, the one `plan` was made for) into `memory` on `stream`; the host does not wait.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from the first copy that cannot be enqueued (those before it stay
+/// enqueued).
+pub(crate) fn copy_to_device(
+    plan: &StridedCopy,
+    src: sys::CUdeviceptr,
+    memory: &DeviceMemory,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    debug_assert!(plan.bytes() <= memory.byte_len);
+    plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr), stream))
 }

@@ -155,7 +155,9 @@ fn wait_for(
     // capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, and the capture is invalidated): refuse
     // it before the driver is asked.
     check_not_capturing(raw_stream(consumer))?;
-    // SAFETY: the consumer's stream is valid for the duration of this call (spec section 2.4);
+    // SAFETY: the consumer's stream is valid for the duration of this call (the `stream`
+    // parameter of the array API's `__dlpack__`,
+    // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html);
     // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
     // may be reused once this returns.
     unsafe {
@@ -206,7 +208,8 @@ pub(crate) fn order_raw(
     check_consumer_stream(consumer, device_id)?;
     bind(ctx.cu_ctx())?;
     let event = PooledEvent::take(&ctx)?;
-    // `producer` is a stream of the primary context, valid for this call (spec section 5.3).
+    // `producer` is a stream of the primary context, valid for this call (`dlpack.h`,
+    // `DLPackExchangeAPI::current_work_stream`).
     event.record_on(producer)?;
     wait_for(&event, consumer, ctx.cu_ctx())
 }

@@ -16,7 +16,7 @@ mod reaper;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use copy::{CopyTarget, DeviceMemory, enqueue, max_pitch};
+pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch, synchronize};
 pub(crate) use event::execute;
 #[cfg(feature = "python")]
 pub(crate) use event::order_raw;
@@ -280,7 +280,9 @@ fn consumer_context(stream: StreamId, expected: i32) -> Result<bool, CudaError> 
     };
     let ctx = context(expected)?;
     let _current = CurrentContext::save();
-    // The consumer's stream is valid for the duration of the call (spec section 2.4).
+    // The consumer's stream is valid for the duration of the call (the `stream` parameter of the
+    // array API's `__dlpack__`,
+    // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html).
     let found_ctx = stream_context(handle.get() as sys::CUstream)?;
     if found_ctx == ctx.cu_ctx() {
         return Ok(true);

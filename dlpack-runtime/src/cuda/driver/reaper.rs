@@ -67,8 +67,8 @@ impl Job {
         let _current = CurrentContext::save();
         let waited = match &self {
             Job::Release { event, .. } => event.synchronize(),
-            // The deleter carries no stream (spec section 6, corner 7): wait for every stream
-            // of the context, then free.
+            // The deleter carries no stream (`dlpack.h`, `DLManagedTensorVersioned::deleter`):
+            // wait for every stream of the context, then free.
             Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| {
                 // SAFETY: the context is current.
                 unsafe { sys::cuCtxSynchronize() }
