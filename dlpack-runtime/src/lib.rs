@@ -4,8 +4,8 @@
 //! Annotate the tensor type you already have with `#[derive(DlpackExport)]` and/or
 //! `#[derive(DlpackImport)]`, and it can lend its memory to NumPy, PyTorch, JAX, CuPy or another
 //! Rust crate, and be built from theirs, without copying. This crate holds the DLPack ABI
-//! ([`ffi`]), ownership ([`ManagedTensor`]), validation ([`layout`]), the stream rules
-//! ([`stream`]) and, behind features, the Python glue.
+//! ([`ffi`]), ownership ([`ManagedTensor`]), validation ([`TensorLayout`]), the stream rules
+//! and, behind features, the CUDA (module `cuda`) and Python (module `python`) glue.
 //!
 //! # Quick start
 //!
@@ -69,10 +69,11 @@
 //! # Safety model
 //!
 //! - **Who frees what.** A managed tensor is lent by its producer; whoever holds it calls its
-//!   `deleter` exactly once (spec section 1.11). In Rust that holder is a [`ManagedTensor`],
-//!   whose `Drop` calls the deleter, on every path: success, refusal by validation, refusal of a
-//!   version. Exported tensors live in one heap block (header, shape, strides, owner); their
-//!   deleter drops the owner and frees the block, and never unwinds across `extern "C"`.
+//!   `deleter` exactly once (`dlpack.h`, `DLManagedTensorVersioned::deleter`). In Rust that
+//!   holder is a [`ManagedTensor`], whose `Drop` calls the deleter, on every path: success,
+//!   refusal by validation, refusal of a version. Exported tensors live in one heap block
+//!   (header, shape, strides, owner); their deleter drops the owner and frees the block, and
+//!   never unwinds across `extern "C"`.
 //! - **What is checked.** Imports validate the layout ([`layout::validate`]): rank, extents,
 //!   strides by version, overflow of every extent computation, NULL data, dtype width; typed
 //!   access adds dtype, host accessibility, alignment, read-only and `bool` bit patterns.
@@ -82,17 +83,16 @@
 //!   with other clones) or it is marked read-only (a `readonly` field, the `#[dlpack(readonly)]`
 //!   flag); a shared export (`Arc<T>`, a Python object) is read-only
 //!   (`DLPACK_FLAG_BITMASK_READ_ONLY`). Imports refuse mutable access to read-only
-//!   tensors and to legacy tensors, which cannot say (spec section 1.12).
+//!   tensors and to legacy tensors, which cannot say (`DLManagedTensor` has no `flags`).
 //! - **Shared memory.** Zero-copy means the producer and the consumer see the same memory.
 //!   References handed out by imports ([`ImportedData::as_slice`], ndarray views) assume that
 //!   nothing writes the memory while they are borrowed; writes through the producer's own
 //!   handle (a NumPy array, say) must not overlap such a borrow.
-//! - **Streams.** The `stream` argument is parsed by the table of spec section 2.4 and illegal
-//!   values are refused ([`stream::parse_stream`]). Types without stream fields have no pending
-//!   work on any stream, so there is nothing to order.
-//!
-//! Spec references ("spec section N") point to the DLPack reference: `dlpack.h` 1.3, the Python
-//! specification and the array API standard, as summarized in the project's `dlpack-spec.md`.
+//! - **Streams.** The `stream` argument is parsed per device as the `stream` parameter of the
+//!   array API's
+//!   [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
+//!   lists its values, and illegal values are refused ([`StreamError`]). Types without
+//!   stream fields have no pending work on any stream, so there is nothing to order.
 
 #![warn(missing_docs)]
 

@@ -1,8 +1,9 @@
 //! [`ManagedTensor`]: the owner of a managed tensor, versioned or legacy.
 //!
-//! Ownership follows spec section 1.11: whoever holds a managed tensor calls its `deleter`
-//! exactly once when done (a NULL deleter is legal and means there is nothing to call). A
-//! [`ManagedTensor`] does exactly that in its `Drop`, on whichever thread drops it.
+//! Ownership follows `dlpack.h` (`DLManagedTensorVersioned::deleter`): whoever holds a managed
+//! tensor calls its `deleter` exactly once when done (a NULL deleter is legal and means there is
+//! nothing to call). A [`ManagedTensor`] does exactly that in its `Drop`, on whichever thread
+//! drops it.
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, Ordering};
@@ -10,7 +11,7 @@ use core::sync::atomic::{AtomicPtr, Ordering};
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 use crate::layout::{self, LayoutError, NullStrides, TensorLayout};
 
-/// The flag bits DLPack 1.3 defines (spec section 1.9).
+/// The flag bits DLPack 1.3 defines (`dlpack.h`, `DLManagedTensorVersioned::flags`).
 const KNOWN_FLAGS: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY
     | ffi::DLPACK_FLAG_BITMASK_IS_COPIED
     | ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED;
@@ -53,7 +54,8 @@ pub enum Writability {
     Writable,
     /// A versioned tensor with `DLPACK_FLAG_BITMASK_READ_ONLY`.
     ReadOnly,
-    /// A legacy tensor: it carries no flags, so the consumer cannot tell (spec section 1.12).
+    /// A legacy tensor: it carries no flags, so the consumer cannot tell (`dlpack.h`,
+    /// `DLManagedTensor`).
     /// Treated as read-only, as NumPy does.
     Unknown,
 }
@@ -71,8 +73,8 @@ pub enum RawManagedTensor {
 /// `DLManagedTensor`) and calls its deleter exactly once when dropped.
 ///
 /// Construction checks the version: a versioned tensor of another major version is handed back
-/// to its deleter unread (spec section 1.12), so every `ManagedTensor` has a known layout. The
-/// data itself is validated by [`ManagedTensor::layout`] before any access.
+/// to its deleter unread (`dlpack.h`, `DLPackVersion`), so every `ManagedTensor` has a known
+/// layout. The data itself is validated by [`ManagedTensor::layout`] before any access.
 ///
 /// **Validated once.** The header and its `shape` and `strides` arrays belong to the producer,
 /// which must not change them while the tensor is lent (the DLPack ownership contract), and
@@ -85,7 +87,8 @@ pub enum RawManagedTensor {
 /// capsules) are validated at their first `layout`.
 ///
 /// `ManagedTensor` is `Send` and `Sync`: the DLPack deleter may be called from any thread
-/// (spec section 1.11), and shared access only reads the header (and the atomic record of its
+/// (the [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html),
+/// "Implementation"), and shared access only reads the header (and the atomic record of its
 /// validation).
 pub struct ManagedTensor {
     /// The header pointer, tagged in its low bits (a header holds pointers, so its address is a
@@ -126,9 +129,9 @@ impl core::fmt::Debug for ManagedTensor {
     }
 }
 
-// SAFETY: DLPack allows the deleter to run on any thread (spec section 1.11, `dlpack.h`
-// `deleter` docs), and the header fields are plain data. Producers whose deleters need a
-// particular thread state (Python) acquire it themselves, as the spec requires.
+// SAFETY: DLPack allows the deleter to run on any thread (DLPack Python specification,
+// "Implementation"), and the header fields are plain data. Producers whose deleters need a
+// particular thread state (Python) acquire it themselves, as that section requires.
 unsafe impl Send for ManagedTensor {}
 // SAFETY: `&ManagedTensor` only reads the header and the producer-owned `shape`/`strides`
 // arrays, which the producer must keep unmodified while the tensor is lent out; the validation
@@ -160,12 +163,14 @@ impl ManagedTensor {
         // so reading it is legal whatever the major is.
         let version = unsafe { (*ptr.as_ptr()).version };
         if version.major != ffi::DLPACK_MAJOR_VERSION {
-            // SAFETY: the deleter's offset (16) is stable across majors (spec section 1.10); the
-            // caller handed us the duty to call it once, and we do so here, exactly once.
+            // SAFETY: the deleter's offset (16) is stable across majors (`dlpack.h`,
+            // `DLManagedTensorVersioned`); the caller handed us the duty to call it once, and we
+            // do so here, exactly once.
             unsafe { call_versioned_deleter(ptr) };
             return Err(HeaderError::UnsupportedVersion { found: version });
         }
-        // SAFETY: major version 1, so `flags` is at offset 24 (spec section 1.10).
+        // SAFETY: major version 1, so `flags` is at offset 24 (`dlpack.h`,
+        // `DLManagedTensorVersioned`).
         let flags = unsafe { (*ptr.as_ptr()).flags };
         let unknown = flags & !KNOWN_FLAGS;
         if unknown != 0 {
@@ -301,8 +306,8 @@ impl ManagedTensor {
         }
     }
 
-    /// Validates the layout (spec sections 1.7, 1.12): NULL strides are read by the version's
-    /// rule, and `IS_SUBBYTE_TYPE_PADDED` is honoured.
+    /// Validates the layout (`dlpack.h`, `DLTensor` and `DLPackVersion`): NULL strides are read
+    /// by the version's rule, and `IS_SUBBYTE_TYPE_PADDED` is honoured.
     ///
     /// The validation runs once: its result is kept, and later calls (or every call, for a
     /// tensor this crate's exporter built and validated) rebuild the same layout from the header
@@ -430,8 +435,8 @@ impl Drop for ManagedTensor {
 /// `p` is a valid `DLManagedTensorVersioned` (any major version) whose deleter has not been
 /// called; it must not be used afterwards.
 unsafe fn call_versioned_deleter(p: NonNull<DLManagedTensorVersioned>) {
-    // SAFETY: `deleter` is at offset 16 in every major version (spec section 1.10) and `p` is
-    // valid (caller).
+    // SAFETY: `deleter` is at offset 16 in every major version (`dlpack.h`,
+    // `DLManagedTensorVersioned`) and `p` is valid (caller).
     let deleter = unsafe { (*p.as_ptr()).deleter };
     if let Some(deleter) = deleter {
         // SAFETY: called once, with the pointer the producer handed out (caller).

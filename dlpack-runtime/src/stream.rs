@@ -1,10 +1,11 @@
-//! Stream planning: the `stream` argument of `__dlpack__`, parsed per device type (spec
-//! section 2.4), and what an exchange must do about pending work.
+//! Stream planning: the `stream` argument of the array API's
+//! [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
+//! parsed per device type, and what an exchange must do about pending work.
 //!
 //! This layer is pure: it turns the integer a consumer passes into a typed [`StreamRequest`],
-//! refusing values the spec forbids with a [`StreamError`] that lists the legal ones, and decides
-//! the synchronization ([`SyncPlan`]) and copy placement ([`CopyPlan`]). It makes no driver
-//! calls; the CUDA driver tier carries the plans out.
+//! refusing values `__dlpack__` forbids with a [`StreamError`] that lists the legal ones, and
+//! decides the synchronization ([`SyncPlan`]) and copy placement ([`CopyPlan`]). It makes no
+//! driver calls; the CUDA driver tier carries the plans out.
 //!
 //! | value | CUDA | ROCm | CPU |
 //! |---|---|---|---|
@@ -26,7 +27,7 @@ use core::num::NonZeroU64;
 
 use crate::device::{Device, DeviceType};
 
-/// What the consumer asked for with `stream=` (spec section 2.4).
+/// What the consumer asked for with `stream=` (the `stream` parameter of `__dlpack__`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum StreamRequest {
     /// Host memory with `stream=None`: the data must be ready for the host.
@@ -120,7 +121,8 @@ impl StreamId {
 }
 
 /// What the producer must do so that its pending work is visible to the consumer
-/// (spec section 2.5). Decided by [`plan_sync`]; carried out by the `cuda` layer.
+/// (the `stream` parameter of `__dlpack__`). Decided by [`plan_sync`]; carried out by the `cuda`
+/// layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SyncPlan {
     /// Nothing: no pending work, `stream=-1`, or the consumer uses the producer's stream.
@@ -134,7 +136,7 @@ pub(crate) enum SyncPlan {
         wait_on: StreamId,
     },
     /// Block the host until `streams` have finished: the consumer reads on the host
-    /// (`stream=None` for a CPU request, spec section 2.4).
+    /// (`stream=None` for a CPU request, as `__dlpack__`'s `stream` parameter requires).
     HostSync {
         /// Producer streams with pending work.
         streams: Vec<StreamId>,
@@ -196,11 +198,12 @@ pub(crate) fn plan_sync(
 }
 
 /// How a producer copies device memory for its consumer (`copy=True`, or `dl_device=(CPU, 0)`
-/// for CUDA memory; spec sections 2.5 and 2.7). Decided by [`plan_copy`].
+/// for CUDA memory; the `copy` and `dl_device` parameters of `__dlpack__`). Decided by
+/// [`plan_copy`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CopyPlan {
-    /// The stream the copy is enqueued on: the consumer's stream when it names one (spec
-    /// section 2.5: "the copy must be enqueued on the consumer's stream").
+    /// The stream the copy is enqueued on: the consumer's stream when it names one (the `copy`
+    /// parameter of `__dlpack__`: the copy "must be performed over `stream`").
     pub on: StreamId,
     /// What makes the producer's pending work visible on [`CopyPlan::on`] before the copy.
     pub before: SyncPlan,
@@ -233,8 +236,8 @@ impl StreamRequest {
 ///   other streams are ordered before it), and the host waits for it: a copy the consumer
 ///   cannot order itself after must be finished when it is handed over.
 /// - A host consumer ([`StreamRequest::Host`], `dl_device=(CPU, 0)`): the copy goes on the
-///   per-thread default stream after the pending work, and the host waits for it, as the spec
-///   requires for a CPU consumer (section 2.4).
+///   per-thread default stream after the pending work, and the host waits for it, as the
+///   `stream` parameter of `__dlpack__` requires for a CPU consumer.
 ///
 /// # Errors
 ///
@@ -263,7 +266,8 @@ pub(crate) fn plan_copy(
     })
 }
 
-/// A `stream` argument that is not legal for the device (spec section 2.4).
+/// A `stream` argument that is not legal for the device (the `stream` parameter of the array
+/// API's `__dlpack__`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamError {

@@ -320,7 +320,9 @@ where
             }
         }
     }
-    // Make the producer's pending work visible on the consumer's stream (spec section 2.5)
+    // Make the producer's pending work visible on the consumer's stream (the `stream` parameter
+    // of the array API's `__dlpack__`,
+    // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
     // while its streams are borrowed, before the tensor is handed out.
     let has_elements = numel.is_some_and(|n| n > 0);
     let data = buffer.as_ptr() as u64 + byte_offset as u64;
@@ -362,7 +364,7 @@ where
         byte_offset: byte_offset as u64,
     };
     let span = if numel == 0 {
-        // Zero-size tensors carry a NULL `data` (spec section 1.7, `dlpack.h` `data` docs).
+        // Zero-size tensors carry a NULL `data` (`dlpack.h`, `DLTensor::data`).
         dl_tensor.data = ptr::null_mut();
         dl_tensor.byte_offset = 0;
         ByteSpan { start: 0, end: 0 }
@@ -381,8 +383,8 @@ where
         // Inside a live buffer, so never NULL nor wrapping; checked all the same.
         layout::check_address(data, numel, span)?;
         if has_address_data(device.device_type) {
-            // Fold the offset into `data`: consumers that drop `byte_offset` (spec section 6,
-            // corner 2) then still read the right element. In bounds: `byte_offset <= span.end`.
+            // Fold the offset into `data`: consumers that ignore `byte_offset` (many do) then
+            // still read the right element. In bounds: `byte_offset <= span.end`.
             dl_tensor.data = data.cast::<u8>().wrapping_add(byte_offset).cast();
             dl_tensor.byte_offset = 0;
             // The span is relative to `data`, which moved by `byte_offset` (a whole number of

@@ -4,8 +4,9 @@ use crate::device::{Device, DeviceType};
 use crate::layout::LayoutError;
 use crate::stream::StreamError;
 
-/// A request to export that cannot be honoured (the producer side of `__dlpack__`,
-/// spec sections 2.4 to 2.8).
+/// A request to export that cannot be honoured (the producer side of the array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
+/// its parameters and Raises).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExportError {
@@ -16,7 +17,7 @@ pub enum ExportError {
     #[error(transparent)]
     Stream(#[from] StreamError),
     /// `max_version` names a major version below 1 while the tensor is read-only: a legacy
-    /// `DLManagedTensor` cannot carry the read-only flag (spec section 2.7).
+    /// `DLManagedTensor` cannot carry the read-only flag (it has no `flags`, `dlpack.h`).
     #[error(
         "a read-only tensor cannot be exported as a legacy (unversioned) DLManagedTensor, expected max_version >= (1, 0)"
     )]

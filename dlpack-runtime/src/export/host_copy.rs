@@ -79,7 +79,8 @@ fn copied_parts(c: &mut Copied) -> ExportParts<'_> {
 }
 
 /// A zeroed, compact row-major host tensor of `dtype` and `shape` (in elements), versioned,
-/// writable: what a producer's allocator hands out (spec section 5.3).
+/// writable: what a producer's allocator hands out (`dlpack.h`,
+/// `DLPackExchangeAPI::managed_tensor_allocator`).
 #[cfg_attr(not(feature = "python"), allow(dead_code))]
 pub(crate) fn allocate_host(
     dtype: DataType,
@@ -104,10 +105,11 @@ pub(crate) fn allocate_host(
     build_owned::<DLManagedTensorVersioned, _, _>(owner, &copied_parts)
 }
 
-/// A compact row-major host copy of the tensor `layout` describes, flagged `IS_COPIED` (spec
-/// section 2.7) and versioned when `versioned`: `fill` writes the elements to the new memory
-/// (`plan.bytes()` bytes at the pointer it gets) as `plan` describes: a plan for a copy engine
-/// with that maximum pitch (`engine_pitch`), or for the host.
+/// A compact row-major host copy of the tensor `layout` describes, flagged `IS_COPIED`
+/// (`dlpack.h`, `DLPACK_FLAG_BITMASK_IS_COPIED`) and versioned when `versioned`: `fill` writes
+/// the elements to the new memory (`plan.bytes()` bytes at the pointer it gets) as `plan`
+/// describes: a plan for a copy engine with that maximum pitch (`engine_pitch`), or for the
+/// host.
 pub(crate) fn copy_to_host(
     layout: &TensorLayout<'_>,
     versioned: bool,
@@ -147,8 +149,8 @@ pub(crate) fn copy_to_host(
     build_copied(copied, &copied_parts, versioned)
 }
 
-/// Builds the export of a copy `owner` (fresh memory, writable), flagged `IS_COPIED` (spec
-/// section 2.7); versioned when `versioned`.
+/// Builds the export of a copy `owner` (fresh memory, writable), flagged `IS_COPIED`
+/// (`dlpack.h`, `DLPACK_FLAG_BITMASK_IS_COPIED`); versioned when `versioned`.
 pub(crate) fn build_copied<O, F>(
     owner: O,
     parts_of: &F,

@@ -5,14 +5,16 @@ use crate::device::{Device, DeviceType};
 use crate::ffi::{self, DLPackVersion};
 use crate::stream::parse_stream;
 
-/// The arguments of `__dlpack__(stream, max_version, dl_device, copy)` (spec section 2.1).
+/// The arguments of `__dlpack__(stream, max_version, dl_device, copy)` (the array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)).
 ///
 /// The all-`None` request ([`ExportRequest::new`]) is Python's default and yields a legacy
 /// `DLManagedTensor`; [`ExportRequest::versioned`] asks for DLPack 1.3.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ExportRequest {
-    /// The consumer's stream, as in the table of spec section 2.4 (`None`: Python's `None`).
+    /// The consumer's stream, as the `stream` parameter of `__dlpack__` lists per device
+    /// (`None`: Python's `None`).
     pub stream: Option<i64>,
     /// Highest version the consumer understands; `None` or major 0 gives a legacy tensor.
     pub max_version: Option<DLPackVersion>,
@@ -72,9 +74,9 @@ impl ExportRequest {
     }
 
     /// Checks what can be checked before exporting a tensor on `device`: `stream` must be legal
-    /// for the device the consumer will use (spec section 2.4), and `dl_device` must be
-    /// `device` itself, `cpu:0` for host-accessible memory, or (feature `cuda`) `cpu:0` for
-    /// CUDA memory, which is then copied (spec section 2.7).
+    /// for the device the consumer will use (`__dlpack__`'s `stream` parameter), and
+    /// `dl_device` must be `device` itself, `cpu:0` for host-accessible memory, or (feature
+    /// `cuda`) `cpu:0` for CUDA memory, which is then copied (its `dl_device` and `copy`).
     ///
     /// # Errors
     ///
@@ -99,7 +101,7 @@ impl ExportRequest {
     }
 
     /// Whether serving this request for a tensor on `device` makes a copy: `copy=True`, or a
-    /// `dl_device` that the memory is not reachable from (spec section 2.7).
+    /// `dl_device` that the memory is not reachable from (`__dlpack__`'s `dl_device` and `copy`).
     #[inline]
     pub fn needs_copy(&self, device: Device) -> bool {
         self.copy == Some(true) || self.dl_device.is_some_and(|t| !same_memory(device, t))

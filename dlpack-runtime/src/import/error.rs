@@ -8,7 +8,8 @@ use crate::layout::LayoutError;
 use crate::managed::HeaderError;
 
 /// A tensor that cannot be imported, or does not meet the consumer's constraints
-/// (spec sections 1.7, 1.12, 2.3).
+/// (`dlpack.h`, `DLTensor` and `DLPackVersion`; capsules as in the "Implementation" section of
+/// the [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImportError {

@@ -104,7 +104,8 @@ pub(crate) fn raw_host_accessible(device_type: ffi::DLDeviceType) -> bool {
     )
 }
 
-/// Bits one element occupies in memory, after the dtype rules of spec sections 1.5 and 1.6.
+/// Bits one element occupies in memory, after the dtype rules of `dlpack.h` (`DLDataType`,
+/// `DLDataTypeCode`, `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`).
 #[inline]
 pub(crate) fn check_dtype(raw: ffi::DLDataType, padded_subbyte: bool) -> Result<u64, LayoutError> {
     if raw.bits == 0 || raw.lanes == 0 {

@@ -5,7 +5,7 @@ use crate::device::Device;
 use crate::dtype::DataType;
 
 /// A `DLTensor` layout that cannot be read safely, or a typed access it does not allow
-/// (spec sections 1.5 to 1.7).
+/// (`dlpack.h`, `DLTensor` and `DLDataType`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayoutError {

@@ -1,4 +1,5 @@
-//! Validation of a borrowed `DLTensor` and layout arithmetic (spec sections 1.7 and 1.12).
+//! Validation of a borrowed `DLTensor` and layout arithmetic (`dlpack.h`: `DLTensor`, and the
+//! version rules of `DLManagedTensorVersioned::version`).
 //!
 //! [`validate`] is the single gate every imported tensor passes before anything reads its data:
 //! it checks `ndim`, `shape`, `strides` (by version), the dtype width, the element count and the
@@ -33,7 +34,8 @@ pub use error::LayoutError;
 pub const MAX_NDIM: usize = 64;
 
 /// How to read a NULL `strides` pointer, which depends on who produced the tensor
-/// (spec section 1.7, corner 1 of section 6).
+/// (`dlpack.h`, `DLTensor::strides`: NULL meant compact row-major until DLPack 1.2, which
+/// requires strides when `ndim > 0`; consumers still meet NULL from older producers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NullStrides {
     /// NULL means compact row-major: legacy tensors and versioned tensors of minor < 2.

@@ -1,5 +1,6 @@
 //! Capsules: wrapping a managed tensor for Python, and taking one back, with the rename protocol
-//! of the DLPack Python specification.
+//! of the [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html)
+//! ("Implementation").
 
 use core::ffi::{CStr, c_void};
 use core::ptr::NonNull;
@@ -12,7 +13,8 @@ use pyo3::types::PyCapsule;
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
 use crate::managed::{HeaderError, ManagedTensor, RawManagedTensor};
 
-/// Wraps a managed tensor in a capsule named by its kind, with the spec's destructor.
+/// Wraps a managed tensor in a capsule named by its kind, with the destructor the DLPack Python
+/// specification prescribes ("Implementation").
 ///
 /// # Errors
 ///
@@ -46,7 +48,7 @@ pub fn to_capsule(py: Python<'_>, managed: ManagedTensor) -> PyResult<Bound<'_, 
 }
 
 /// Capsule destructor for `"dltensor_versioned"`: calls the deleter only if the capsule was
-/// not consumed (spec section 2.3).
+/// not consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject) {
     // SAFETY: CPython calls the destructor with the capsule, GIL held. `PyCapsule_IsValid` sets
     // no exception and is false for a renamed (consumed) capsule.
@@ -63,7 +65,7 @@ unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject)
 }
 
 /// Capsule destructor for `"dltensor"`: calls the deleter only if the capsule was not
-/// consumed (spec section 2.3).
+/// consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
     // SAFETY: as for `versioned_capsule_destructor`, for the legacy name and struct.
     unsafe {
@@ -77,7 +79,8 @@ unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
     }
 }
 
-/// Takes ownership of the managed tensor in a DLPack capsule (spec section 2.3).
+/// Takes ownership of the managed tensor in a DLPack capsule (DLPack Python specification,
+/// "Implementation").
 ///
 /// A `"dltensor_versioned"` capsule whose major version is not 1 is refused **without**
 /// renaming it, so its producer's destructor frees it. Otherwise the capsule is renamed to its
@@ -108,7 +111,7 @@ pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
         }
         .cast::<DLManagedTensorVersioned>();
         // SAFETY: a `"dltensor_versioned"` capsule holds a managed tensor whose `version` is at
-        // offset 0 in every major version (spec section 1.10).
+        // offset 0 in every major version (`dlpack.h`, `DLManagedTensorVersioned`).
         let version = unsafe { (*p).version };
         if version.major != ffi::DLPACK_MAJOR_VERSION {
             return Err(HeaderError::UnsupportedVersion { found: version }.into());

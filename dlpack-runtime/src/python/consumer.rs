@@ -18,7 +18,8 @@ use crate::managed::ManagedTensor;
 
 use super::*;
 
-/// Options of `from_dlpack(x, /, *, device=None, copy=None)` (spec section 2.9).
+/// Options of `from_dlpack(x, /, *, device=None, copy=None)` (the array API's
+/// [`from_dlpack`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.from_dlpack.html)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FromDlpackOptions {
@@ -27,9 +28,11 @@ pub struct FromDlpackOptions {
     pub device: Option<Device>,
     /// `Some(true)`: always copy; `Some(false)`: never copy; `None`: copy only if needed.
     pub copy: Option<bool>,
-    /// The consumer's stream, passed as `stream=` (spec section 2.4: for CUDA a `cudaStream_t`
-    /// as an integer, `1` or `2` for the default streams, `-1` for no synchronization); `None`
-    /// passes none, which a CUDA producer reads as the legacy default stream.
+    /// The consumer's stream, passed as `stream=` (the `stream` parameter of the array API's
+    /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
+    /// for CUDA a `cudaStream_t` as an integer, `1` or `2` for the default streams, `-1` for no
+    /// synchronization); `None` passes none, which a CUDA producer reads as the legacy default
+    /// stream.
     pub stream: Option<i64>,
 }
 
@@ -74,8 +77,11 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 
 /// `from_dlpack(obj, device=..., copy=...)` for Rust.
 ///
-/// Protocol (spec sections 2.2, 2.6, 2.9, 5): when the producer's type publishes the C
-/// exchange API (`__dlpack_c_exchange_api__`, version 1.x; looked up once per type) and no
+/// Protocol (the [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html),
+/// the array API's `from_dlpack` and the `max_version` Notes of its `__dlpack__`, and
+/// `DLPackExchangeAPI` in `dlpack.h`): when the producer's type publishes the C exchange API
+/// ([`__dlpack_c_exchange_api__`](https://data-apis.org/array-api/draft/API_specification/generated/array_api.array.__dlpack_c_exchange_api__.html),
+/// version 1.x; looked up once per type) and no
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
 /// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA device memory, whose
 /// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
@@ -207,9 +213,9 @@ fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
-/// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as spec
-/// section 5.1 allows. The cache holds a reference to each type, so a type's address is never
-/// reused while its entry exists.
+/// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as
+/// `dlpack.h` allows (`DLPackExchangeAPI`). The cache holds a reference to each type, so a
+/// type's address is never reused while its entry exists.
 fn exchange_api_of(
     ty: &Bound<'_, pyo3::types::PyType>,
 ) -> PyResult<Option<&'static ffi::DLPackExchangeAPI>> {
@@ -268,7 +274,7 @@ fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
         return Ok(0);
     }
     // SAFETY: a valid capsule under this name holds a `const DLPackExchangeAPI*` that lives for
-    // the whole process (spec section 5.1).
+    // the whole process (`dlpack.h`, `DLPackExchangeAPI`).
     let api = unsafe { pyffi::PyCapsule_GetPointer(capsule.as_ptr(), name) }
         .cast::<ffi::DLPackExchangeAPI>();
     // SAFETY: as above; the header is readable.
@@ -317,10 +323,11 @@ fn settle(
 }
 
 /// Makes a tensor taken through a C exchange API without synchronization safe to use as
-/// `__dlpack__(stream=options.stream)` would (spec sections 2.5 and 5.4): host memory needs
-/// nothing; CUDA memory (feature `cuda`) gets an event dependency from the producer's
-/// `current_work_stream` to the consumer's stream (`None`: the legacy default stream). Returns
-/// `false` for memory this consumer cannot order, which the caller gives back.
+/// `__dlpack__(stream=options.stream)` would (its `stream` parameter; `current_work_stream` in
+/// `dlpack.h`): host memory needs nothing; CUDA memory (feature `cuda`) gets an event
+/// dependency from the producer's `current_work_stream` to the consumer's stream (`None`: the
+/// legacy default stream). Returns `false` for memory this consumer cannot order, which the
+/// caller gives back.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn order_exchanged(
     py: Python<'_>,
@@ -343,8 +350,8 @@ fn order_exchanged(
         let request = crate::stream::parse_stream(device, options.stream)
             .map_err(crate::export::ExportError::from)?;
         let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
-        // SAFETY: the table's contract (spec section 5.3): GIL held, a valid out-pointer; the
-        // stream written is valid until control returns to Python.
+        // SAFETY: the table's contract (`dlpack.h`, `current_work_stream`): GIL held, a valid
+        // out-pointer; the stream written is valid until control returns to Python.
         if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
             return Err(PyErr::fetch(py));
         }
@@ -355,7 +362,8 @@ fn order_exchanged(
     Ok(false)
 }
 
-/// Takes the tensor through a C exchange API table (spec section 5.3).
+/// Takes the tensor through a C exchange API table (`dlpack.h`,
+/// `managed_tensor_from_py_object_no_sync`).
 fn via_exchange_api(
     obj: &Bound<'_, PyAny>,
     api: &ffi::DLPackExchangeAPI,
@@ -371,6 +379,7 @@ fn via_exchange_api(
     if rc != 0 {
         return Err(PyErr::fetch(obj.py()));
     }
-    // SAFETY: on success `out` is an owned managed tensor (spec section 5.3).
+    // SAFETY: on success `out` is an owned managed tensor (`dlpack.h`,
+    // `managed_tensor_from_py_object_no_sync`).
     unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(Into::into)
 }

@@ -1,5 +1,7 @@
-//! The DLPack C exchange API (`__dlpack_c_exchange_api__`, `DLPackExchangeAPI` in `dlpack.h`)
-//! of a pyclass, for C consumers that skip the Python-level call.
+//! The DLPack C exchange API ([`__dlpack_c_exchange_api__`], `DLPackExchangeAPI` in
+//! `dlpack.h`) of a pyclass, for C consumers that skip the Python-level call.
+//!
+//! [`__dlpack_c_exchange_api__`]: https://data-apis.org/array-api/draft/API_specification/generated/array_api.array.__dlpack_c_exchange_api__.html
 
 use core::ffi::c_void;
 use core::ptr::NonNull;
@@ -19,22 +21,23 @@ use crate::managed::{ManagedTensor, RawManagedTensor};
 use super::export_once::export_managed;
 use super::producer::PyOwner;
 
-/// The C exchange API table of pyclass `T` (spec section 5), as the capsule to publish as the
-/// class attribute `__dlpack_c_exchange_api__`:
+/// The C exchange API table of pyclass `T` (`DLPackExchangeAPI` in `dlpack.h`), as the capsule
+/// to publish as the class attribute `__dlpack_c_exchange_api__`:
 ///
 /// a `#[classattr]` method returning `python::dlpack_c_exchange_api::<Self>(py)`, as in the
 /// module example.
 ///
 /// The table (version 1.3) lives for the whole process, one per type:
 /// `managed_tensor_from_py_object_no_sync` makes the same shared, read-only export as
-/// [`dlpack`]; `managed_tensor_allocator` allocates zeroed host tensors;
-/// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`] object;
+/// [`dlpack`](super::dlpack); `managed_tensor_allocator` allocates zeroed host tensors;
+/// `managed_tensor_to_py_object_no_sync` wraps a tensor in an [`ExportOnce`](super::ExportOnce) object;
 /// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
 /// `current_work_stream` reports NULL (no current stream). The conversion performs no
-/// synchronization, as the spec requires; a tensor whose producer names CUDA streams with
-/// pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers) is refused with `BufferError`,
-/// since the C exchange API cannot name those streams: `__dlpack__(stream=...)` orders them
-/// before the consumer's stream. This crate's consumer then falls back to `__dlpack__`.
+/// synchronization, as `dlpack.h` requires of its `_no_sync` functions; a tensor whose producer
+/// names CUDA streams with pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers) is
+/// refused with `BufferError`, since the C exchange API cannot name those streams:
+/// `__dlpack__(stream=...)` orders them before the consumer's stream. This crate's consumer
+/// then falls back to `__dlpack__`.
 ///
 /// # Errors
 ///
@@ -65,7 +68,8 @@ where
                 dltensor_from_py_object_no_sync: None,
                 current_work_stream: Some(c_api_current_work_stream),
             });
-            // Leaked on purpose: the spec requires the table to live for the whole process.
+            // Leaked on purpose: the table must live for the whole process (`dlpack.h`,
+            // `DLPackExchangeAPI`).
             Box::into_raw(table) as usize
         });
     let pointer = NonNull::new(address as *mut c_void)
@@ -113,10 +117,10 @@ where
         // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
         let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
         let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
-        // No synchronization (spec section 5.3): `stream=-1` where a stream is legal. The table
-        // carries no stream per tensor, so a tensor with work pending on the producer's own
-        // streams cannot be ordered before the consumer's: refused, for `__dlpack__(stream=...)`
-        // to serve it, rather than handed over unordered.
+        // No synchronization (`dlpack.h`, `managed_tensor_from_py_object_no_sync`): `stream=-1`
+        // where a stream is legal. The table carries no stream per tensor, so a tensor with
+        // work pending on the producer's own streams cannot be ordered before the consumer's:
+        // refused, for `__dlpack__(stream=...)` to serve it, rather than handed over unordered.
         let (device, pending) = {
             let parts = obj.get().export_parts();
             (parts.device(), parts.has_producer_streams())
@@ -157,7 +161,8 @@ unsafe extern "C" fn c_api_allocate(
             return Err("NULL argument to managed_tensor_allocator".to_owned());
         }
         // SAFETY: a non-NULL prototype is a readable `DLTensor` whose `shape` holds `ndim`
-        // entries (spec section 5.3: only dtype, ndim, shape and device are used).
+        // entries (`dlpack.h`, `managed_tensor_allocator`: only dtype, ndim, shape and device
+        // are used).
         let prototype = unsafe { &*prototype };
         let device = Device::from_raw(prototype.device);
         if device != Device::CPU {
@@ -217,7 +222,8 @@ fn report_c_error(
     if let Some(set_error) = set_error {
         let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
         // SAFETY: the caller's callback, with its context and two NUL-terminated strings that
-        // outlive the call (spec section 5.3: `SetError` is called exactly on failure).
+        // outlive the call (`dlpack.h`, `managed_tensor_allocator`: `SetError` is called
+        // exactly on failure).
         unsafe { set_error(error_ctx, c"BufferError".as_ptr(), message.as_ptr()) };
     }
 }
@@ -233,7 +239,8 @@ unsafe extern "C" fn c_api_to_py(
             drop(unsafe { ManagedTensor::from_raw_versioned(tensor) });
             return Err(PyValueError::new_err("NULL out_py_object"));
         }
-        // SAFETY: the caller hands over an owned managed tensor (spec section 5.3).
+        // SAFETY: the caller hands over an owned managed tensor (`dlpack.h`,
+        // `managed_tensor_to_py_object_no_sync`).
         let managed = unsafe { ManagedTensor::from_raw_versioned(tensor) }?;
         let obj = export_managed(py, managed)?;
         // SAFETY: `out_py_object` is non-NULL and writable; the new reference goes to the caller.

@@ -2,7 +2,7 @@
 //!
 //! # Producer: give a `#[pyclass]` tensor the protocol
 //!
-//! A frozen pyclass that derives [`DlpackExport`] gets the two methods with one line each. The
+//! A frozen pyclass that derives [`DlpackExport`](crate::DlpackExport) gets the two methods with one line each. The
 //! export is shared and read-only: the Python object stays alive while any consumer holds the
 //! tensor, and a frozen class cannot be mutated from Rust in the meantime.
 //!
@@ -37,7 +37,7 @@
 //!         python::dlpack_device(self)
 //!     }
 //!
-//!     // Optional: the DLPack 1.3 C exchange API, for C consumers (spec section 5).
+//!     // Optional: the DLPack 1.3 C exchange API (`DLPackExchangeAPI`), for C consumers.
 //!     #[classattr]
 //!     fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
 //!         python::dlpack_c_exchange_api::<Self>(py)
@@ -51,20 +51,26 @@
 //!
 //! # Consumer
 //!
-//! [`from_dlpack`] builds any [`DlpackImport`] type from a Python object that has `__dlpack__`
-//! (calling `__dlpack_device__` first and asking for `max_version=(1, 3)`, with the spec's
-//! fallback on `TypeError`), or from a raw capsule; [`from_dlpack_with`] adds `device` and
-//! `copy`. Producers whose type publishes the C exchange API are read through it when no
-//! synchronization is needed.
+//! [`from_dlpack`] builds any [`DlpackImport`](crate::DlpackImport) type from a Python object that has `__dlpack__`
+//! (calling `__dlpack_device__` first and asking for `max_version=(1, 3)`, with the fallback on
+//! `TypeError` that the Notes of the array API's
+//! [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
+//! recommend), or from a raw capsule; [`from_dlpack_with`] adds `device` and `copy`. Producers
+//! whose type publishes the C exchange API are read through it when no synchronization is
+//! needed.
 //!
-//! # C exchange API (spec section 5)
+//! # C exchange API (`DLPackExchangeAPI` in `dlpack.h`)
 //!
-//! [`dlpack_c_exchange_api`] builds the `__dlpack_c_exchange_api__` capsule for a pyclass, so C
-//! consumers (tvm-ffi, PyTorch extensions) skip the Python-level call.
+//! [`dlpack_c_exchange_api`] builds the
+//! [`__dlpack_c_exchange_api__`](https://data-apis.org/array-api/draft/API_specification/generated/array_api.array.__dlpack_c_exchange_api__.html)
+//! capsule for a pyclass, so C consumers (tvm-ffi, PyTorch extensions) skip the Python-level
+//! call.
 //!
-//! # Capsules (spec section 2.3)
+//! # Capsules
 //!
-//! Capsules are named `"dltensor_versioned"` or `"dltensor"`. Their destructor calls the tensor's
+//! As the "Implementation" section of the
+//! [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html) has it,
+//! capsules are named `"dltensor_versioned"` or `"dltensor"`. Their destructor calls the tensor's
 //! deleter only while the capsule still has that name; a consumer that takes ownership renames it
 //! to `"used_dltensor_versioned"` / `"used_dltensor"`. [`from_dlpack`] renames only once it has
 //! taken ownership, and leaves the capsule untouched when it refuses it (a foreign major

@@ -35,9 +35,11 @@ pub fn export_request(
 /// `__dlpack__` of a frozen pyclass that is a [`DlpackExport`]: a shared, read-only export
 /// that keeps the Python object alive until the consumer calls the deleter.
 ///
-/// Arguments are those of `__dlpack__` (spec section 2.1): `stream` as in the table of spec
-/// section 2.4; `max_version` `None` gives a legacy `"dltensor"` capsule, major >= 1 a
-/// `"dltensor_versioned"` capsule at version 1.3; `dl_device` the device wanted; `copy`.
+/// Arguments are those of the array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
+/// `stream` as its `stream` parameter lists per device; `max_version` `None` gives a legacy
+/// `"dltensor"` capsule, major >= 1 a `"dltensor_versioned"` capsule at version 1.3;
+/// `dl_device` the device wanted; `copy`.
 ///
 /// # Errors
 ///
@@ -60,15 +62,16 @@ where
     to_capsule(py, managed)
 }
 
-/// `__dlpack_device__`: `(device_type, device_id)` in DLPack numbering (spec section 2.1).
+/// `__dlpack_device__`: `(device_type, device_id)` in DLPack numbering (`dlpack.h`, `DLDevice`).
 pub fn dlpack_device<T: DlpackExport + ?Sized>(tensor: &T) -> (i32, i32) {
     let device = tensor.dlpack_device().to_raw();
     (device.device_type, device.device_id)
 }
 
 /// Keeps a Python object alive inside an export; releases it with the GIL, or leaks it once
-/// the interpreter is finalizing (spec section 1.11: deleters may run on any thread, even after
-/// shutdown).
+/// the interpreter is finalizing (deleters may run on any thread, even after shutdown: the
+/// [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html),
+/// "Implementation").
 pub(super) struct PyOwner<T: PyClass>(pub(super) Option<Py<T>>);
 
 impl<T: PyClass<Frozen = True> + DlpackExport + Sync> PyOwner<T> {
