@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test: formatting, clippy, and the test suites with and without the `python` and
-# `cuda` features (the Python interop tests use NumPy from ./.venv, created on the first run; the
-# CUDA tests run on the CUDA simulator, crate cuda-sim, and once more without any driver).
+# Runs every test: formatting, clippy, rustdoc, and the test suites with and without the `python`
+# and `cuda` features (the Python interop tests use NumPy from ./.venv, created on the first run;
+# the CUDA tests run on the CUDA simulator, crate cuda-sim, and once more without any driver), then
+# the memory checks (valgrind, Miri) and a build on the declared minimum Rust version. The Miri
+# and MSRV toolchains are installed with rustup; where that is impossible those steps are skipped
+# with a message, as the valgrind step is without valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -13,6 +16,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
+echo "==> cargo doc (all features, library crates) with rustdoc warnings as errors"
+# docs.rs builds with all features ([package.metadata.docs.rs]) and no extra rustdoc flags.
+RUSTDOCFLAGS="${RUSTDOCFLAGS:+$RUSTDOCFLAGS }-D warnings" \
+    cargo doc --workspace --lib --no-deps --all-features --locked
 echo "==> cargo test (default features)"
 cargo test --workspace --locked
 echo "==> CUDA simulator: build it"
@@ -42,5 +49,48 @@ if command -v valgrind >/dev/null 2>&1; then
 else
     echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
 fi
+echo "==> undefined-behaviour check: the unsafe code's Rust-only tests under Miri"
+# A dated nightly, so that a new Miri cannot turn the test command red on its own; override with
+# MIRI_TOOLCHAIN=nightly. Left out: i64_span_agrees_with_exact_span (an exhaustive loop) and
+# huge_broadcasts_give_errors_not_aborts (a deliberately huge allocation); `--skip` matches
+# substrings of test names, and each of these matches only its own test.
+miri_toolchain="${MIRI_TOOLCHAIN:-nightly-2026-10-30}"
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "miri: skipped (rustup is not installed, so the $miri_toolchain toolchain cannot be installed)"
+elif ! rustup toolchain install "$miri_toolchain" --profile minimal --component miri,rust-src; then
+    echo "miri: skipped (rustup could not install $miri_toolchain with the miri and rust-src components)"
+else
+    PROPTEST_CASES=4 MIRIFLAGS="${MIRIFLAGS:+$MIRIFLAGS }-Zmiri-disable-isolation" \
+        cargo +"$miri_toolchain" miri test --locked -p dlpack-runtime --lib \
+            -p dlpack-tests --test exchange --test derive_roles --test ndarray_views --test properties \
+            -- --skip i64_span_agrees_with_exact_span --skip huge_broadcasts_give_errors_not_aborts
+fi
 echo "==> cargo test (no default features)"
 cargo test -p dlpack-runtime --no-default-features --locked --lib
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; feature cuda on 1.88"
+msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
+import json, sys
+versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
+            if p["name"] in ("dlpack-runtime", "dlpack-derive")}
+if len(versions) != 1:
+    sys.exit(f"dlpack-runtime and dlpack-derive declare different rust-versions: {sorted(map(str, versions))}")
+v = versions.pop()
+print(v + ".0" * (2 - v.count(".")))  # "1.85" means 1.85.0
+')"
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "msrv: skipped (rustup is not installed, so Rust $msrv cannot be installed)"
+elif ! rustup toolchain install "$msrv" --profile minimal; then
+    echo "msrv: skipped (rustup could not install Rust $msrv)"
+else
+    cargo +"$msrv" check --locked -p dlpack-runtime -p dlpack-derive \
+        --features dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray
+fi
+# Feature `cuda` needs Rust 1.88: cudarc 0.19 and its libloading 0.9 require it.
+cuda_msrv=1.88.0
+if ! command -v rustup >/dev/null 2>&1; then
+    echo "msrv (cuda): skipped (rustup is not installed, so Rust $cuda_msrv cannot be installed)"
+elif ! rustup toolchain install "$cuda_msrv" --profile minimal; then
+    echo "msrv (cuda): skipped (rustup could not install Rust $cuda_msrv)"
+else
+    cargo +"$cuda_msrv" check --locked -p dlpack-runtime -p dlpack-derive --all-features
+fi
