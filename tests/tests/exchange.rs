@@ -480,12 +480,29 @@ fn null_strides_follow_the_version_rule() {
 }
 
 #[test]
-fn legacy_export_of_a_shared_tensor_is_refused() {
+fn legacy_export_of_a_shared_tensor_is_a_writable_copy_or_refused_without_copies() {
     let counter = Counter::new();
     let shared = Arc::new(Tensor::new(vec![1u8, 2], &[2], &counter));
+    // A legacy header cannot say read-only: the legacy consumer gets a copy of its own.
+    for copy in [None, Some(true)] {
+        let legacy = shared
+            .clone()
+            .into_dlpack_with(&ExportRequest::new().copy(copy))
+            .unwrap();
+        assert!(legacy.is_legacy());
+        assert_ne!(
+            legacy.dl_tensor().data.cast::<u8>().cast_const(),
+            shared.data.as_ptr()
+        );
+        // SAFETY: a fresh, compact host copy of 2 bytes that this test owns.
+        unsafe { legacy.dl_tensor().data.cast::<u8>().write(9) };
+        let view = Compact::<u8>::from_managed(legacy).unwrap();
+        assert_eq!(view.data.as_slice().unwrap(), [9, 2]);
+        assert_eq!(shared.data, [1, 2], "the original is untouched");
+    }
     let err = shared
         .clone()
-        .into_dlpack_with(&ExportRequest::new())
+        .into_dlpack_with(&ExportRequest::new().copy(Some(false)))
         .unwrap_err();
     assert_eq!(err, ExportError::ReadOnlyLegacy);
     let managed = shared.clone().into_dlpack().unwrap();

@@ -2,13 +2,44 @@
 //! (feature `python`; both come from `.venv`, set up by `scripts/test.sh`).
 #![cfg(feature = "python")]
 
+use dlpack_runtime::DlpackExport;
 use dlpack_runtime::python::{self, export_once};
-use dlpack_tests::Counter;
 use dlpack_tests::py::{collect, eval as run};
 use dlpack_tests::types::{Strided, tensor};
+use dlpack_tests::{Counter, DropGuard};
 use half::bf16;
+use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyCapsule, PyDict};
+
+/// The README's producer: a frozen pyclass tensor, exported shared and read-only.
+#[pyclass(frozen)]
+#[derive(DlpackExport)]
+struct Frozen {
+    #[dlpack(data)]
+    data: Vec<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _guard: DropGuard,
+}
+
+#[pymethods]
+impl Frozen {
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        python::dlpack(slf, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        python::dlpack_device(self)
+    }
+}
 
 fn jax(py: Python<'_>) -> Bound<'_, PyDict> {
     let l = PyDict::new(py);
@@ -89,6 +120,87 @@ fn jax_reads_rust_tensors() {
         run(py, "jax.clear_caches()\nresult = None", &l);
         collect(py);
         assert_eq!(counter.get(), n, "JAX released every tensor once");
+    });
+}
+
+/// JAX asks with `stream=None` and no `max_version`: a legacy request, whose capsule cannot say
+/// read-only. A frozen pyclass tensor then reaches JAX (and any legacy consumer) as a writable
+/// copy; with `copy=False` the request is refused; NumPy's versioned request still shares.
+#[test]
+fn legacy_consumers_of_a_frozen_pyclass_get_a_copy() {
+    Python::attach(|py| {
+        let l = jax(py);
+        let counter = Counter::new();
+        let t = Bound::new(
+            py,
+            Frozen {
+                data: vec![1.5, -2.0, 3.0, 4.0, 5.0, 6.0],
+                shape: vec![2, 3],
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        let address = t.get().data.as_ptr() as usize;
+        l.set_item("t", &t).unwrap();
+        let arr = run(py, "result = jnp.from_dlpack(t)", &l);
+        assert_eq!(
+            arr.call_method0("tolist")
+                .unwrap()
+                .str()
+                .unwrap()
+                .to_string(),
+            "[[1.5, -2.0, 3.0], [4.0, 5.0, 6.0]]"
+        );
+        let written = run(
+            py,
+            "a = jnp.from_dlpack(t)\nresult = a.at[0, 0].set(100.0).tolist()",
+            &l,
+        );
+        assert_eq!(
+            written.str().unwrap().to_string(),
+            "[[100.0, -2.0, 3.0], [4.0, 5.0, 6.0]]"
+        );
+        // A legacy capsule is the consumer's own copy: writing it leaves the Rust tensor as it
+        // was. (NumPy marks arrays from legacy capsules read-only, so the write goes through
+        // the capsule's data pointer.)
+        let capsule = t.call_method0("__dlpack__").unwrap();
+        let managed = python::consume_capsule(&capsule).unwrap();
+        assert!(managed.is_legacy());
+        let data = managed.dl_tensor().data.cast::<f32>();
+        assert_ne!(data as usize, address, "a copy, not the Rust buffer");
+        // SAFETY: the legacy copy is a fresh, compact, writable host buffer of 6 float32 that
+        // this test owns.
+        let values = unsafe {
+            data.write(100.0);
+            core::slice::from_raw_parts(data, 6).to_vec()
+        };
+        assert_eq!(values, [100.0, -2.0, 3.0, 4.0, 5.0, 6.0]);
+        drop(managed);
+        assert_eq!(
+            t.get().data,
+            [1.5, -2.0, 3.0, 4.0, 5.0, 6.0],
+            "the Rust tensor is unchanged"
+        );
+        // copy=False forbids the copy: BufferError, naming why.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("copy", false).unwrap();
+        let err = t
+            .call_method("__dlpack__", (), Some(&kwargs))
+            .err()
+            .unwrap();
+        assert!(err.is_instance_of::<PyBufferError>(py));
+        assert!(err.value(py).to_string().contains("legacy"));
+        // NumPy asks with max_version: the versioned capsule shares the Rust buffer, read-only.
+        let shared = run(
+            py,
+            "s = np.from_dlpack(t)\nresult = (s.flags.writeable, s.ctypes.data, s.tolist())",
+            &l,
+        );
+        let (writeable, shared_address, values): (bool, usize, Vec<Vec<f32>>) =
+            shared.extract().unwrap();
+        assert!(!writeable);
+        assert_eq!(shared_address, address, "zero-copy: the same address");
+        assert_eq!(values, [[1.5, -2.0, 3.0], [4.0, 5.0, 6.0]]);
     });
 }
 

@@ -497,9 +497,19 @@ fn producer_argument_errors() {
             },
         )
         .unwrap();
-        // A read-only export cannot be a legacy capsule.
-        let err = obj.call_method0("__dlpack__").err().unwrap();
+        // A read-only export reaches a legacy consumer only as a copy: refused with copy=False.
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("copy", false).unwrap();
+        let err = obj
+            .call_method("__dlpack__", (), Some(&kwargs))
+            .err()
+            .unwrap();
         assert!(err.is_instance_of::<PyBufferError>(py));
+        assert!(
+            err.value(py)
+                .to_string()
+                .starts_with("copy=False, but a read-only tensor")
+        );
         // CPU accepts only stream=None (case C09), positionally or by keyword.
         let err = obj.call_method1("__dlpack__", (1,)).err().unwrap();
         assert!(err.is_instance_of::<PyValueError>(py));

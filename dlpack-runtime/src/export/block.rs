@@ -239,7 +239,7 @@ where
     // reference does not overlap the writes to `arrays` below. Only the owner is borrowed: the
     // header is not initialized yet.
     let owner = unsafe { &mut (*block.as_ptr()).owner };
-    let parts = parts_of(owner);
+    let mut parts = parts_of(owner);
     if parts.shape.len() != ndim {
         return Err(LayoutError::ShapeChanged {
             before: ndim,
@@ -325,16 +325,17 @@ where
     // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
     // while its streams are borrowed, before the tensor is handed out.
     let has_elements = numel.is_some_and(|n| n > 0);
-    let data = buffer.as_ptr() as u64 + byte_offset as u64;
-    sync.order_pending(&parts, device, data, has_elements)?;
-    let (data, read_only) = match parts.buffer {
-        BufferAccess::Unique(b) if !parts.read_only => match b.as_mut_ptr() {
+    let data_address = buffer.as_ptr() as u64 + byte_offset as u64;
+    let marked_read_only = parts.read_only;
+    let (data, read_only) = match &mut parts.buffer {
+        BufferAccess::Unique(b) if !marked_read_only => match b.as_mut_ptr() {
             Some(p) => (p, false),
             None => (b.as_ptr().cast_mut(), true),
         },
         BufferAccess::Unique(b) => (b.as_ptr().cast_mut(), true),
         BufferAccess::Shared(b) => (b.as_ptr().cast_mut(), true),
     };
+    sync.order_pending(&parts, device, data_address, has_elements, read_only)?;
     let raw_dtype = dtype.to_raw();
     let raw_device = device.to_raw();
     // `layout::validate`'s checks, in its order, on what the passes above computed.

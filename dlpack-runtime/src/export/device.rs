@@ -58,6 +58,8 @@ pub(crate) fn keep_current_context() -> CurrentContext {
 /// tensor, decided while the producer's streams were borrowed, and ready events when wanted.
 pub(crate) struct StreamWork<'r> {
     request: &'r ExportRequest,
+    /// Whether the export is copied for its consumer ([`ExportRequest::copies`]).
+    copies: bool,
     want_ready: bool,
     ready: Option<ReadyEvents>,
     copy: Option<CopyPlan>,
@@ -67,6 +69,7 @@ impl<'r> StreamWork<'r> {
     pub(crate) fn new(request: &'r ExportRequest) -> Self {
         Self {
             request,
+            copies: false,
             want_ready: false,
             ready: None,
             copy: None,
@@ -92,7 +95,9 @@ impl<'r> StreamWork<'r> {
         device: Device,
         data: u64,
         has_elements: bool,
+        read_only: bool,
     ) -> Result<(), ExportError> {
+        self.copies = self.request.copies(device, read_only);
         let mut pending = parts.streams.clone();
         if let Some(stream) = parts.buffer().producer_stream() {
             pending.push(stream);
@@ -112,7 +117,7 @@ impl<'r> StreamWork<'r> {
     ) -> Result<(), ExportError> {
         let request = self.request;
         let cuda = device.device_type == DeviceType::Cuda;
-        let needs_copy = request.needs_copy(device);
+        let needs_copy = self.copies;
         // A request that cannot be served is refused before the driver is asked anything, so the
         // error does not depend on whether a driver is present.
         if needs_copy {

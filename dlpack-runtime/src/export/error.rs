@@ -16,10 +16,11 @@ pub enum ExportError {
     /// The `stream` argument is illegal.
     #[error(transparent)]
     Stream(#[from] StreamError),
-    /// `max_version` names a major version below 1 while the tensor is read-only: a legacy
-    /// `DLManagedTensor` cannot carry the read-only flag (it has no `flags`, `dlpack.h`).
+    /// A legacy request (no `max_version`, or major 0) of a read-only tensor with `copy=False`:
+    /// a legacy `DLManagedTensor` cannot carry the read-only flag (it has no `flags`,
+    /// `dlpack.h`), and without `copy=False` the consumer would get a writable copy.
     #[error(
-        "a read-only tensor cannot be exported as a legacy (unversioned) DLManagedTensor, expected max_version >= (1, 0)"
+        "copy=False, but a read-only tensor reaches a legacy (unversioned) DLManagedTensor consumer only as a copy, which cannot say read-only; expected max_version >= (1, 0), or copy=None to get a writable copy"
     )]
     ReadOnlyLegacy,
     /// The requested `dl_device` cannot be served.
@@ -53,9 +54,10 @@ pub enum ExportError {
     #[cfg(feature = "cuda")]
     #[error("CUDA: {0}")]
     Cuda(#[from] crate::cuda::driver::CudaError),
-    /// A legacy tensor was asked of a tensor that exists only as a versioned one.
+    /// A legacy tensor was asked, with `copy=False`, of a tensor that exists only as a
+    /// versioned one (without `copy=False` the consumer gets a copy).
     #[error(
-        "this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0)"
+        "copy=False, but this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0), or copy=None to get a copy"
     )]
     VersionedOnly,
     /// The device field of the tensor disagrees with the buffer's own device.

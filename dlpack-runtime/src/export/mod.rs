@@ -83,7 +83,8 @@ pub trait DlpackExport {
     ///
     /// [`ExportError::Layout`] when the described layout is invalid or reaches outside the
     /// buffer; [`ExportError::Stream`] for a `stream` illegal on the device;
-    /// [`ExportError::ReadOnlyLegacy`] for a legacy request of a read-only tensor;
+    /// [`ExportError::ReadOnlyLegacy`] for a legacy request of a read-only tensor with
+    /// `copy=False` (with `copy=None` or `True` that request gets a writable copy);
     /// [`ExportError::UnsupportedDevice`], [`ExportError::CopyRequired`] or
     /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
     /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
@@ -197,9 +198,13 @@ fn finish(
             return copy_for(managed, request, sync);
         }
     }
-    // A versioned tensor carries its own read-only flag; a legacy one cannot.
+    // A versioned tensor carries its own read-only flag; a legacy one cannot, so a legacy
+    // consumer of a read-only tensor gets a writable copy, unless `copy=False`.
     if managed.is_legacy() && legacy_read_only(&managed) {
-        return Err(ExportError::ReadOnlyLegacy);
+        if request.copy == Some(false) {
+            return Err(ExportError::ReadOnlyLegacy);
+        }
+        return copy_for(managed, request, sync);
     }
     Ok(managed)
 }

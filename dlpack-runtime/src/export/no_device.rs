@@ -46,6 +46,7 @@ impl<'r> StreamWork<'r> {
         _device: Device,
         _data: u64,
         _has_elements: bool,
+        _read_only: bool,
     ) -> Result<(), ExportError> {
         Ok(())
     }

@@ -41,14 +41,20 @@ impl ErasedExport for Prebuilt {
         }
         request.check(Device::from_raw(self.0.dl_tensor().device))?;
         if !self.0.is_legacy() && !request.wants_versioned() {
-            return Err(ExportError::VersionedOnly);
+            // A versioned header cannot become a legacy one: a legacy consumer gets a copy,
+            // unless `copy=False`.
+            if request.copy == Some(false) {
+                return Err(ExportError::VersionedOnly);
+            }
+            return serve(self.0, &request.copy(Some(true)));
         }
         Ok(self.0)
     }
 }
 
 /// Wraps a managed tensor in a Python object with `__dlpack__` and `__dlpack_device__`
-/// (exported once, as it is; a legacy request of a versioned tensor is a `BufferError`).
+/// (exported once, as it is; a legacy request of a versioned tensor gets a copy, or a
+/// `BufferError` with `copy=False`).
 ///
 /// # Errors
 ///
