@@ -500,6 +500,54 @@ fn wait_for_count(counter: &Counter, n: usize) {
     assert_eq!(counter.get(), n);
 }
 
+/// A legacy request (no `max_version`) cannot say read-only: a shared CUDA tensor reaches that
+/// consumer as a writable copy of its own, enqueued on its stream after the producer's work,
+/// without blocking the host; with `copy=False` the request is refused.
+#[test]
+fn legacy_consumers_of_read_only_cuda_tensors_get_a_copy_on_their_stream() {
+    let (_ctx, a, b, checker) = setup();
+    let (rows, cols) = (32usize, 48usize);
+    let counter = Counter::new();
+    let (t, gate, expected) = view_behind_a_gate(
+        &a,
+        (rows, cols),
+        (&[cols, rows], &[1, cols as isize], 0),
+        &counter,
+    );
+    let shared = Arc::new(t);
+    let stream = Some(b.cu_stream() as i64);
+    let err = Arc::clone(&shared)
+        .into_dlpack_with(&ExportRequest::new().stream(stream).copy(Some(false)))
+        .unwrap_err();
+    assert_eq!(err, ExportError::ReadOnlyLegacy);
+    let managed = Arc::clone(&shared)
+        .into_dlpack_with(&ExportRequest::new().stream(stream))
+        .unwrap();
+    assert!(
+        !idle(&a),
+        "the export returned with the producer's work held"
+    );
+    assert!(managed.is_legacy());
+    let data = managed.dl_tensor().data as usize;
+    let view = GpuView::from_managed(managed).unwrap();
+    assert_eq!(view.shape, [cols, rows]);
+    gate.release();
+    let ptr = view.data.cuda_device_ptr().unwrap();
+    assert_ne!(
+        ptr as usize,
+        cuda_ptr(&shared.data, &a) as usize,
+        "a copy, not the producer's memory"
+    );
+    assert_eq!(ptr as usize, data);
+    assert_eq!(read_all_on(ptr, rows * cols, &b), expected);
+    drop(view);
+    drop(shared);
+    wait_for_count(&counter, 1);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    assert_clean(&checker, "legacy copy of a read-only CUDA tensor");
+}
+
 #[test]
 fn copy_true_is_enqueued_on_the_consumer_stream() {
     let (ctx, a, b, checker) = setup();
