@@ -172,6 +172,11 @@ impl DataType {
     pub const F32: Self = Self::scalar(DataTypeCode::Float, 32);
     /// `float64`.
     pub const F64: Self = Self::scalar(DataTypeCode::Float, 64);
+    /// `float8_e4m3fn`: 4 exponent bits, 3 mantissa bits, finite (no infinities; NaN is
+    /// `0x7f`/`0xff`), as `float8_e4m3fn` in JAX, PyTorch and ml_dtypes.
+    pub const F8E4M3FN: Self = Self::scalar(DataTypeCode::Float8E4M3Fn, 8);
+    /// `float8_e5m2`: 5 exponent bits, 2 mantissa bits, with infinities and NaNs (IEEE-style).
+    pub const F8E5M2: Self = Self::scalar(DataTypeCode::Float8E5M2, 8);
     /// `complex64` (two `float32`).
     pub const C64: Self = Self::scalar(DataTypeCode::Complex, 64);
     /// `complex128` (two `float64`).
@@ -280,7 +285,8 @@ impl fmt::Display for DataType {
 /// [`Element::DTYPE`].
 ///
 /// Implemented for `bool`, `i8`..`i64`, `u8`..`u64`, `f32` and `f64`; for `half::f16` and
-/// `half::bf16` (feature `half`); for `num_complex::Complex<f32>` (complex64) and
+/// `half::bf16` (feature `half`); for `float8::F8E4M3` (float8_e4m3fn) and `float8::F8E5M2`
+/// (float8_e5m2) (feature `float8`); for `num_complex::Complex<f32>` (complex64) and
 /// `Complex<f64>` (complex128) (feature `num-complex`); and for `[T; N]`, the vector element of
 /// `N` lanes (`lanes > 1` is accessible only through such an array type).
 ///
@@ -293,7 +299,7 @@ impl fmt::Display for DataType {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a DLPack element type",
     label = "no DLPack dtype for `{Self}`",
-    note = "element types are bool, i8..i64, u8..u64, f32, f64, [T; N] (lanes), half::f16/bf16 (feature `half`), num_complex::Complex<f32/f64> (feature `num-complex`); implement `dlpack_runtime::Element` for others"
+    note = "element types are bool, i8..i64, u8..u64, f32, f64, [T; N] (lanes), half::f16/bf16 (feature `half`), float8::F8E4M3/F8E5M2 (feature `float8`), num_complex::Complex<f32/f64> (feature `num-complex`); implement `dlpack_runtime::Element` for others"
 )]
 pub unsafe trait Element: Copy + Send + Sync + 'static {
     /// The DLPack dtype of this element type.
@@ -347,6 +353,12 @@ impl_element!(half::f16 => F16, half::bf16 => BF16);
 #[cfg(feature = "num-complex")]
 impl_element!(num_complex::Complex<f32> => C64, num_complex::Complex<f64> => C128);
 
+// `float8::F8E4M3` decodes as the OCP `E4M3FN` format (448 is the largest finite value, `0x7f` is
+// NaN), which is DLPack's `kDLFloat8_e4m3fn`; `F8E5M2` is `kDLFloat8_e5m2`. Both are
+// `repr(transparent)` over `u8`, and every byte is a value.
+#[cfg(feature = "float8")]
+impl_element!(float8::F8E4M3 => F8E4M3FN, float8::F8E5M2 => F8E5M2);
+
 // SAFETY: `[T; N]` is `N` consecutive `T` without padding (array layout), which is DLPack's
 // vector element of `N` lanes (`dlpack.h`: float4 = code 2, bits 32, lanes 4). `T` is a one-lane
 // element (asserted when `DTYPE` is evaluated), so `size_of * 8 == bits * lanes`, and a lane
@@ -385,6 +397,8 @@ const _: () = {
     check_size!(half::f16, half::bf16);
     #[cfg(feature = "num-complex")]
     check_size!(num_complex::Complex<f32>, num_complex::Complex<f64>);
+    #[cfg(feature = "float8")]
+    check_size!(float8::F8E4M3, float8::F8E5M2);
 };
 
 #[cfg(test)]
@@ -485,6 +499,31 @@ mod tests {
         assert!(<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 0]));
         assert!(!<[bool; 2] as Element>::is_valid_bit_pattern(&[1, 7]));
         const { assert!(!<[bool; 2] as Element>::ALL_BIT_PATTERNS_VALID) };
+    }
+
+    #[cfg(feature = "float8")]
+    #[test]
+    fn float8_types() {
+        assert_eq!(
+            <float8::F8E4M3 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: ffi::kDLFloat8_e4m3fn,
+                bits: 8,
+                lanes: 1
+            }
+        );
+        assert_eq!(
+            <float8::F8E5M2 as Element>::DTYPE.to_raw(),
+            ffi::DLDataType {
+                code: ffi::kDLFloat8_e5m2,
+                bits: 8,
+                lanes: 1
+            }
+        );
+        // The largest finite float8_e4m3fn is 448 (`0x7e`), and `0x7f` is NaN: E4M3FN.
+        assert_eq!(float8::F8E4M3::from_bits(0x7e).to_f32(), 448.0);
+        assert!(float8::F8E4M3::from_bits(0x7f).to_f32().is_nan());
+        assert_eq!(float8::F8E5M2::from_bits(0x7c).to_f32(), f32::INFINITY);
     }
 
     #[cfg(feature = "half")]

@@ -204,6 +204,97 @@ fn legacy_consumers_of_a_frozen_pyclass_get_a_copy() {
     });
 }
 
+/// One float8 format both ways with JAX: every bit pattern, read by typed access from a JAX
+/// array (values equal to ml_dtypes' conversion to float32, bits unchanged), and a Rust tensor
+/// of every bit pattern read by JAX.
+fn float8_both_ways<T>(
+    name: &str,
+    from_bits: fn(u8) -> T,
+    to_bits: fn(&T) -> u8,
+    to_f32: fn(&T) -> f32,
+) where
+    T: dlpack_runtime::Element,
+{
+    Python::attach(|py| {
+        let l = jax(py);
+        l.set_item("name", name).unwrap();
+        let arr = run(
+            py,
+            "dt = getattr(ml_dtypes, name)\nbits = np.arange(256, dtype=np.uint8)\nresult = jnp.asarray(bits.view(dt))",
+            &l,
+        );
+        let expected: Vec<f32> = run(py, "result = bits.view(dt).astype(np.float32).tolist()", &l)
+            .extract()
+            .unwrap();
+        let view: Strided<T> = python::from_dlpack(&arr).unwrap();
+        assert_eq!(view.shape, [256]);
+        let values = view.data.to_vec().unwrap();
+        let slice: Vec<u8> = view.data.as_slice().unwrap().iter().map(to_bits).collect();
+        let array: Vec<u8> = view.data.as_array().unwrap().iter().map(to_bits).collect();
+        assert_eq!(slice, (0..=255u8).collect::<Vec<_>>());
+        assert_eq!(
+            array, slice,
+            "{name}: the ndarray view reads the same elements"
+        );
+        for (bits, (value, want)) in values.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                to_bits(value) as usize,
+                bits,
+                "{name}: bits of element {bits}"
+            );
+            let got = to_f32(value);
+            assert!(
+                got == *want || got.is_nan() && want.is_nan(),
+                "{name} {bits:#04x}: {got} here, {want} in ml_dtypes"
+            );
+            assert_eq!(view.data.get(&[bits]).map(|v| to_bits(&v)), Ok(bits as u8));
+        }
+        // A strided view (every other element, reversed) through typed access.
+        let strided = run(py, "result = jnp.asarray(bits.view(dt))[::-2]", &l);
+        let view: Strided<T> = python::from_dlpack(&strided).unwrap();
+        let got: Vec<u8> = view.data.to_vec().unwrap().iter().map(to_bits).collect();
+        let want: Vec<u8> = (0..=255u8).rev().step_by(2).collect();
+        assert_eq!(got, want, "{name}: reversed, every other element");
+        // Rust to JAX.
+        let counter = Counter::new();
+        let data: Vec<T> = (0..=255u8).map(from_bits).collect();
+        l.set_item(
+            "obj",
+            export_once(py, tensor(data, &[256], &counter)).unwrap(),
+        )
+        .unwrap();
+        let (dtype, bits): (String, Vec<u8>) = run(
+            py,
+            "a = jnp.from_dlpack(obj)\nresult = (str(a.dtype), np.asarray(a).view(np.uint8).tolist())",
+            &l,
+        )
+        .extract()
+        .unwrap();
+        assert_eq!(dtype, name);
+        assert_eq!(bits, (0..=255u8).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn float8_e4m3fn_both_ways_with_jax() {
+    float8_both_ways(
+        "float8_e4m3fn",
+        float8::F8E4M3::from_bits,
+        float8::F8E4M3::to_bits,
+        float8::F8E4M3::to_f32,
+    );
+}
+
+#[test]
+fn float8_e5m2_both_ways_with_jax() {
+    float8_both_ways(
+        "float8_e5m2",
+        float8::F8E5M2::from_bits,
+        float8::F8E5M2::to_bits,
+        float8::F8E5M2::to_f32,
+    );
+}
+
 #[test]
 fn rust_reads_jax_arrays() {
     Python::attach(|py| {
