@@ -83,7 +83,7 @@ elif ! rustup toolchain install "$msrv" --profile minimal; then
     echo "msrv: skipped (rustup could not install Rust $msrv)"
 else
     cargo +"$msrv" check --locked -p dlpack-runtime -p dlpack-derive \
-        --features dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray
+        --features dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8
 fi
 # Feature `cuda` needs Rust 1.88: cudarc 0.19 and its libloading 0.9 require it.
 cuda_msrv=1.88.0
