@@ -58,7 +58,8 @@ pub(crate) fn keep_current_context() -> CurrentContext {
 /// tensor, decided while the producer's streams were borrowed, and ready events when wanted.
 pub(crate) struct StreamWork<'r> {
     request: &'r ExportRequest,
-    /// Whether the export is copied for its consumer ([`ExportRequest::copies`]).
+    /// Whether the export is copied for its consumer: `copy=True`, an unreachable
+    /// `dl_device`, or a legacy request of a read-only tensor.
     copies: bool,
     want_ready: bool,
     ready: Option<ReadyEvents>,
@@ -97,7 +98,7 @@ impl<'r> StreamWork<'r> {
         has_elements: bool,
         read_only: bool,
     ) -> Result<(), ExportError> {
-        self.copies = self.request.copies(device, read_only);
+        self.copies = self.request.needs_copy(device) || self.request.copies_for_legacy(read_only);
         let mut pending = parts.streams.clone();
         if let Some(stream) = parts.buffer().producer_stream() {
             pending.push(stream);

@@ -201,7 +201,7 @@ fn finish(
     // A versioned tensor carries its own read-only flag; a legacy one cannot, so a legacy
     // consumer of a read-only tensor gets a writable copy, unless `copy=False`.
     if managed.is_legacy() && legacy_read_only(&managed) {
-        if request.copy == Some(false) {
+        if !request.copies_for_legacy(true) {
             return Err(ExportError::ReadOnlyLegacy);
         }
         return copy_for(managed, request, sync);

@@ -107,17 +107,10 @@ impl ExportRequest {
         self.copy == Some(true) || self.dl_device.is_some_and(|t| !same_memory(device, t))
     }
 
-    /// Whether serving this request for a tensor on `device`, read-only when `read_only`,
-    /// makes a copy: [`ExportRequest::needs_copy`], or a legacy request (no `max_version`, or
-    /// major 0) of a read-only tensor unless `copy=False`. A legacy `DLManagedTensor` cannot
-    /// say read-only, so a legacy consumer gets a writable copy instead of the original, as the
-    /// `copy` parameter of `__dlpack__` allows when sharing is not possible.
-    #[inline]
-    pub(crate) fn copies(&self, device: Device, read_only: bool) -> bool {
-        self.needs_copy(device) || self.copies_for_legacy(read_only)
-    }
-
-    /// Whether a legacy consumer of a tensor, read-only when `read_only`, gets a copy.
+    /// Whether a legacy consumer (no `max_version`, or major 0) of a tensor, read-only when
+    /// `read_only`, gets a copy: a legacy `DLManagedTensor` cannot say read-only, so unless
+    /// `copy=False` the consumer gets a writable copy instead of the original, as the `copy`
+    /// parameter of `__dlpack__` allows when sharing is not possible.
     #[inline]
     pub(crate) fn copies_for_legacy(&self, read_only: bool) -> bool {
         read_only && !self.wants_versioned() && self.copy != Some(false)

@@ -13,6 +13,8 @@
 //! Units: shapes are in elements, strides in elements (signed), `byte_offset` and spans in bytes.
 
 use core::ffi::c_void;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
 
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
@@ -106,10 +108,16 @@ pub struct TensorLayout<'a> {
     /// The `DLDataType` and the bits one element occupies (sub-byte padding applied), packed in
     /// one word (see [`Packed`]).
     dtype: u64,
-    shape: &'a [i64],
-    strides: Option<&'a [i64]>,
+    /// The `shape` array, `ndim` entries (an empty slice's dangling pointer when `ndim` is 0).
+    /// Kept as a pointer, not a reference, so that a layout stored next to the tensor that owns
+    /// the arrays (as `ImportedData` stores one) holds no reference into memory its owner frees.
+    shape: NonNull<i64>,
+    /// The `strides` array, `ndim` entries, or NULL: compact row-major.
+    strides: *const i64,
+    ndim: usize,
     byte_offset: usize,
     numel: usize,
+    _arrays: PhantomData<&'a [i64]>,
 }
 
 /// Packing of the small header fields of a [`TensorLayout`] into whole words. A layout is
@@ -158,8 +166,8 @@ impl core::fmt::Debug for TensorLayout<'_> {
             .field("data", &self.data)
             .field("device", &self.device())
             .field("dtype", &self.dtype())
-            .field("shape", &self.shape)
-            .field("strides", &self.strides)
+            .field("shape", &self.shape())
+            .field("strides", &self.raw_strides())
             .field("byte_offset", &self.byte_offset)
             .field("numel", &self.numel)
             .field("span", &self.span())
@@ -270,16 +278,14 @@ unsafe fn validate_unaddressed<'a>(
     } else {
         byte_span(shape, strides, numel, element_bits, t.byte_offset)?
     };
-    let layout = TensorLayout {
-        data: t.data,
-        device: Packed::device(t.device),
+    let layout = TensorLayout::from_arrays(
+        t,
         // At most 255 * 65535 (or 8, padded).
-        dtype: Packed::dtype(t.dtype, element_bits as u32),
+        Packed::dtype(t.dtype, element_bits as u32),
         shape,
         strides,
-        byte_offset: t.byte_offset as usize,
         numel,
-    };
+    );
     Ok((layout, span))
 }
 
@@ -312,14 +318,35 @@ impl<'a> TensorLayout<'a> {
         };
         let numel = validated_numel(shape);
         let bits = t.dtype.bits as u32 * t.dtype.lanes as u32;
+        Self::from_arrays(
+            t,
+            Packed::dtype(t.dtype, if padded_subbyte && bits < 8 { 8 } else { bits }),
+            shape,
+            strides,
+            numel,
+        )
+    }
+
+    /// The layout of `t` with its arrays `shape` and `strides` (validated, valid for `'a`) and
+    /// the packed `dtype`.
+    #[inline]
+    fn from_arrays(
+        t: &ffi::DLTensor,
+        dtype: u64,
+        shape: &'a [i64],
+        strides: Option<&'a [i64]>,
+        numel: usize,
+    ) -> Self {
         Self {
             data: t.data,
             device: Packed::device(t.device),
-            dtype: Packed::dtype(t.dtype, if padded_subbyte && bits < 8 { 8 } else { bits }),
-            shape,
-            strides,
+            dtype,
+            shape: NonNull::from(shape).cast(),
+            strides: strides.map_or(core::ptr::null(), <[i64]>::as_ptr),
+            ndim: shape.len(),
             byte_offset: t.byte_offset as usize,
             numel,
+            _arrays: PhantomData,
         }
     }
 }
@@ -359,20 +386,26 @@ impl<'a> TensorLayout<'a> {
     /// Number of dimensions.
     #[inline]
     pub fn ndim(&self) -> usize {
-        self.shape.len()
+        self.ndim
     }
 
     /// Extents in elements, one per axis (all `>= 0`).
     #[inline]
     pub fn shape(&self) -> &'a [i64] {
-        self.shape
+        // SAFETY: `shape` points to `ndim` entries (or is an empty slice's dangling pointer),
+        // valid and unmodified for 'a (the contract of the constructors).
+        unsafe { core::slice::from_raw_parts(self.shape.as_ptr(), self.ndim) }
     }
 
     /// The strides array in elements as the producer gave it, or `None` when it was NULL
     /// (compact row-major, or a 0-d tensor).
     #[inline]
     pub fn raw_strides(&self) -> Option<&'a [i64]> {
-        self.strides
+        if self.strides.is_null() {
+            return None;
+        }
+        // SAFETY: non-NULL, so `ndim` entries valid and unmodified for 'a, as for `shape`.
+        Some(unsafe { core::slice::from_raw_parts(self.strides, self.ndim) })
     }
 
     /// Stride of `axis` in elements; computed as compact row-major when the producer gave NULL.
@@ -382,16 +415,16 @@ impl<'a> TensorLayout<'a> {
     /// If `axis >= ndim`.
     #[inline]
     pub fn stride(&self, axis: usize) -> i64 {
-        match self.strides {
+        match self.raw_strides() {
             Some(strides) => strides[axis],
             None => {
                 assert!(
-                    axis < self.shape.len(),
+                    axis < self.ndim,
                     "axis {axis} out of range for ndim {}",
                     self.ndim()
                 );
                 // Saturates only for zero-size tensors, whose strides are never used to step.
-                self.shape[axis + 1..]
+                self.shape()[axis + 1..]
                     .iter()
                     .fold(1i64, |acc, &e| acc.saturating_mul(e))
             }
@@ -423,8 +456,8 @@ impl<'a> TensorLayout<'a> {
             return ByteSpan { start: 0, end: 0 };
         }
         let span = byte_span(
-            self.shape,
-            self.strides,
+            self.shape(),
+            self.raw_strides(),
             self.numel,
             Packed::element_bits(self.dtype),
             self.byte_offset as u64,
@@ -439,7 +472,7 @@ impl<'a> TensorLayout<'a> {
     /// ignored (their stride is arbitrary), and zero-size tensors are contiguous.
     #[inline]
     pub fn is_contiguous(&self, order: Contiguity) -> bool {
-        is_contiguous(self.shape, self.strides, self.numel, order)
+        is_contiguous(self.shape(), self.raw_strides(), self.numel, order)
     }
 
     /// Checks that the tensor can be read as a host slice or host elements of `T`: the dtype is
@@ -492,7 +525,7 @@ impl<'a> TensorLayout<'a> {
     fn not_contiguous(&self, order: Contiguity) -> LayoutError {
         LayoutError::NotContiguous {
             expected: order,
-            shape: self.shape.to_vec(),
+            shape: self.shape().to_vec(),
             strides: self.strides_vec(),
         }
     }
@@ -528,7 +561,7 @@ impl<'a> TensorLayout<'a> {
             });
         }
         let mut linear = 0usize;
-        for (axis, (&i, &extent)) in index.iter().zip(self.shape).enumerate() {
+        for (axis, (&i, &extent)) in index.iter().zip(self.shape()).enumerate() {
             if i as u64 >= extent as u64 {
                 return Err(LayoutError::IndexOutOfBounds {
                     axis,
@@ -539,7 +572,7 @@ impl<'a> TensorLayout<'a> {
             // In range: `i < extent`, and the element count fits in `isize`.
             linear = linear * extent as usize + i;
         }
-        let Some(strides) = self.strides else {
+        let Some(strides) = self.raw_strides() else {
             // Compact row-major: the row-major position is the element offset; in range, as
             // the span of the whole tensor fits in `isize`.
             return Ok(((linear * element_bytes) as isize, linear));
@@ -571,13 +604,13 @@ impl<'a> TensorLayout<'a> {
         if self.numel == 0 {
             return Ok(());
         }
-        let ndim = self.ndim();
+        let (ndim, shape) = (self.ndim(), self.shape());
         // Only axes of extent > 1 move: their reach `(extent - 1) * stride * size` is inside
         // the validated span, so these products and the running offset fit in `isize`. Axes of
         // extent 1 may carry any stride, even one that would overflow, and are never stepped.
         let mut byte_strides = [0isize; MAX_NDIM];
         for (axis, s) in byte_strides.iter_mut().enumerate().take(ndim) {
-            if self.shape[axis] > 1 {
+            if shape[axis] > 1 {
                 *s = self.stride(axis) as isize * size;
             }
         }
@@ -587,7 +620,7 @@ impl<'a> TensorLayout<'a> {
             f(offset);
             // Odometer step, innermost axis fastest.
             for axis in (0..ndim).rev() {
-                if index[axis] + 1 < self.shape[axis] {
+                if index[axis] + 1 < shape[axis] {
                     index[axis] += 1;
                     offset += byte_strides[axis];
                     break;
