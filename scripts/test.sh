@@ -39,6 +39,8 @@ DLPACK_TESTS_EXPECT_DRIVER=absent \
 echo "==> example extension module (feature cuda): maturin develop into .venv, then pytest"
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --features cuda --manifest-path examples/python-ext/Cargo.toml
 .venv/bin/python -m pytest -q examples/python-ext/tests
+echo "==> the candle example: candle tensors to and from NumPy"
+cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
@@ -67,7 +69,7 @@ else
 fi
 echo "==> cargo test (no default features)"
 cargo test -p dlpack-runtime --no-default-features --locked --lib
-echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; feature cuda on 1.88"
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda on 1.88, candle on 1.94"
 msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
 import json, sys
 versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
@@ -85,12 +87,19 @@ else
     cargo +"$msrv" check --locked -p dlpack-runtime -p dlpack-derive \
         --features dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8
 fi
-# Feature `cuda` needs Rust 1.88: cudarc 0.19 and its libloading 0.9 require it.
-cuda_msrv=1.88.0
-if ! command -v rustup >/dev/null 2>&1; then
-    echo "msrv (cuda): skipped (rustup is not installed, so Rust $cuda_msrv cannot be installed)"
-elif ! rustup toolchain install "$cuda_msrv" --profile minimal; then
-    echo "msrv (cuda): skipped (rustup could not install Rust $cuda_msrv)"
-else
-    cargo +"$cuda_msrv" check --locked -p dlpack-runtime -p dlpack-derive --all-features
-fi
+# Some features need more than the crate's declared rust-version: `cuda` needs Rust 1.88
+# (cudarc 0.19 and its libloading 0.9 require it), `candle` needs Rust 1.94 (candle-core 0.11
+# uses intrinsics made safe in 1.94).
+all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
+for pair in "1.88.0 --features $all_but_candle" "1.94.0 --all-features"; do
+    version="${pair%% *}"
+    features="${pair#* }"
+    if ! command -v rustup >/dev/null 2>&1; then
+        echo "msrv ($features): skipped (rustup is not installed, so Rust $version cannot be installed)"
+    elif ! rustup toolchain install "$version" --profile minimal; then
+        echo "msrv ($features): skipped (rustup could not install Rust $version)"
+    else
+        # shellcheck disable=SC2086
+        cargo +"$version" check --locked -p dlpack-runtime -p dlpack-derive $features
+    fi
+done

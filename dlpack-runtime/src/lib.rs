@@ -64,6 +64,7 @@
 //! | `ndarray` | no | `ImportedData::as_array(_mut)` views; `ndarray::Array` as a producer |
 //! | `half` | no | `Element` for `half::f16`, `half::bf16` |
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
+//! | `candle` | no | `candle_core::Tensor` lent zero-copy (`candle::CandleTensor`), candle tensors built from any DLPack tensor (a copy); implies `float8` and `half`; needs Rust 1.94 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
 //!
@@ -99,6 +100,8 @@
 
 // Layers, lowest first; a module uses only the layers below it (checked by
 // `tests/layers.rs`).
+#[cfg(feature = "candle")]
+pub mod candle;
 mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;

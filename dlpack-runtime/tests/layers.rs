@@ -21,6 +21,7 @@ const LAYERS: &[&str] = &[
     "ndarray",
     "cuda",
     "python",
+    "candle",
     "__private",
     "__testing",
 ];
