@@ -242,6 +242,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         };
         quote!(#member: #value)
     });
+    let from_py_object = from_py_object(roles, &where_clause);
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackImport for #ident #ty_generics #where_clause {
@@ -258,6 +259,35 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                 };
                 let __dlpack_data = <#data_ty as #krate::__private::ImportBuffer>::from_managed(__dlpack_managed)?;
                 ::core::result::Result::Ok(Self { #(#inits,)* })
+            }
+        }
+        #from_py_object
+    }
+}
+
+/// `impl pyo3::FromPyObject`, so that a pyfunction takes the type as an argument (`python::from_dlpack`
+/// of the object). Emitted through the runtime's `__if_python!`, which keeps it only when the
+/// runtime is built with its `python` feature; the impl names pyo3 through the runtime.
+fn from_py_object(roles: &Roles<'_, '_>, where_clause: &TokenStream) -> TokenStream {
+    let cont = roles.cont;
+    let (krate, ident) = (&cont.krate, cont.ident);
+    let mut generics = cont.generics.clone();
+    generics.params.insert(0, syn::parse_quote!('__dlpack_py));
+    generics.params.insert(0, syn::parse_quote!('__dlpack_a));
+    let (impl_generics, _, _) = generics.split_for_impl();
+    let (_, ty_generics, _) = cont.generics.split_for_impl();
+    let pyo3 = quote!(#krate::__private::pyo3);
+    quote! {
+        #krate::__if_python! {
+            #[automatically_derived]
+            impl #impl_generics #pyo3::FromPyObject<'__dlpack_a, '__dlpack_py> for #ident #ty_generics #where_clause {
+                type Error = #pyo3::PyErr;
+
+                fn extract(
+                    obj: #pyo3::Borrowed<'__dlpack_a, '__dlpack_py, #pyo3::PyAny>,
+                ) -> ::core::result::Result<Self, #pyo3::PyErr> {
+                    #krate::__private::from_py_object(obj)
+                }
             }
         }
     }

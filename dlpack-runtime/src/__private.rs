@@ -87,3 +87,31 @@ impl<T: DlpackExport> ReadonlyNeedsExport for T {}
 
 /// Generated where the container flag `#[dlpack(readonly)]` is written on a `DlpackImport` type.
 pub fn readonly_needs_export<T: ReadonlyNeedsExport>() {}
+
+/// Generated `DlpackImport` code: keeps its tokens (the `pyo3::FromPyObject` impl) when the
+/// runtime has the `python` feature.
+#[cfg(feature = "python")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_python {
+    ($($tokens:tt)*) => { $($tokens)* };
+}
+
+/// Generated `DlpackImport` code: drops its tokens without the `python` feature.
+#[cfg(not(feature = "python"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __if_python {
+    ($($tokens:tt)*) => {};
+}
+
+#[cfg(feature = "python")]
+pub use pyo3;
+
+/// Generated `FromPyObject` code: `python::from_dlpack` of the argument.
+#[cfg(feature = "python")]
+pub fn from_py_object<T: DlpackImport>(
+    obj: pyo3::Borrowed<'_, '_, pyo3::PyAny>,
+) -> pyo3::PyResult<T> {
+    crate::python::from_dlpack(&obj)
+}

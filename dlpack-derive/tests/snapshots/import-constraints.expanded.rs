@@ -77,4 +77,16 @@ const _: () = {
             })
         }
     }
+    ::dlpack_runtime::__if_python! {
+        #[automatically_derived] impl < '__dlpack_a, '__dlpack_py >
+        ::dlpack_runtime::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for
+        Points where ManagedTensor : ::dlpack_runtime::__private::ImportBuffer, Vec <
+        usize > : ::dlpack_runtime::__private::FromShape, Vec < isize > :
+        ::dlpack_runtime::__private::FromStrides, { type Error =
+        ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
+        ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
+        ::dlpack_runtime::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
+        ::dlpack_runtime::__private::pyo3::PyErr > {
+        ::dlpack_runtime::__private::from_py_object(obj) } }
+    }
 };

@@ -48,4 +48,14 @@ const _: () = {
             })
         }
     }
+    dl::__if_python! {
+        #[automatically_derived] impl < '__dlpack_a, '__dlpack_py >
+        dl::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for View where
+        dl::ManagedTensor : dl::__private::ImportBuffer, Vec < usize > :
+        dl::__private::FromShape, Vec < isize > : dl::__private::FromStrides, { type
+        Error = dl::__private::pyo3::PyErr; fn extract(obj :
+        dl::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
+        dl::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
+        dl::__private::pyo3::PyErr > { dl::__private::from_py_object(obj) } }
+    }
 };

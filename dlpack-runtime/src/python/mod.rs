@@ -86,20 +86,25 @@
 //!
 //! | error | Python exception |
 //! |---|---|
-//! | [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
+//! | [`StreamError`](crate::StreamError), [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
 //! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
-//! | [`ImportError`] (version, layout, dtype, constraints) | `BufferError` |
+//! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`](crate::HeaderError) | `BufferError` |
+//! | [`LayoutError::IndexRank`](crate::LayoutError::IndexRank), [`LayoutError::IndexOutOfBounds`](crate::LayoutError::IndexOutOfBounds) (typed access: `get`, `set`) | `IndexError` |
+//! | every other [`LayoutError`](crate::LayoutError) (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
+//! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
 //! | an object without `__dlpack__` | `AttributeError` |
 //! | wrong argument types (`stream` not an int, `max_version` not a pair) | `TypeError` (from pyo3) |
 
 use pyo3::PyErr;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
 
 use crate::export::ExportError;
 use crate::import::ImportError;
+use crate::layout::LayoutError;
 use crate::managed::HeaderError;
+use crate::stream::StreamError;
 
 mod capsule;
 mod consumer;
@@ -132,7 +137,34 @@ impl From<ImportError> for PyErr {
     fn from(err: ImportError) -> Self {
         match err {
             ImportError::Export(export) => export.into(),
+            ImportError::Layout(
+                layout @ (LayoutError::IndexRank { .. } | LayoutError::IndexOutOfBounds { .. }),
+            ) => layout.into(),
             _ => PyBufferError::new_err(err.to_string()),
         }
+    }
+}
+
+impl From<LayoutError> for PyErr {
+    fn from(err: LayoutError) -> Self {
+        match err {
+            LayoutError::IndexRank { .. } | LayoutError::IndexOutOfBounds { .. } => {
+                PyIndexError::new_err(err.to_string())
+            }
+            _ => PyBufferError::new_err(err.to_string()),
+        }
+    }
+}
+
+impl From<StreamError> for PyErr {
+    fn from(err: StreamError) -> Self {
+        PyValueError::new_err(err.to_string())
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl From<crate::cuda::CudaError> for PyErr {
+    fn from(err: crate::cuda::CudaError) -> Self {
+        PyBufferError::new_err(err.to_string())
     }
 }

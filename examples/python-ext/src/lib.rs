@@ -93,7 +93,7 @@ struct F32Out {
 #[pyfunction]
 fn total(x: &Bound<'_, PyAny>) -> PyResult<f64> {
     let view: F64View = python::from_dlpack(x)?;
-    let values = view.data.to_vec().map_err(|e| PyBufferError::new_err(e.to_string()))?;
+    let values = view.data.to_vec()?;
     Ok(values.iter().sum())
 }
 
@@ -109,7 +109,7 @@ fn strides(x: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<isize>)> {
 #[pyfunction]
 fn fill(x: &Bound<'_, PyAny>, value: f32) -> PyResult<usize> {
     let mut out: F32Out = python::from_dlpack(x)?;
-    let slice = out.data.as_slice_mut().map_err(|e| PyBufferError::new_err(e.to_string()))?;
+    let slice = out.data.as_slice_mut()?;
     slice.fill(value);
     Ok(out.shape.iter().product())
 }
@@ -163,7 +163,7 @@ mod gpu {
     /// Device 0's context, after probing for the driver: no driver is a `RuntimeError`, not the
     /// panic of cudarc's loader.
     fn device0() -> PyResult<Arc<CudaContext>> {
-        dlpack_runtime::cuda::init().map_err(cuda_err)?;
+        dlpack_runtime::cuda::init()?;
         CudaContext::new(0).map_err(cuda_err)
     }
 
@@ -217,7 +217,7 @@ mod gpu {
 
     /// Copies `view` to the host on `stream` and sums it.
     fn sum_on(view: &ImportedData<f32>, numel: usize, stream: sys::CUstream) -> PyResult<f64> {
-        let ptr = view.cuda_device_ptr().map_err(cuda_err)?;
+        let ptr = view.cuda_device_ptr()?;
         let mut host = vec![0f32; numel];
         // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor (C-contiguous:
         // the consumer has no strides field); `host` has room for them; synchronized below.

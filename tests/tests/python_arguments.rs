@@ -1,0 +1,188 @@
+//! What a pyo3 user writes first (feature `python`): derived import types as pyfunction
+//! arguments, and `?` on every runtime error inside a `PyResult` function, raising the exception
+//! class the module docs of `python` name.
+#![cfg(feature = "python")]
+
+use dlpack_runtime::python::export_once;
+use dlpack_runtime::{
+    Contiguity, DataType, ExportError, ExportRequest, HeaderError, ImportError, LayoutError,
+    ManagedTensor, StreamError,
+};
+use dlpack_tests::Counter;
+use dlpack_tests::py::{eval, with_numpy};
+use dlpack_tests::types::{Compact, Strided, tensor};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyValueError};
+use pyo3::prelude::*;
+
+/// A pyfunction that takes a derived consumer as its argument: the object's `__dlpack__` is
+/// called as `python::from_dlpack` calls it.
+#[pyfunction]
+fn total(v: Strided<f64>) -> PyResult<f64> {
+    Ok(v.data.to_vec()?.iter().sum())
+}
+
+/// `get` with an index of the caller's: `?` raises `IndexError` for one out of bounds.
+#[pyfunction]
+fn element(v: Compact<f64>, i: usize) -> PyResult<f64> {
+    Ok(v.data.get(&[i])?)
+}
+
+/// `as_slice` of a strided view: `?` raises `BufferError` (not contiguous).
+#[pyfunction]
+fn first_of_slice(v: Strided<f64>) -> PyResult<f64> {
+    Ok(v.data.as_slice()?[0])
+}
+
+#[test]
+fn pyfunctions_take_derived_views_as_arguments() {
+    Python::attach(|py| {
+        let l = with_numpy(py);
+        l.set_item("total", wrap_pyfunction!(total, py).unwrap())
+            .unwrap();
+        l.set_item("element", wrap_pyfunction!(element, py).unwrap())
+            .unwrap();
+        l.set_item(
+            "first_of_slice",
+            wrap_pyfunction!(first_of_slice, py).unwrap(),
+        )
+        .unwrap();
+        let sum: f64 = eval(py, "result = total(np.arange(10.0))", &l)
+            .extract()
+            .unwrap();
+        assert_eq!(sum, 45.0);
+        let sum: f64 = eval(py, "result = total(np.arange(10.0)[::-3])", &l)
+            .extract()
+            .unwrap();
+        assert_eq!(sum, 18.0, "a strided view: 9 + 6 + 3 + 0");
+        // A Rust producer handed back in works the same way.
+        let counter = Counter::new();
+        l.set_item(
+            "t",
+            export_once(py, tensor(vec![1.5f64, 2.5], &[2], &counter)).unwrap(),
+        )
+        .unwrap();
+        let sum: f64 = eval(py, "result = total(t)", &l).extract().unwrap();
+        assert_eq!(sum, 4.0);
+        let raised = |code: &str| -> PyErr {
+            let code = std::ffi::CString::new(code).unwrap();
+            py.run(&code, None, Some(&l)).unwrap_err()
+        };
+        // The wrong dtype: BufferError naming both dtypes.
+        let err = raised("total(np.arange(3))");
+        assert!(err.is_instance_of::<PyBufferError>(py));
+        assert!(
+            err.value(py).to_string().contains("int64"),
+            "{}",
+            err.value(py)
+        );
+        // No `__dlpack__` at all: AttributeError, as `from_dlpack` raises.
+        let err = raised("total([1.0, 2.0])");
+        assert!(err.is_instance_of::<PyAttributeError>(py), "{err}");
+        assert!(err.to_string().contains("__dlpack__"), "{err}");
+        // An index out of bounds: IndexError.
+        let err = raised("element(np.arange(3.0), 5)");
+        assert!(err.is_instance_of::<PyIndexError>(py), "{err}");
+        // A slice of a strided view: BufferError.
+        let err = raised("first_of_slice(np.arange(6.0)[::2])");
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+    });
+}
+
+#[test]
+fn every_runtime_error_becomes_its_exception_class() {
+    Python::attach(|py| {
+        let cases: Vec<(PyErr, &str)> = vec![
+            (
+                LayoutError::IndexOutOfBounds {
+                    axis: 0,
+                    index: 3,
+                    extent: 2,
+                }
+                .into(),
+                "IndexError",
+            ),
+            (
+                LayoutError::IndexRank {
+                    found: 1,
+                    expected: 2,
+                }
+                .into(),
+                "IndexError",
+            ),
+            (
+                LayoutError::NotContiguous {
+                    expected: Contiguity::C,
+                    shape: vec![2, 2],
+                    strides: vec![1, 2],
+                }
+                .into(),
+                "BufferError",
+            ),
+            (LayoutError::ReadOnly.into(), "BufferError"),
+            (
+                StreamError::Invalid {
+                    found: Some(0),
+                    device: dlpack_runtime::Device::cuda(0),
+                    allowed: "None, -1, 1, 2, or a stream handle > 2",
+                }
+                .into(),
+                "ValueError",
+            ),
+            (HeaderError::NullTensor.into(), "BufferError"),
+            (ExportError::ReadOnlyLegacy.into(), "BufferError"),
+            (
+                ImportError::Dtype {
+                    found: DataType::I64,
+                    expected: DataType::F64,
+                }
+                .into(),
+                "BufferError",
+            ),
+            (
+                ImportError::Layout(LayoutError::IndexRank {
+                    found: 1,
+                    expected: 2,
+                })
+                .into(),
+                "IndexError",
+            ),
+        ];
+        for (err, class) in cases {
+            let name = err.get_type(py).name().unwrap().to_string();
+            assert_eq!(name, class, "{err}");
+        }
+        assert!(PyErr::from(LayoutError::ReadOnly).is_instance_of::<PyBufferError>(py));
+        assert!(
+            PyErr::from(StreamError::Unsupported {
+                found: 3,
+                device: dlpack_runtime::Device::CPU,
+            })
+            .is_instance_of::<PyValueError>(py)
+        );
+        #[cfg(feature = "cuda")]
+        assert!(
+            PyErr::from(dlpack_runtime::cuda::CudaError::NoDriver)
+                .is_instance_of::<PyBufferError>(py)
+        );
+        // `?` in a PyResult function: the conversions are what `?` uses.
+        fn refuse() -> PyResult<()> {
+            // SAFETY: NULL is refused before anything is read.
+            unsafe { ManagedTensor::from_raw_versioned(core::ptr::null_mut()) }?;
+            Ok(())
+        }
+        assert!(refuse().unwrap_err().is_instance_of::<PyBufferError>(py));
+        fn export_legacy() -> PyResult<ManagedTensor> {
+            let counter = Counter::new();
+            let shared = std::sync::Arc::new(tensor(vec![1u8], &[1], &counter));
+            Ok(dlpack_runtime::DlpackExport::into_dlpack_with(
+                shared,
+                &ExportRequest::new().copy(Some(false)),
+            )?)
+        }
+        assert!(
+            export_legacy()
+                .unwrap_err()
+                .is_instance_of::<PyBufferError>(py)
+        );
+    });
+}
