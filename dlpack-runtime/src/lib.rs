@@ -125,7 +125,7 @@ pub use export::{
     ExportError, ExportParts, ExportRequest, export_with,
 };
 pub use import::{
-    DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
+    DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
     ImportedData,
 };
 pub use layout::{ByteSpan, Contiguity, LayoutError, MAX_NDIM, TensorLayout};

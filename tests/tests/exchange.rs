@@ -844,6 +844,15 @@ fn invalid_bool_errors_name_the_logical_index() {
             dtype: DataType::BOOL
         }
     );
+    // The strided iterator checks every byte before it reads any.
+    assert_eq!(
+        view.data.iter().unwrap_err(),
+        LayoutError::InvalidValue {
+            index: 2,
+            bytes: vec![2],
+            dtype: DataType::BOOL
+        }
+    );
 }
 
 /// A hand-written producer whose description panics on its second call (inside the export

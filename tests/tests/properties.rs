@@ -117,6 +117,19 @@ proptest! {
     }
 
     #[test]
+    fn the_strided_iterator_reads_what_to_vec_copies((shape, strides) in layout(), slack in 0usize..3) {
+        let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i * 3 + 1);
+        let counter = Counter::new();
+        let tensor = Tensor { data: buffer, shape, strides, offset: first * 4, _guard: counter.guard() };
+        let view = Strided::from_managed(tensor.into_dlpack().unwrap()).unwrap();
+        let elements = view.data.iter().unwrap();
+        prop_assert_eq!(elements.len(), expected.len());
+        let read: Vec<_> = elements.collect();
+        prop_assert_eq!(&read, &expected);
+        prop_assert_eq!(read, view.data.to_vec().unwrap());
+    }
+
+    #[test]
     fn copy_true_is_the_compact_copy_of_every_element((shape, strides) in layout(), slack in 0usize..3) {
         let (buffer, first, expected) = fixture(&shape, &strides, slack, |i| i * 7 - 3);
         let counter = Counter::new();

@@ -298,6 +298,50 @@ impl<T: Element> ImportedData<T> {
         Ok(())
     }
 
+    /// The elements in logical row-major order, by value, read in place, for any valid layout
+    /// (negative and zero strides included): a transposed or reversed view is read without a
+    /// copy and without `ndarray`. `bool` elements are checked once, here.
+    ///
+    /// ```
+    /// use dlpack_runtime::{DlpackExport, DlpackImport, ExportParts, ImportedData};
+    ///
+    /// #[derive(DlpackImport)]
+    /// struct View {
+    ///     #[dlpack(data)]
+    ///     data: ImportedData<i32>,
+    ///     #[dlpack(shape)]
+    ///     shape: Vec<usize>,
+    ///     #[dlpack(strides)]
+    ///     strides: Vec<isize>,
+    /// }
+    ///
+    /// /// A 2x3 matrix 0..6, transposed: shape (3, 2), strides (1, 3).
+    /// struct Transposed(Vec<i32>);
+    ///
+    /// impl DlpackExport for Transposed {
+    ///     fn export_parts(&self) -> ExportParts<'_> {
+    ///         ExportParts::shared(&self.0, &[3, 2]).with_strides(Some(&[1, 3]))
+    ///     }
+    ///     fn export_parts_mut(&mut self) -> ExportParts<'_> {
+    ///         ExportParts::unique(&mut self.0, &[3, 2]).with_strides(Some(&[1, 3]))
+    ///     }
+    /// }
+    ///
+    /// let view = View::from_dlpack(Transposed(vec![0, 1, 2, 3, 4, 5]))?;
+    /// let columns: Vec<i32> = view.data.iter()?.collect();
+    /// assert_eq!(columns, [0, 3, 1, 4, 2, 5]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The host-access errors ([`LayoutError::NotHostAccessible`], [`LayoutError::Misaligned`],
+    /// the validation error of an invalid layout), and [`LayoutError::InvalidValue`] for a bad
+    /// `bool` byte.
+    pub fn iter(&self) -> Result<super::Elements<'_, T>, LayoutError> {
+        super::Elements::new(self)
+    }
+
     /// Copies the elements out in logical row-major order, for any valid layout (negative and
     /// zero strides included).
     ///
@@ -352,7 +396,6 @@ impl<T: Element> ImportedData<T> {
 
 impl<T: Element> ImportedData<T> {
     /// Checks the bit pattern of every element of `layout` (host-accessible, typed-checked).
-    #[cfg_attr(not(feature = "ndarray"), allow(dead_code))]
     pub(crate) fn check_all_elements(&self, layout: &TensorLayout<'_>) -> Result<(), LayoutError> {
         let base = layout.first_element_ptr();
         let mut failure = None;

@@ -14,10 +14,12 @@
 mod constraints;
 mod data;
 mod error;
+mod iter;
 
 pub use constraints::ImportConstraints;
 pub use data::ImportedData;
 pub use error::ImportError;
+pub use iter::Elements;
 
 use crate::export::DlpackExport;
 use crate::layout::TensorLayout;
