@@ -10,8 +10,11 @@ use crate::dtype::{DataType, Element};
 /// A contiguous buffer that can be exported: a base pointer, a length in bytes, a dtype and a
 /// device.
 ///
-/// Implemented for `Vec<T>`, `Box<[T]>` and `Arc<[T]>` with `T:`[`Element`] (host memory), and
-/// for `ndarray::Array<T, D>` (feature `ndarray`). `Arc<[T]>` is exported writable only while the
+/// Implemented for `Vec<T>`, `Box<[T]>` and `Arc<[T]>` with `T:`[`Element`] (host memory), for
+/// `ndarray::Array<T, D>` (feature `ndarray`), and for imported tensors
+/// ([`ImportedData<T>`](crate::ImportedData), [`ManagedTensor`](crate::ManagedTensor)), which
+/// lend the bytes their layout reaches, so that a tensor type can hold imported memory and lend
+/// it on zero-copy (see [`ImportedData::start_offset`](crate::ImportedData::start_offset)). `Arc<[T]>` is exported writable only while the
 /// `Arc` is unique. An `Arc` of a buffer (`Arc<Vec<T>>`) or of a storage enum is not an
 /// `ExportBuffer` itself but an [`AsExportBuffer`], which is what `#[dlpack(data)]` asks for.
 ///
@@ -29,7 +32,7 @@ use crate::dtype::{DataType, Element};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an exportable buffer",
     label = "not an `ExportBuffer`",
-    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`",
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`, and imported tensors (`ImportedData<T>`, `ManagedTensor`)",
     note = "an enum or wrapper holding buffers derives `dlpack_runtime::DlpackStorage` or implements the safe trait `dlpack_runtime::AsExportBuffer`"
 )]
 pub unsafe trait ExportBuffer {
@@ -182,7 +185,7 @@ impl BufferAccess<'_> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot hold the data of an exported tensor",
     label = "not an exportable buffer",
-    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`, and `Arc<S>` of any of them",
+    note = "buffers are `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>` (and `ndarray::Array<T, D>` with the `ndarray` feature) with `T: dlpack_runtime::Element`, imported tensors (`ImportedData<T>`, `ManagedTensor`), and `Arc<S>` of any of them",
     note = "a storage enum whose variants each hold one buffer derives `dlpack_runtime::DlpackStorage`; other types implement the safe trait `dlpack_runtime::AsExportBuffer`"
 )]
 pub trait AsExportBuffer {

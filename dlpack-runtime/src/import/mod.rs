@@ -15,6 +15,7 @@ mod constraints;
 mod data;
 mod error;
 mod iter;
+mod lend;
 
 pub use constraints::ImportConstraints;
 pub use data::ImportedData;

@@ -1,0 +1,102 @@
+//! Imported tensors as the storage of exports: [`ImportedData<T>`] and [`ManagedTensor`] are
+//! [`ExportBuffer`]s, so a tensor type of your own can hold imported memory (alone, or as a
+//! variant of a storage enum beside owned buffers) and lend it on zero-copy.
+//!
+//! As a buffer, an imported tensor lends the bytes its layout reaches, from the lowest one (the
+//! tensor's byte span): with negative strides that lowest byte lies before element
+//! `(0, ..., 0)`. [`ImportedData::start_offset`] gives the element offset of `(0, ..., 0)` from
+//! there, which is the `offset` of a tensor that re-exports the import's own layout. Read-only
+//! imports (flagged, or legacy) stay read-only; a writable import is lent writable when it is
+//! exported by value. The producer's deleter runs once, when the last owner of the import is
+//! dropped: after every consumer of every re-export is done.
+
+use core::ffi::c_void;
+
+use super::ImportedData;
+use crate::device::Device;
+use crate::dtype::{DataType, Element};
+use crate::export::ExportBuffer;
+use crate::layout::ByteSpan;
+use crate::managed::ManagedTensor;
+
+/// The bytes a managed tensor's layout reaches, as `(lowest byte, length)`; an empty span at
+/// `data` for a zero-size tensor or an invalid layout (whose exports then fail their bounds
+/// check).
+fn lent_bytes(managed: &ManagedTensor) -> (*mut u8, usize) {
+    let data = managed.dl_tensor().data.cast::<u8>();
+    match managed.layout() {
+        Ok(layout) => {
+            let ByteSpan { start, end } = layout.span();
+            // Inside the validated span: `data + start` does not wrap.
+            (data.wrapping_offset(start), (end - start) as usize)
+        }
+        Err(_) => (data, 0),
+    }
+}
+
+impl<T: Element> ImportedData<T> {
+    /// Elements from the lowest element the layout reaches to element `(0, ..., 0)`: the
+    /// `offset` (in elements) of a tensor that lends this import on with the import's own shape
+    /// and strides (0 unless some stride is negative).
+    ///
+    /// # Errors
+    ///
+    /// The validation error of an invalid layout.
+    pub fn start_offset(&self) -> Result<usize, crate::LayoutError> {
+        let layout = self.layout()?;
+        let span = layout.span();
+        let size = core::mem::size_of::<T>() as isize;
+        // Element `(0, ..., 0)` is `byte_offset` bytes from `data`, inside the span, and the
+        // span's start is an element boundary: strides are whole elements.
+        Ok(((layout.byte_offset() as isize - span.start) / size.max(1)) as usize)
+    }
+}
+
+// SAFETY: the pointer and length are those of the byte span of the import's validated layout,
+// memory the producer keeps alive, unmodified in place by it only as the shared-memory rules of
+// the crate allow, until `self` (which owns the managed tensor) is dropped; the bytes hold
+// elements of `T::DTYPE` (checked at import), aligned as the import's first element is. The
+// mutable pointer is handed out only for a writable import (versioned, not flagged read-only)
+// through `&mut self`.
+unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn device(&self) -> Device {
+        Device::from_raw(self.managed().dl_tensor().device)
+    }
+    fn byte_len(&self) -> usize {
+        lent_bytes(self.managed()).1
+    }
+    fn as_ptr(&self) -> *const c_void {
+        lent_bytes(self.managed()).0.cast_const().cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        if self.is_read_only() {
+            return None;
+        }
+        Some(lent_bytes(self.managed()).0.cast())
+    }
+}
+
+// SAFETY: as for `ImportedData<T>`, with the dtype of the tensor's header.
+unsafe impl ExportBuffer for ManagedTensor {
+    fn dtype(&self) -> DataType {
+        DataType::from_raw(self.dl_tensor().dtype)
+    }
+    fn device(&self) -> Device {
+        Device::from_raw(self.dl_tensor().device)
+    }
+    fn byte_len(&self) -> usize {
+        lent_bytes(self).1
+    }
+    fn as_ptr(&self) -> *const c_void {
+        lent_bytes(self).0.cast_const().cast()
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        if self.is_read_only() {
+            return None;
+        }
+        Some(lent_bytes(self).0.cast())
+    }
+}
