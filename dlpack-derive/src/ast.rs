@@ -44,6 +44,8 @@ pub struct Options {
     pub krate: syn::Path,
     /// `#[dlpack(readonly)]`: the keyword's span.
     pub readonly: Option<Span>,
+    /// `#[dlpack(transparent)]`: the keyword's span.
+    pub transparent: Option<Span>,
     /// Consumer constraints, in the order written.
     pub constraints: Vec<Constraint>,
 }
@@ -58,6 +60,8 @@ pub struct Container<'a> {
     pub krate: syn::Path,
     /// `#[dlpack(readonly)]` on the struct: the keyword's span.
     pub readonly: Option<Span>,
+    /// `#[dlpack(transparent)]` on the struct: the keyword's span.
+    pub transparent: Option<Span>,
     /// Consumer constraints on the struct, in the order written.
     pub constraints: Vec<Constraint>,
     /// Which derive is reading.
@@ -88,6 +92,7 @@ impl<'a> Container<'a> {
         let Options {
             krate,
             readonly,
+            transparent,
             constraints,
         } = options(cx, &input.attrs);
         let fields = match &input.data {
@@ -135,6 +140,7 @@ impl<'a> Container<'a> {
             generics: &input.generics,
             krate,
             readonly,
+            transparent,
             constraints,
             derive,
             fields,
@@ -165,6 +171,7 @@ pub fn crate_path(attrs: &[Attribute]) -> syn::Path {
 pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
     let mut krate = None;
     let mut readonly = None;
+    let mut transparent = None;
     let mut constraints: Vec<Constraint> = Vec::new();
     for attr in dlpack_attrs(attrs) {
         let items =
@@ -191,6 +198,13 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
                         readonly = Some(span);
                     }
                 }
+                ContainerAttr::Transparent { span } => {
+                    if transparent.is_some() {
+                        cx.error_at(span, "`#[dlpack(transparent)]` may only be specified once");
+                    } else {
+                        transparent = Some(span);
+                    }
+                }
                 ContainerAttr::Constraint(constraint) => {
                     let key = constraint.kind.key();
                     if constraints.iter().any(|c| c.kind.key() == key) {
@@ -212,6 +226,7 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
     Options {
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::dlpack_runtime)),
         readonly,
+        transparent,
         constraints,
     }
 }

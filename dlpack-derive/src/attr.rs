@@ -29,6 +29,7 @@ pub mod kw {
     syn::custom_keyword!(ndim);
     syn::custom_keyword!(contiguous);
     syn::custom_keyword!(writable);
+    syn::custom_keyword!(transparent);
 }
 
 /// What a field is to the tensor. A field has at most one role; `data` and `shape` are
@@ -211,6 +212,11 @@ pub enum ContainerAttr {
         /// The keyword.
         span: Span,
     },
+    /// `transparent`: the struct's one field is the tensor; export and import go through it.
+    Transparent {
+        /// The keyword.
+        span: Span,
+    },
     /// A consumer constraint, checked at import.
     Constraint(Constraint),
 }
@@ -308,6 +314,10 @@ impl Parse for ContainerAttr {
             let span = input.parse::<kw::readonly>()?.span;
             no_value(input, "readonly")?;
             Ok(ContainerAttr::Readonly { span })
+        } else if lookahead.peek(kw::transparent) {
+            let span = input.parse::<kw::transparent>()?.span;
+            no_value(input, "transparent")?;
+            Ok(ContainerAttr::Transparent { span })
         } else if lookahead.peek(kw::dtype) {
             let key = input.parse::<kw::dtype>()?.span;
             input.parse::<Token![=]>()?;

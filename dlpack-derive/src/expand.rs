@@ -21,6 +21,15 @@ use crate::ctxt::Ctxt;
 pub fn derive(input: &DeriveInput, derive: Derive) -> syn::Result<TokenStream> {
     let cx = Ctxt::new();
     let cont = Container::from_ast(&cx, input, derive);
+    if let Some(cont) = cont.as_ref().filter(|cont| cont.transparent.is_some()) {
+        let body = transparent(&cx, cont);
+        cx.check()?;
+        return Ok(quote! {
+            const _: () = {
+                #body
+            };
+        });
+    }
     let roles = cont.as_ref().and_then(|cont| check::check(&cx, cont));
     cx.check()?;
     let Some(roles) = roles else {
@@ -127,23 +136,25 @@ fn export(roles: &Roles<'_, '_>) -> TokenStream {
 /// spanned at their type, where a type mismatch is reported.
 fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
     let krate = &roles.cont.krate;
-    let data = &roles.data.member;
-    let shape = &roles.shape.member;
-    let shape = quote!(#krate::__private::AsShape::as_shape(&self.#shape));
-    let head = if unique {
-        quote! {
-            #krate::__private::ExportParts::new(
-                #krate::__private::AsExportBuffer::as_export_buffer_mut(&mut self.#data),
-                #shape,
-            )
-        }
+    let (data, data_ty) = (&roles.data.member, roles.data.ty);
+    let (shape, shape_ty) = (&roles.shape.member, roles.shape.ty);
+    // Trait calls name the field's type and are spanned at it: an unfit type is reported there,
+    // once, whether or not the where clause names it (it names generic types only).
+    let shape = TypeSpan::qualified(
+        shape_ty,
+        quote!(#krate::__private::AsShape),
+        quote!(as_shape(&self.#shape)),
+    );
+    let call = if unique {
+        quote!(as_export_buffer_mut(&mut self.#data))
     } else {
-        quote! {
-            #krate::__private::ExportParts::shared(
-                #krate::__private::AsExportBuffer::as_export_buffer(&self.#data),
-                #shape,
-            )
-        }
+        quote!(as_export_buffer(&self.#data))
+    };
+    let buffer = TypeSpan::qualified(data_ty, quote!(#krate::__private::AsExportBuffer), call);
+    let head = if unique {
+        quote!(#krate::__private::ExportParts::new(#buffer, #shape))
+    } else {
+        quote!(#krate::__private::ExportParts::shared(#buffer, #shape))
     };
     let builders = Role::ALL.into_iter().filter_map(|role| {
         let field = roles.get(role)?;
@@ -152,7 +163,13 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
         match role {
             Role::Data | Role::Shape => None,
             Role::Strides => {
-                Some(quote!(.with_strides(#krate::__private::AsStrides::as_strides(&self.#member))))
+                let ty = field.ty;
+                let strides = TypeSpan::qualified(
+                    ty,
+                    quote!(#krate::__private::AsStrides),
+                    quote!(as_strides(&self.#member)),
+                );
+                Some(quote!(.with_strides(#strides)))
             }
             Role::ByteOffset => Some(quote!(.with_byte_offset(#value))),
             Role::Offset => Some(quote!(.with_offset(#value))),
@@ -163,8 +180,13 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
         }
     });
     let streams = roles.streams.iter().map(|field| {
-        let member = &field.member;
-        quote!(.with_stream(#krate::__private::AsProducerStream::as_producer_stream(&self.#member)))
+        let (member, ty) = (&field.member, field.ty);
+        let stream = TypeSpan::qualified(
+            ty,
+            quote!(#krate::__private::AsProducerStream),
+            quote!(as_producer_stream(&self.#member)),
+        );
+        quote!(.with_stream(#stream))
     });
     let readonly = roles
         .cont
@@ -214,12 +236,22 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
             let span = TypeSpan::of(field);
             let read = match role {
                 Role::Data => return None,
-                Role::Shape => quote! {
-                    <#ty as #krate::__private::FromShape>::from_shape(__dlpack_layout.shape())?
-                },
-                Role::Strides => quote! {
-                    <#ty as #krate::__private::FromStrides>::from_strides(&__dlpack_layout)?
-                },
+                Role::Shape => {
+                    let call = TypeSpan::qualified(
+                        ty,
+                        quote!(#krate::__private::FromShape),
+                        quote!(from_shape(__dlpack_layout.shape())),
+                    );
+                    quote!(#call?)
+                }
+                Role::Strides => {
+                    let call = TypeSpan::qualified(
+                        ty,
+                        quote!(#krate::__private::FromStrides),
+                        quote!(from_strides(&__dlpack_layout)),
+                    );
+                    quote!(#call?)
+                }
                 Role::ByteOffset => span.across(quote!(__dlpack_layout.byte_offset())),
                 Role::Offset => span.across(quote!(
                     #krate::__private::element_offset(&__dlpack_layout)?
@@ -234,6 +266,11 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         })
         .unzip();
     let data_ty = roles.data.ty;
+    let import_data = TypeSpan::qualified(
+        data_ty,
+        quote!(#krate::__private::ImportBuffer),
+        quote!(from_managed(__dlpack_managed)),
+    );
     let inits = cont.fields.iter().map(|field| {
         let member = &field.member;
         let value = match field.role() {
@@ -242,7 +279,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         };
         quote!(#member: #value)
     });
-    let from_py_object = from_py_object(roles, &where_clause);
+    let from_py_object = from_py_object_impl(cont, &where_clause);
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackImport for #ident #ty_generics #where_clause {
@@ -257,7 +294,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                     let __dlpack_layout = #krate::__private::import_layout(&__dlpack_managed, &__dlpack_constraints)?;
                     (#(#reads,)*)
                 };
-                let __dlpack_data = <#data_ty as #krate::__private::ImportBuffer>::from_managed(__dlpack_managed)?;
+                let __dlpack_data = #import_data?;
                 ::core::result::Result::Ok(Self { #(#inits,)* })
             }
         }
@@ -268,8 +305,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
 /// `impl pyo3::FromPyObject`, so that a pyfunction takes the type as an argument (`python::from_dlpack`
 /// of the object). Emitted through the runtime's `__if_python!`, which keeps it only when the
 /// runtime is built with its `python` feature; the impl names pyo3 through the runtime.
-fn from_py_object(roles: &Roles<'_, '_>, where_clause: &TokenStream) -> TokenStream {
-    let cont = roles.cont;
+fn from_py_object_impl(cont: &Container<'_>, where_clause: &TokenStream) -> TokenStream {
     let (krate, ident) = (&cont.krate, cont.ident);
     let mut generics = cont.generics.clone();
     generics.params.insert(0, syn::parse_quote!('__dlpack_py));
@@ -346,15 +382,21 @@ fn where_clause(roles: &Roles<'_, '_>, derive: Derive) -> TokenStream {
         .where_clause
         .iter()
         .flat_map(|clause| clause.predicates.iter());
+    let generics = roles.cont.generics;
+    // Bounds on generic field types only: a bound on a concrete type is a "trivial bound",
+    // which rustc reports with a note on an unstable feature; the spanned trait calls report an
+    // unfit concrete type at its field instead.
     let bounds = Role::ALL.into_iter().filter_map(|role| {
         let field = roles.get(role)?;
         let bound = bound_trait(role, derive)?;
-        Some(spanned_bound(field.ty, quote!(#krate::__private::#bound)))
+        mentions_generics(field.ty, generics)
+            .then(|| spanned_bound(field.ty, quote!(#krate::__private::#bound)))
     });
     let stream_bounds = roles
         .streams
         .iter()
         .filter(|_| derive == Derive::Export)
+        .filter(|field| mentions_generics(field.ty, generics))
         .map(|field| spanned_bound(field.ty, quote!(#krate::__private::AsProducerStream)));
     quote!(where #(#existing,)* #(#bounds,)* #(#stream_bounds,)*)
 }
@@ -397,6 +439,16 @@ impl TypeSpan {
         Self::of_type(field.ty)
     }
 
+    /// `<ty as path>::rest`, a call of a trait function on `ty`, with `ty`'s own tokens kept and
+    /// the rest spanned at the type, so that an unsatisfied bound is reported across the type.
+    pub fn qualified(ty: &syn::Type, path: TokenStream, rest: TokenStream) -> TokenStream {
+        let span = Self::of_type(ty);
+        let mut out = respan(quote!(<), span.first);
+        out.extend(ty.to_token_stream());
+        out.extend(respan(quote!(as #path>::#rest), span.last));
+        out
+    }
+
     /// The first and last token of `ty`.
     pub fn of_type(ty: &syn::Type) -> Self {
         let mut tokens = ty.to_token_stream().into_iter().map(|token| token.span());
@@ -431,4 +483,107 @@ pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
             token
         })
         .collect()
+}
+
+/// `#[dlpack(transparent)]`: the struct's one field is the tensor, and the impl forwards to the
+/// field's own (a `#[pyclass]` around another crate's tensor type, say). The field has no role,
+/// and the struct no other option.
+fn transparent(cx: &Ctxt, cont: &Container<'_>) -> TokenStream {
+    let span = cont.transparent.unwrap_or_else(Span::call_site);
+    if cont.fields.len() != 1 {
+        cx.error_at(
+            span,
+            format_args!(
+                "`#[dlpack(transparent)]` forwards to the struct's one field, found {} fields",
+                cont.fields.len()
+            ),
+        );
+    }
+    for attr in cont.fields.iter().filter_map(|field| field.role.as_ref()) {
+        cx.error_at(
+            attr.span,
+            format_args!(
+                "a `#[dlpack(transparent)]` struct forwards to its field's own impl: remove {}",
+                attr.role
+            ),
+        );
+    }
+    for constraint in &cont.constraints {
+        cx.error_at(
+            constraint.key,
+            "a `#[dlpack(transparent)]` struct forwards to its field's own impl: put consumer constraints on the field's type",
+        );
+    }
+    if let Some(readonly) = cont.readonly {
+        cx.error_at(
+            readonly,
+            "a `#[dlpack(transparent)]` struct forwards to its field's own impl: mark the field's type `#[dlpack(readonly)]`",
+        );
+    }
+    let Some(field) = cont.fields.first() else {
+        return TokenStream::new();
+    };
+    let (krate, ident) = (&cont.krate, cont.ident);
+    let (impl_generics, ty_generics, _) = cont.generics.split_for_impl();
+    let (ty, member) = (field.ty, &field.member);
+    let trait_name = format_ident!("{}", cont.derive.trait_name());
+    let trait_path = quote!(#krate::__private::#trait_name);
+    // A bound only where the field's type is generic: a bound on a concrete type is a "trivial
+    // bound", which rustc reports with an unstable-feature note; the calls below report an
+    // unfit concrete type at the field all the same.
+    let existing = cont
+        .generics
+        .where_clause
+        .iter()
+        .flat_map(|clause| clause.predicates.iter());
+    let bound = mentions_generics(ty, cont.generics).then(|| spanned_bound(ty, trait_path.clone()));
+    let where_clause = quote!(where #(#existing,)* #bound);
+    let forward = |call: TokenStream| TypeSpan::qualified(ty, trait_path.clone(), call);
+    match cont.derive {
+        Derive::Export => {
+            let shared = forward(quote!(export_parts(&self.#member)));
+            let unique = forward(quote!(export_parts_mut(&mut self.#member)));
+            quote! {
+                #[automatically_derived]
+                impl #impl_generics #trait_path for #ident #ty_generics #where_clause {
+                    #[inline]
+                    fn export_parts(&self) -> #krate::__private::ExportParts<'_> {
+                        #shared
+                    }
+                    #[inline]
+                    fn export_parts_mut(&mut self) -> #krate::__private::ExportParts<'_> {
+                        #unique
+                    }
+                }
+            }
+        }
+        Derive::Import => {
+            let import = forward(quote!(from_managed(__dlpack_managed)));
+            let from_py_object = from_py_object_impl(cont, &where_clause);
+            quote! {
+                #[automatically_derived]
+                impl #impl_generics #trait_path for #ident #ty_generics #where_clause {
+                    fn from_managed(
+                        __dlpack_managed: #krate::__private::ManagedTensor,
+                    ) -> ::core::result::Result<Self, #krate::__private::ImportError> {
+                        ::core::result::Result::Ok(Self { #member: #import? })
+                    }
+                }
+                #from_py_object
+            }
+        }
+    }
+}
+
+/// Whether `ty` names one of the struct's type parameters.
+pub fn mentions_generics(ty: &syn::Type, generics: &syn::Generics) -> bool {
+    let params: Vec<&syn::Ident> = generics.type_params().map(|param| &param.ident).collect();
+    fn walk(tokens: TokenStream, params: &[&syn::Ident]) -> bool {
+        tokens.into_iter().any(|token| match token {
+            TokenTree::Ident(ident) => params.iter().any(|param| **param == ident),
+            TokenTree::Group(group) => walk(group.stream(), params),
+            _ => false,
+        })
+    }
+    !params.is_empty() && walk(ty.to_token_stream(), &params)
 }

@@ -353,3 +353,25 @@ fn storage_errors_with_stand_in_impl() {
         },
     );
 }
+
+#[test]
+fn transparent_wrappers() {
+    snapshot(
+        "export-transparent",
+        Derive::Export,
+        parse_quote! {
+            #[dlpack(transparent)]
+            struct PyTensor(other::Tensor);
+        },
+    );
+    snapshot(
+        "import-transparent-generic",
+        Derive::Import,
+        parse_quote! {
+            #[dlpack(transparent)]
+            struct Wrapped<T: Element> {
+                view: other::View<T>,
+            }
+        },
+    );
+}

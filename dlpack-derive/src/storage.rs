@@ -17,7 +17,7 @@ use syn::{Data, DeriveInput, Fields, Ident, Member};
 
 use crate::ast::{Options, dlpack_attrs, options};
 use crate::ctxt::Ctxt;
-use crate::expand::spanned_bound;
+use crate::expand::{TypeSpan, mentions_generics, spanned_bound};
 
 /// Which storage derive is running.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,11 +54,17 @@ pub fn derive(input: &DeriveInput, storage: Storage) -> syn::Result<TokenStream>
     let Options {
         krate,
         readonly,
+        transparent,
         constraints,
     } = options(&cx, &input.attrs);
     let options_elsewhere = readonly
         .into_iter()
         .map(|span| (span, "readonly", "DlpackExport"))
+        .chain(
+            transparent
+                .into_iter()
+                .map(|span| (span, "transparent", "DlpackExport` or `DlpackImport")),
+        )
         .chain(
             constraints
                 .iter()
@@ -82,8 +88,11 @@ pub fn derive(input: &DeriveInput, storage: Storage) -> syn::Result<TokenStream>
         Storage::Export => quote!(AsExportBuffer),
         Storage::Import => quote!(ImportBuffer),
     };
+    // Bounds on generic variant types only (a bound on a concrete type is a "trivial bound",
+    // reported with a note on an unstable feature); the calls report unfit concrete types.
     let bounds = arms
         .iter()
+        .filter(|arm| mentions_generics(arm.ty, &input.generics))
         .map(|arm| spanned_bound(arm.ty, quote!(#krate::__private::#trait_name)));
     let items = match storage {
         Storage::Export => export_items(&krate, &arms),
@@ -230,15 +239,22 @@ fn export_items(krate: &syn::Path, arms: &[Arm<'_>]) -> TokenStream {
         .iter()
         .map(|Arm { path, member, .. }| quote!(#path { #member: __dlpack_buffer }))
         .collect();
+    let lend = |call: TokenStream| -> Vec<TokenStream> {
+        arms.iter()
+            .map(|arm| TypeSpan::qualified(arm.ty, quote!(#private::AsExportBuffer), call.clone()))
+            .collect()
+    };
+    let shared = lend(quote!(as_export_buffer(__dlpack_buffer)));
+    let unique = lend(quote!(as_export_buffer_mut(__dlpack_buffer)));
     quote! {
         fn as_export_buffer(&self) -> &dyn #private::ExportBuffer {
             match self {
-                #(#patterns => #private::AsExportBuffer::as_export_buffer(__dlpack_buffer),)*
+                #(#patterns => #shared,)*
             }
         }
         fn as_export_buffer_mut(&mut self) -> #private::BufferAccess<'_> {
             match self {
-                #(#patterns => #private::AsExportBuffer::as_export_buffer_mut(__dlpack_buffer),)*
+                #(#patterns => #unique,)*
             }
         }
     }
@@ -250,17 +266,26 @@ fn import_struct_items(krate: &syn::Path, arms: &[Arm<'_>]) -> TokenStream {
     let Some(Arm { member, ty, .. }) = arms.first() else {
         return TokenStream::new();
     };
+    let import = TypeSpan::qualified(
+        ty,
+        quote!(#private::ImportBuffer),
+        quote!(from_managed(__dlpack_managed)),
+    );
+    let accepts = TypeSpan::qualified(
+        ty,
+        quote!(#private::ImportBuffer),
+        quote!(accepts(__dlpack_managed)),
+    );
     quote! {
         fn from_managed(
             __dlpack_managed: #private::ManagedTensor,
         ) -> ::core::result::Result<Self, #private::ImportError> {
-            <#ty as #private::ImportBuffer>::from_managed(__dlpack_managed)
-                .map(|__dlpack_buffer| Self { #member: __dlpack_buffer })
+            #import.map(|__dlpack_buffer| Self { #member: __dlpack_buffer })
         }
         fn accepts(
             __dlpack_managed: &#private::ManagedTensor,
         ) -> ::core::result::Result<(), #private::ImportError> {
-            <#ty as #private::ImportBuffer>::accepts(__dlpack_managed)
+            #accepts
         }
     }
 }
@@ -281,19 +306,33 @@ fn import_items(krate: &syn::Path, ident: &Ident, arms: &[Arm<'_>]) -> TokenStre
         let Arm {
             path, member, ty, ..
         } = arm;
+        let accepts = TypeSpan::qualified(
+            ty,
+            quote!(#private::ImportBuffer),
+            quote!(accepts(&__dlpack_managed)),
+        );
+        let import = TypeSpan::qualified(
+            ty,
+            quote!(#private::ImportBuffer),
+            quote!(from_managed(__dlpack_managed)),
+        );
         quote! {
-            let #reason = match <#ty as #private::ImportBuffer>::accepts(&__dlpack_managed) {
+            let #reason = match #accepts {
                 ::core::result::Result::Ok(()) => {
-                    return <#ty as #private::ImportBuffer>::from_managed(__dlpack_managed)
-                        .map(|__dlpack_buffer| #path { #member: __dlpack_buffer });
+                    return #import.map(|__dlpack_buffer| #path { #member: __dlpack_buffer });
                 }
                 ::core::result::Result::Err(__dlpack_error) => __dlpack_error,
             };
         }
     });
     let asks = arms.iter().zip(&reasons).map(|(Arm { ty, .. }, reason)| {
+        let accepts = TypeSpan::qualified(
+            ty,
+            quote!(#private::ImportBuffer),
+            quote!(accepts(__dlpack_managed)),
+        );
         quote! {
-            let #reason = match <#ty as #private::ImportBuffer>::accepts(__dlpack_managed) {
+            let #reason = match #accepts {
                 ::core::result::Result::Ok(()) => return ::core::result::Result::Ok(()),
                 ::core::result::Result::Err(__dlpack_error) => __dlpack_error,
             };

@@ -154,6 +154,7 @@ pub use stream::StreamError;
 /// |---|---|---|
 /// | `crate = "path"` | the path of `dlpack_runtime` when it is renamed or re-exported | `#[dlpack(crate = "dl")]` |
 /// | `readonly` | every export is read-only (no `readonly` field then) | `#[dlpack(readonly)]` |
+/// | `transparent` | the struct's one field is the tensor: the impl forwards to the field's own `DlpackExport` (a `#[pyclass]` wrapper around another crate's tensor type); no field roles then | `#[dlpack(transparent)]` |
 ///
 /// Consumer constraints (`dtype = ...`, `shape = [...]`, ...) belong to [`DlpackImport`]
 /// (derive): on a type that only derives `DlpackExport` they are a compile error.
@@ -228,7 +229,8 @@ pub use dlpack_derive::DlpackExport;
 /// | `device` | receives the device | [`Device`] | `#[dlpack(device)] device: Device` |
 /// | `readonly` | receives whether the tensor is read-only (flagged, or legacy) | `bool` | `#[dlpack(readonly)] read_only: bool` |
 ///
-/// Container options: `crate = "path"` as for `DlpackExport`, and **consumer constraints**,
+/// Container options: `crate = "path"` and `transparent` (forward to the one field's own
+/// `DlpackImport`) as for `DlpackExport`, and **consumer constraints**,
 /// checked once at import, before any data is read, each failing with a typed [`ImportError`]
 /// that names what was found and what was expected (in the spirit of nanobind's
 /// `ndarray<float, shape<-1, 3>, c_contig, device::cpu>`):

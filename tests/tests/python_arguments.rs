@@ -5,14 +5,50 @@
 
 use dlpack_runtime::python::export_once;
 use dlpack_runtime::{
-    Contiguity, DataType, ExportError, ExportRequest, HeaderError, ImportError, LayoutError,
-    ManagedTensor, StreamError,
+    Contiguity, DataType, DlpackExport, DlpackImport, ExportError, ExportRequest, HeaderError,
+    ImportError, LayoutError, ManagedTensor, StreamError,
 };
 use dlpack_tests::Counter;
 use dlpack_tests::py::{eval, with_numpy};
 use dlpack_tests::types::{Compact, Strided, tensor};
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyValueError};
 use pyo3::prelude::*;
+
+/// A `#[pyclass]` around another crate's tensor type (here `dlpack_tests::types::Tensor`),
+/// exporting through it: `#[dlpack(transparent)]` forwards to the field's own `DlpackExport`.
+#[pyclass(frozen)]
+#[derive(DlpackExport)]
+#[dlpack(transparent)]
+struct PyWrapped(dlpack_tests::types::Tensor<f64>);
+
+#[pymethods]
+impl PyWrapped {
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        dlpack_runtime::python::dlpack(slf, stream, max_version, dl_device, copy)
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        dlpack_runtime::python::dlpack_device(self)
+    }
+}
+
+/// A consumer wrapping another crate's consumer type, importing through it.
+#[derive(DlpackImport)]
+#[dlpack(transparent)]
+struct Wrapped(Strided<f64>);
+
+/// The wrapper as a pyfunction argument.
+#[pyfunction]
+fn wrapped_total(v: Wrapped) -> PyResult<f64> {
+    Ok(v.0.data.iter()?.sum())
+}
 
 /// A pyfunction that takes a derived consumer as its argument: the object's `__dlpack__` is
 /// called as `python::from_dlpack` calls it.
@@ -85,6 +121,36 @@ fn pyfunctions_take_derived_views_as_arguments() {
         // A slice of a strided view: BufferError.
         let err = raised("first_of_slice(np.arange(6.0)[::2])");
         assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+    });
+}
+
+#[test]
+fn wrappers_export_and_import_through_their_field() {
+    Python::attach(|py| {
+        let l = with_numpy(py);
+        let counter = Counter::new();
+        let mut inner = tensor(vec![0.0f64, 1.0, 2.0, 3.0, 4.0, 5.0], &[2, 3], &counter);
+        inner.strides = Some(vec![1, 2]);
+        let address = inner.data.as_ptr() as usize;
+        let wrapped = Bound::new(py, PyWrapped(inner)).unwrap();
+        l.set_item("w", &wrapped).unwrap();
+        l.set_item(
+            "wrapped_total",
+            wrap_pyfunction!(wrapped_total, py).unwrap(),
+        )
+        .unwrap();
+        let (same, values, total): (bool, Vec<Vec<f64>>, f64) = eval(
+            py,
+            &format!(
+                "a = np.from_dlpack(w)\nresult = (a.ctypes.data == {address}, a.tolist(), wrapped_total(w))"
+            ),
+            &l,
+        )
+        .extract()
+        .unwrap();
+        assert!(same, "the wrapper lends the inner tensor's memory");
+        assert_eq!(values, [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]);
+        assert_eq!(total, 15.0);
     });
 }
 

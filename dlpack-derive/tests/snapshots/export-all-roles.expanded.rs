@@ -18,34 +18,45 @@ pub struct Tensor {
 
 const _: () = {
     #[automatically_derived]
-    impl ::dlpack_runtime::__private::DlpackExport for Tensor
-    where
-        Vec<f32>: ::dlpack_runtime::__private::AsExportBuffer,
-        Vec<usize>: ::dlpack_runtime::__private::AsShape,
-        Option<Vec<isize>>: ::dlpack_runtime::__private::AsStrides,
-    {
+    impl ::dlpack_runtime::__private::DlpackExport for Tensor {
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Vec<
+                        f32,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         &self.values,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <Vec<
+                        usize,
+                    > as ::dlpack_runtime::__private::AsShape>::as_shape(&self.shape),
                 )
                 .with_strides(
-                    ::dlpack_runtime::__private::AsStrides::as_strides(&self.strides),
+                    <Option<
+                        Vec<isize>,
+                    > as ::dlpack_runtime::__private::AsStrides>::as_strides(
+                        &self.strides,
+                    ),
                 )
                 .with_byte_offset(self.offset)
                 .with_device(self.device)
         }
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Vec<
+                        f32,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         &mut self.values,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <Vec<
+                        usize,
+                    > as ::dlpack_runtime::__private::AsShape>::as_shape(&self.shape),
                 )
                 .with_strides(
-                    ::dlpack_runtime::__private::AsStrides::as_strides(&self.strides),
+                    <Option<
+                        Vec<isize>,
+                    > as ::dlpack_runtime::__private::AsStrides>::as_strides(
+                        &self.strides,
+                    ),
                 )
                 .with_byte_offset(self.offset)
                 .with_device(self.device)

@@ -20,22 +20,29 @@ const _: () = {
     where
         T: Element,
         Arc<Vec<T>>: ::dlpack_runtime::__private::AsExportBuffer,
-        [usize; N]: ::dlpack_runtime::__private::AsShape,
     {
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
-                ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                <Arc<
+                    Vec<T>,
+                > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                     &self.values,
                 ),
-                ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                <[usize; N] as ::dlpack_runtime::__private::AsShape>::as_shape(
+                    &self.shape,
+                ),
             )
         }
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
-                ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                <Arc<
+                    Vec<T>,
+                > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                     &mut self.values,
                 ),
-                ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                <[usize; N] as ::dlpack_runtime::__private::AsShape>::as_shape(
+                    &self.shape,
+                ),
             )
         }
     }

@@ -19,21 +19,24 @@ pub struct Bytes {
 
 const _: () = {
     #[automatically_derived]
-    impl ::dlpack_runtime::__private::DlpackExport for Bytes
-    where
-        Arc<Vec<u8>>: ::dlpack_runtime::__private::AsExportBuffer,
-        Vec<usize>: ::dlpack_runtime::__private::AsShape,
-        Vec<isize>: ::dlpack_runtime::__private::AsStrides,
-    {
+    impl ::dlpack_runtime::__private::DlpackExport for Bytes {
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Arc<
+                        Vec<u8>,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         &self.bytes,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <Vec<
+                        usize,
+                    > as ::dlpack_runtime::__private::AsShape>::as_shape(&self.shape),
                 )
                 .with_strides(
-                    ::dlpack_runtime::__private::AsStrides::as_strides(&self.stride),
+                    <Vec<
+                        isize,
+                    > as ::dlpack_runtime::__private::AsStrides>::as_strides(
+                        &self.stride,
+                    ),
                 )
                 .with_offset(self.start_offset)
                 .with_dtype(self.dtype)
@@ -41,13 +44,21 @@ const _: () = {
         }
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Arc<
+                        Vec<u8>,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         &mut self.bytes,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <Vec<
+                        usize,
+                    > as ::dlpack_runtime::__private::AsShape>::as_shape(&self.shape),
                 )
                 .with_strides(
-                    ::dlpack_runtime::__private::AsStrides::as_strides(&self.stride),
+                    <Vec<
+                        isize,
+                    > as ::dlpack_runtime::__private::AsStrides>::as_strides(
+                        &self.stride,
+                    ),
                 )
                 .with_offset(self.start_offset)
                 .with_dtype(self.dtype)

@@ -12,27 +12,31 @@ pub struct Frozen {
 
 const _: () = {
     #[automatically_derived]
-    impl ::dlpack_runtime::__private::DlpackExport for Frozen
-    where
-        Arc<Storage>: ::dlpack_runtime::__private::AsExportBuffer,
-        [usize; 2]: ::dlpack_runtime::__private::AsShape,
-    {
+    impl ::dlpack_runtime::__private::DlpackExport for Frozen {
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::constraint_needs_import::<Self>();
             ::dlpack_runtime::__private::ExportParts::shared(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Arc<
+                        Storage,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         &self.storage,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <[usize; 2] as ::dlpack_runtime::__private::AsShape>::as_shape(
+                        &self.shape,
+                    ),
                 )
                 .with_read_only(true)
         }
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Arc<
+                        Storage,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         &mut self.storage,
                     ),
-                    ::dlpack_runtime::__private::AsShape::as_shape(&self.shape),
+                    <[usize; 2] as ::dlpack_runtime::__private::AsShape>::as_shape(
+                        &self.shape,
+                    ),
                 )
                 .with_read_only(true)
         }

@@ -20,12 +20,7 @@ pub struct Points {
 
 const _: () = {
     #[automatically_derived]
-    impl ::dlpack_runtime::__private::DlpackImport for Points
-    where
-        ManagedTensor: ::dlpack_runtime::__private::ImportBuffer,
-        Vec<usize>: ::dlpack_runtime::__private::FromShape,
-        Vec<isize>: ::dlpack_runtime::__private::FromStrides,
-    {
+    impl ::dlpack_runtime::__private::DlpackImport for Points {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {
@@ -80,13 +75,10 @@ const _: () = {
     ::dlpack_runtime::__if_python! {
         #[automatically_derived] impl < '__dlpack_a, '__dlpack_py >
         ::dlpack_runtime::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for
-        Points where ManagedTensor : ::dlpack_runtime::__private::ImportBuffer, Vec <
-        usize > : ::dlpack_runtime::__private::FromShape, Vec < isize > :
-        ::dlpack_runtime::__private::FromStrides, { type Error =
-        ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
-        ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
-        ::dlpack_runtime::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
-        ::dlpack_runtime::__private::pyo3::PyErr > {
+        Points where { type Error = ::dlpack_runtime::__private::pyo3::PyErr; fn
+        extract(obj : ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a,
+        '__dlpack_py, ::dlpack_runtime::__private::pyo3::PyAny >,) ->
+        ::core::result::Result < Self, ::dlpack_runtime::__private::pyo3::PyErr > {
         ::dlpack_runtime::__private::from_py_object(obj) } }
     }
 };

@@ -16,8 +16,6 @@ const _: () = {
     impl<T: Element> ::dlpack_runtime::__private::DlpackImport for View<T>
     where
         ImportedData<T>: ::dlpack_runtime::__private::ImportBuffer,
-        Vec<usize>: ::dlpack_runtime::__private::FromShape,
-        Vec<isize>: ::dlpack_runtime::__private::FromStrides,
     {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
@@ -57,9 +55,7 @@ const _: () = {
         #[automatically_derived] impl < '__dlpack_a, '__dlpack_py, T : Element >
         ::dlpack_runtime::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for
         View < T > where ImportedData < T > : ::dlpack_runtime::__private::ImportBuffer,
-        Vec < usize > : ::dlpack_runtime::__private::FromShape, Vec < isize > :
-        ::dlpack_runtime::__private::FromStrides, { type Error =
-        ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
+        { type Error = ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
         ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
         ::dlpack_runtime::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
         ::dlpack_runtime::__private::pyo3::PyErr > {

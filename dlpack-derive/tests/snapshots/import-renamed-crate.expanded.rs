@@ -14,12 +14,7 @@ pub struct View {
 
 const _: () = {
     #[automatically_derived]
-    impl dl::__private::DlpackImport for View
-    where
-        dl::ManagedTensor: dl::__private::ImportBuffer,
-        Vec<usize>: dl::__private::FromShape,
-        Vec<isize>: dl::__private::FromStrides,
-    {
+    impl dl::__private::DlpackImport for View {
         fn from_managed(
             __dlpack_managed: dl::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, dl::__private::ImportError> {
@@ -50,10 +45,8 @@ const _: () = {
     }
     dl::__if_python! {
         #[automatically_derived] impl < '__dlpack_a, '__dlpack_py >
-        dl::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for View where
-        dl::ManagedTensor : dl::__private::ImportBuffer, Vec < usize > :
-        dl::__private::FromShape, Vec < isize > : dl::__private::FromStrides, { type
-        Error = dl::__private::pyo3::PyErr; fn extract(obj :
+        dl::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for View where {
+        type Error = dl::__private::pyo3::PyErr; fn extract(obj :
         dl::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
         dl::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
         dl::__private::pyo3::PyErr > { dl::__private::from_py_object(obj) } }

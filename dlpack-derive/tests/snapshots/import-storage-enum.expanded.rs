@@ -10,11 +10,7 @@ pub enum Imported {
 
 const _: () = {
     #[automatically_derived]
-    impl dl::__private::ImportBuffer for Imported
-    where
-        dl::ImportedData<f32>: dl::__private::ImportBuffer,
-        dl::ImportedData<f64>: dl::__private::ImportBuffer,
-    {
+    impl dl::__private::ImportBuffer for Imported {
         fn from_managed(
             __dlpack_managed: dl::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, dl::__private::ImportError> {

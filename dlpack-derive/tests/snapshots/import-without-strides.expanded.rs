@@ -16,11 +16,7 @@ pub struct View {
 
 const _: () = {
     #[automatically_derived]
-    impl ::dlpack_runtime::__private::DlpackImport for View
-    where
-        ImportedData<f32>: ::dlpack_runtime::__private::ImportBuffer,
-        [usize; 2]: ::dlpack_runtime::__private::FromShape,
-    {
+    impl ::dlpack_runtime::__private::DlpackImport for View {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {
@@ -56,12 +52,10 @@ const _: () = {
     ::dlpack_runtime::__if_python! {
         #[automatically_derived] impl < '__dlpack_a, '__dlpack_py >
         ::dlpack_runtime::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for
-        View where ImportedData < f32 > : ::dlpack_runtime::__private::ImportBuffer,
-        [usize; 2] : ::dlpack_runtime::__private::FromShape, { type Error =
-        ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
-        ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
-        ::dlpack_runtime::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
-        ::dlpack_runtime::__private::pyo3::PyErr > {
+        View where { type Error = ::dlpack_runtime::__private::pyo3::PyErr; fn
+        extract(obj : ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a,
+        '__dlpack_py, ::dlpack_runtime::__private::pyo3::PyAny >,) ->
+        ::core::result::Result < Self, ::dlpack_runtime::__private::pyo3::PyErr > {
         ::dlpack_runtime::__private::from_py_object(obj) } }
     }
 };

@@ -13,23 +13,27 @@ const _: () = {
     impl<T: Element> ::dlpack_runtime::__private::AsExportBuffer for Storage<T>
     where
         Vec<T>: ::dlpack_runtime::__private::AsExportBuffer,
-        Vec<f32>: ::dlpack_runtime::__private::AsExportBuffer,
-        Arc<[f64]>: ::dlpack_runtime::__private::AsExportBuffer,
     {
         fn as_export_buffer(&self) -> &dyn ::dlpack_runtime::__private::ExportBuffer {
             match self {
                 Self::Generic { 0: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Vec<
+                        T,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         __dlpack_buffer,
                     )
                 }
                 Self::F32 { 0: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Vec<
+                        f32,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         __dlpack_buffer,
                     )
                 }
                 Self::Shared { values: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer(
+                    <Arc<
+                        [f64],
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
                         __dlpack_buffer,
                     )
                 }
@@ -40,17 +44,23 @@ const _: () = {
         ) -> ::dlpack_runtime::__private::BufferAccess<'_> {
             match self {
                 Self::Generic { 0: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Vec<
+                        T,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         __dlpack_buffer,
                     )
                 }
                 Self::F32 { 0: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Vec<
+                        f32,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         __dlpack_buffer,
                     )
                 }
                 Self::Shared { values: __dlpack_buffer } => {
-                    ::dlpack_runtime::__private::AsExportBuffer::as_export_buffer_mut(
+                    <Arc<
+                        [f64],
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
                         __dlpack_buffer,
                     )
                 }

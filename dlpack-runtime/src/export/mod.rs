@@ -51,6 +51,12 @@ use crate::managed::ManagedTensor;
 ///
 /// Usually derived with `#[derive(DlpackExport)]`. The two methods describe the memory; the
 /// provided methods do the export.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a DLPack producer",
+    label = "not `DlpackExport`",
+    note = "a tensor type derives `#[derive(dlpack_runtime::DlpackExport)]`; a generic one exports when its fields do, so check bounds such as `T: dlpack_runtime::Element` on its element type",
+    note = "a wrapper around a producer (a `#[pyclass]` around another crate's tensor) derives it with `#[dlpack(transparent)]`"
+)]
 pub trait DlpackExport {
     /// Describes the memory for a read-only export through `&self` (shared export).
     fn export_parts(&self) -> ExportParts<'_>;

@@ -29,6 +29,12 @@ use crate::managed::ManagedTensor;
 /// A DLPack consumer: a type that can be built from a managed tensor.
 ///
 /// Usually derived with `#[derive(DlpackImport)]`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a DLPack consumer",
+    label = "not `DlpackImport`",
+    note = "a tensor type derives `#[derive(dlpack_runtime::DlpackImport)]`; a generic one imports when its fields do, so check bounds such as `T: dlpack_runtime::Element` on its element type",
+    note = "a wrapper around a consumer derives it with `#[dlpack(transparent)]`"
+)]
 pub trait DlpackImport: Sized {
     /// Builds `Self` from `managed`, taking ownership. On error `managed` has been dropped, so
     /// its deleter has run exactly once.
