@@ -4,9 +4,9 @@
 //! them all; the rules between fields and options (each role once, `data` and `shape` present,
 //! one kind of offset, constraints that agree) are in [`crate::check`].
 
-use proc_macro2::Span;
-use syn::punctuated::Punctuated;
-use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, Member, Token, Type};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::parse::Parse;
+use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, Member, Type};
 
 use crate::attr::{Constraint, ConstraintKind, ContainerAttr, FieldAttr, Role};
 use crate::ctxt::Ctxt;
@@ -174,14 +174,7 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
     let mut transparent = None;
     let mut constraints: Vec<Constraint> = Vec::new();
     for attr in dlpack_attrs(attrs) {
-        let items =
-            match attr.parse_args_with(Punctuated::<ContainerAttr, Token![,]>::parse_terminated) {
-                Ok(items) => items,
-                Err(error) => {
-                    cx.syn_error(error);
-                    continue;
-                }
-            };
+        let (items, _) = list_items::<ContainerAttr>(cx, attr);
         for item in items {
             match item {
                 ContainerAttr::Crate { span, path } => {
@@ -241,15 +234,8 @@ fn field_role(
 ) -> Option<FieldAttr> {
     let mut role: Option<FieldAttr> = None;
     for attr in dlpack_attrs(attrs) {
-        let items = match attr.parse_args_with(Punctuated::<FieldAttr, Token![,]>::parse_terminated)
-        {
-            Ok(items) => items,
-            Err(error) => {
-                cx.syn_error(error);
-                *complete = false;
-                continue;
-            }
-        };
+        let (items, all_read) = list_items::<FieldAttr>(cx, attr);
+        *complete &= all_read;
         for item in items {
             match &role {
                 None => role = Some(item),
@@ -278,4 +264,49 @@ fn field_role(
 /// The attributes of this crate's namespace, `#[dlpack(...)]`.
 pub fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
     attrs.iter().filter(|attr| attr.path().is_ident("dlpack"))
+}
+
+/// The items of `#[dlpack(a, b, ...)]` that could be read, each read on its own, so that every
+/// unreadable item is reported (in `cx`), not only the first; and whether every item was read.
+fn list_items<T: Parse>(cx: &Ctxt, attr: &Attribute) -> (Vec<T>, bool) {
+    let list = match &attr.meta {
+        syn::Meta::List(list) => list,
+        _ => {
+            // `#[dlpack]` or `#[dlpack = ...]`: syn's own error says what is expected.
+            if let Err(error) = attr.parse_args::<proc_macro2::TokenStream>() {
+                cx.syn_error(error);
+            }
+            return (Vec::new(), false);
+        }
+    };
+    let mut items = Vec::new();
+    let mut complete = true;
+    let mut chunk = TokenStream::new();
+    let mut chunks = Vec::new();
+    for token in list.tokens.clone() {
+        match &token {
+            TokenTree::Punct(punct) if punct.as_char() == ',' => {
+                chunks.push(core::mem::take(&mut chunk));
+            }
+            _ => chunk.extend([token]),
+        }
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    for chunk in chunks {
+        if chunk.is_empty() {
+            cx.error_spanned_by(&list.tokens, "expected an item between two commas");
+            complete = false;
+            continue;
+        }
+        match syn::parse2::<T>(chunk) {
+            Ok(item) => items.push(item),
+            Err(error) => {
+                cx.syn_error(error);
+                complete = false;
+            }
+        }
+    }
+    (items, complete)
 }

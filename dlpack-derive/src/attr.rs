@@ -11,7 +11,8 @@ use std::fmt;
 
 use proc_macro2::Span;
 use quote::ToTokens;
-use syn::parse::{Parse, ParseStream};
+use syn::ext::IdentExt;
+use syn::parse::{Lookahead1, Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{LitInt, LitStr, Token, token};
 
@@ -158,7 +159,7 @@ impl Parse for FieldAttr {
         } else if lookahead.peek(kw::stream) {
             Role::Stream
         } else {
-            return Err(lookahead.error());
+            return Err(unknown_key(input, lookahead, FIELD_KEYS, "role"));
         };
         let span = input.parse::<proc_macro2::Ident>()?.span();
         if input.peek(Token![=]) || input.peek(token::Paren) {
@@ -352,7 +353,7 @@ impl Parse for ContainerAttr {
                 kind: ConstraintKind::Writable,
             }))
         } else {
-            Err(lookahead.error())
+            Err(unknown_key(input, lookahead, CONTAINER_KEYS, "option"))
         }
     }
 }
@@ -470,6 +471,12 @@ fn parse_shape(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
         if content.peek(Token![_]) {
             content.parse::<Token![_]>()?;
             pattern.push(None);
+        } else if content.peek(Token![-]) {
+            let minus: Token![-] = content.parse()?;
+            return Err(syn::Error::new(
+                minus.span,
+                "a shape constraint writes an unconstrained extent as `_`, not `-1` (NumPy's spelling): `shape = [_, 3]`",
+            ));
         } else if content.peek(LitInt) {
             let literal: LitInt = content.parse()?;
             let extent = literal.base10_parse::<usize>().map_err(|_| {
@@ -539,4 +546,110 @@ fn string_value(input: ParseStream<'_>, key: &str, expected: &str) -> syn::Resul
         Err(_) => format!("{expected} as a string"),
     };
     Err(syn::Error::new(input.span(), message))
+}
+
+/// The keys of a field's `#[dlpack(...)]`: the roles.
+const FIELD_KEYS: &[&str] = &[
+    "data",
+    "shape",
+    "strides",
+    "byte_offset",
+    "offset",
+    "dtype",
+    "device",
+    "readonly",
+    "stream",
+];
+
+/// The keys of the struct's `#[dlpack(...)]`.
+const CONTAINER_KEYS: &[&str] = &[
+    "crate",
+    "readonly",
+    "transparent",
+    "dtype",
+    "ndim",
+    "shape",
+    "contiguous",
+    "device",
+    "writable",
+];
+
+/// The error for a key that is none of `known`: the lookahead's list, preceded by the closest
+/// known key when the unknown one looks like a misspelling of it.
+fn unknown_key(
+    input: ParseStream<'_>,
+    lookahead: Lookahead1<'_>,
+    known: &[&str],
+    what: &str,
+) -> syn::Error {
+    let error = lookahead.error();
+    let Ok(ident) = input.fork().call(syn::Ident::parse_any) else {
+        return error;
+    };
+    let found = ident.to_string();
+    match did_you_mean(&found, known) {
+        Some(suggestion) => syn::Error::new(
+            ident.span(),
+            format_args!("unknown {what} `{found}`: did you mean `{suggestion}`? {error}"),
+        ),
+        None => error,
+    }
+}
+
+/// The known key closest to `found`, when it is close enough to be a misspelling: at most a
+/// third of its letters (and at least one) edited.
+fn did_you_mean<'k>(found: &str, known: &[&'k str]) -> Option<&'k str> {
+    let limit = (found.chars().count() / 3).max(1);
+    known
+        .iter()
+        .map(|key| (edit_distance(found, key), *key))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, key)| key)
+}
+
+/// Edit distance between `a` and `b`, in characters: insertions, deletions, substitutions and
+/// transpositions of neighbours (`shpae` is one edit from `shape`).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // d[i][j]: distance between the first i characters of `a` and the first j of `b`.
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misspellings_suggest_the_closest_key() {
+        assert_eq!(did_you_mean("shpae", FIELD_KEYS), Some("shape"));
+        assert_eq!(did_you_mean("stride", FIELD_KEYS), Some("strides"));
+        assert_eq!(did_you_mean("byteoffset", FIELD_KEYS), Some("byte_offset"));
+        assert_eq!(did_you_mean("dims", FIELD_KEYS), None);
+        assert_eq!(
+            did_you_mean("contigous", CONTAINER_KEYS),
+            Some("contiguous")
+        );
+        assert_eq!(did_you_mean("order", CONTAINER_KEYS), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 }

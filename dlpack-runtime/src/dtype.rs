@@ -299,7 +299,8 @@ impl fmt::Display for DataType {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a DLPack element type",
     label = "no DLPack dtype for `{Self}`",
-    note = "element types are bool, i8..i64, u8..u64, f32, f64, [T; N] (lanes), half::f16/bf16 (feature `half`), float8::F8E4M3/F8E5M2 (feature `float8`), num_complex::Complex<f32/f64> (feature `num-complex`); implement `dlpack_runtime::Element` for others"
+    note = "element types are bool, i8..i64, u8..u64, f32, f64, [T; N] (lanes), half::f16/bf16 (feature `half`), float8::F8E4M3/F8E5M2 (feature `float8`), num_complex::Complex<f32/f64> (feature `num-complex`); implement `dlpack_runtime::Element` for others",
+    note = "a generic tensor type (`Tensor<T>`) is a producer or consumer for element types with `T: dlpack_runtime::Element`"
 )]
 pub unsafe trait Element: Copy + Send + Sync + 'static {
     /// The DLPack dtype of this element type.

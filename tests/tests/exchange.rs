@@ -141,6 +141,29 @@ fn deleter_runs_once_when_refused_by_the_consumer() {
 }
 
 #[test]
+fn strides_given_in_bytes_are_named_as_such() {
+    let counter = Counter::new();
+    // float32 2x3 with NumPy's byte strides (12, 4) instead of element strides (3, 1).
+    let mut t = Tensor::new(vec![0f32; 6], &[2, 3], &counter);
+    t.strides = Some(vec![12, 4]);
+    let err = t.into_dlpack().unwrap_err();
+    assert_eq!(
+        err,
+        ExportError::Layout(LayoutError::StridesInBytes {
+            start: 0,
+            end: 84,
+            len: 24,
+            element_bytes: 4
+        })
+    );
+    assert_eq!(
+        err.to_string(),
+        "cannot export: layout reaches bytes [0, 84) of a buffer of 24 bytes, expected a span inside [0, 24); strides are in elements, and these look like bytes: divided by the element size (4 bytes) they would fit"
+    );
+    assert_eq!(counter.get(), 1);
+}
+
+#[test]
 fn exporting_a_layout_outside_the_buffer_is_refused_and_drops_the_owner_once() {
     let counter = Counter::new();
     let err = Tensor::new(vec![0f32; 5], &[2, 3], &counter)

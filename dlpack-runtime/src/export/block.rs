@@ -374,12 +374,7 @@ where
         let (lo, hi) = reach.bounds()?;
         let span = layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64)?;
         if span.start < 0 || span.end as usize > byte_len {
-            return Err(LayoutError::OutOfBuffer {
-                start: span.start,
-                end: span.end,
-                len: byte_len,
-            }
-            .into());
+            return Err(out_of_buffer(&parts, span, byte_len, element_bits, byte_offset).into());
         }
         // Inside a live buffer, so never NULL nor wrapping; checked all the same.
         layout::check_address(data, numel, span)?;
@@ -414,6 +409,50 @@ where
         "the exporter's validation is that of the finished header"
     );
     Ok(())
+}
+
+/// The refusal of a layout that reaches outside the buffer: [`LayoutError::StridesInBytes`]
+/// when the strides look like byte strides (whole multiples of the element size that, divided
+/// by it, keep the layout inside the buffer), [`LayoutError::OutOfBuffer`] otherwise.
+#[cold]
+fn out_of_buffer(
+    parts: &ExportParts<'_>,
+    span: ByteSpan,
+    byte_len: usize,
+    element_bits: u64,
+    byte_offset: usize,
+) -> LayoutError {
+    let out_of_buffer = LayoutError::OutOfBuffer {
+        start: span.start,
+        end: span.end,
+        len: byte_len,
+    };
+    let (Some(strides), true) = (parts.strides, element_bits % 8 == 0 && element_bits > 8) else {
+        return out_of_buffer;
+    };
+    let size = (element_bits / 8) as isize;
+    let mut reach = layout::Reach::new();
+    for (&extent, &stride) in parts.shape.iter().zip(strides) {
+        if extent > 1 && stride % size != 0 {
+            return out_of_buffer;
+        }
+        // Extents fit in `i64` (checked by the caller's pass).
+        reach.add(extent as i64, (stride / size) as i64);
+    }
+    let fits = reach
+        .bounds()
+        .and_then(|(lo, hi)| layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64))
+        .is_ok_and(|fixed| fixed.start >= 0 && fixed.end as usize <= byte_len);
+    if fits {
+        LayoutError::StridesInBytes {
+            start: span.start,
+            end: span.end,
+            len: byte_len,
+            element_bytes: size as usize,
+        }
+    } else {
+        out_of_buffer
+    }
 }
 
 /// Device types whose `data` is a plain address, so an offset can be folded into it.

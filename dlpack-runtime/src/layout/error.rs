@@ -159,6 +159,21 @@ pub enum LayoutError {
         /// Buffer length in bytes.
         len: usize,
     },
+    /// An export's layout reaches outside its buffer, and its strides look like byte strides:
+    /// whole multiples of the element size that, divided by it, would keep the layout inside.
+    #[error(
+        "layout reaches bytes [{start}, {end}) of a buffer of {len} bytes, expected a span inside [0, {len}); strides are in elements, and these look like bytes: divided by the element size ({element_bytes} bytes) they would fit"
+    )]
+    StridesInBytes {
+        /// First byte reached, relative to the buffer start.
+        start: isize,
+        /// One past the last byte reached.
+        end: isize,
+        /// Buffer length in bytes.
+        len: usize,
+        /// Bytes per element.
+        element_bytes: usize,
+    },
     /// A mutable view was asked of a layout in which two indices reach the same element.
     #[error(
         "tensor of shape {shape:?} and strides {strides:?} (elements) has overlapping elements, expected a layout without aliasing for mutable access"
