@@ -185,3 +185,55 @@ impl<const N: usize> FromStrides for [isize; N] {
         })
     }
 }
+
+/// Runs one piece of code on the typed data of whichever variant a storage enum holds: the
+/// dtype dispatch of a `#[derive(DlpackImportStorage)]` enum (or any enum of one-field variants),
+/// written once.
+///
+/// `dispatch!(value, Enum { A, B, ... } => |data| body)` is
+/// `match value { Enum::A(data) => body, Enum::B(data) => body, ... }`: `body` is compiled once
+/// per variant, with `data` of that variant's type, so element-specific code (`as f64`,
+/// arithmetic) works in it. The enum is named by its name, in scope (`use` it first).
+///
+/// ```
+/// use dlpack_runtime::{DlpackExport, DlpackImport, DlpackImportStorage, ImportedData, dispatch};
+///
+/// #[derive(DlpackImportStorage)]
+/// enum Numbers {
+///     F32(ImportedData<f32>),
+///     I64(ImportedData<i64>),
+/// }
+///
+/// #[derive(DlpackImport)]
+/// struct View {
+///     #[dlpack(data)]
+///     data: Numbers,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+///     #[dlpack(strides)]
+///     strides: Vec<isize>,
+/// }
+///
+/// #[derive(DlpackExport)]
+/// struct Column {
+///     #[dlpack(data)]
+///     values: Vec<i64>,
+///     #[dlpack(shape)]
+///     shape: [usize; 1],
+/// }
+///
+/// let view = View::from_dlpack(Column { values: vec![1, 2, 3], shape: [3] })?;
+/// let total = dispatch!(&view.data, Numbers { F32, I64 } => |data| {
+///     data.iter()?.map(|x| x as f64).sum::<f64>()
+/// });
+/// assert_eq!(total, 6.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[macro_export]
+macro_rules! dispatch {
+    ($value:expr, $enum:ident { $($variant:ident),+ $(,)? } => |$data:pat_param| $body:expr) => {
+        match $value {
+            $( $enum::$variant($data) => $body, )+
+        }
+    };
+}
