@@ -86,11 +86,11 @@
 //!
 //! | error | Python exception |
 //! |---|---|
-//! | [`StreamError`](crate::StreamError), [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
+//! | [`StreamError`], [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
 //! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
-//! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`](crate::HeaderError) | `BufferError` |
-//! | [`LayoutError::IndexRank`](crate::LayoutError::IndexRank), [`LayoutError::IndexOutOfBounds`](crate::LayoutError::IndexOutOfBounds) (typed access: `get`, `set`) | `IndexError` |
-//! | every other [`LayoutError`](crate::LayoutError) (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
+//! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`] | `BufferError` |
+//! | [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`] (typed access: `get`, `set`) | `IndexError` |
+//! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
