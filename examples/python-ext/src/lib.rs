@@ -10,7 +10,6 @@
 
 use dlpack_runtime::python::{self, export_once};
 use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
-use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
@@ -31,7 +30,10 @@ impl Tensor {
     #[pyo3(signature = (*shape))]
     fn arange(shape: Vec<usize>) -> Self {
         let n: usize = shape.iter().product();
-        Self { data: (0..n).map(|v| v as f32).collect(), shape }
+        Self {
+            data: (0..n).map(|v| v as f32).collect(),
+            shape,
+        }
     }
 
     /// The shape, in elements.
@@ -89,26 +91,23 @@ struct F32Out {
     shape: Vec<usize>,
 }
 
-/// `total(x)`: the sum of any float64 DLPack producer (NumPy, JAX, ...), read in place.
+/// `total(x)`: the sum of any float64 DLPack producer (NumPy, JAX, ...), read in place, in
+/// logical order whatever its strides. A derived consumer is a pyfunction argument type.
 #[pyfunction]
-fn total(x: &Bound<'_, PyAny>) -> PyResult<f64> {
-    let view: F64View = python::from_dlpack(x)?;
-    let values = view.data.to_vec()?;
-    Ok(values.iter().sum())
+fn total(x: F64View) -> PyResult<f64> {
+    Ok(x.data.iter()?.sum())
 }
 
 /// `strides(x)`: the element strides Rust sees for a float64 producer.
 #[pyfunction]
-fn strides(x: &Bound<'_, PyAny>) -> PyResult<(Vec<usize>, Vec<isize>)> {
-    let view: F64View = python::from_dlpack(x)?;
-    Ok((view.shape, view.strides))
+fn strides(x: F64View) -> (Vec<usize>, Vec<isize>) {
+    (x.shape, x.strides)
 }
 
 /// `fill(x, value)`: writes `value` into every element of a writable float32 producer, in
 /// place.
 #[pyfunction]
-fn fill(x: &Bound<'_, PyAny>, value: f32) -> PyResult<usize> {
-    let mut out: F32Out = python::from_dlpack(x)?;
+fn fill(mut out: F32Out, value: f32) -> PyResult<usize> {
     let slice = out.data.as_slice_mut()?;
     slice.fill(value);
     Ok(out.shape.iter().product())
@@ -119,7 +118,13 @@ fn fill(x: &Bound<'_, PyAny>, value: f32) -> PyResult<usize> {
 #[pyo3(signature = (*shape))]
 fn ones<'py>(py: Python<'py>, shape: Vec<usize>) -> PyResult<Bound<'py, python::ExportOnce>> {
     let n: usize = shape.iter().product();
-    export_once(py, Tensor { data: vec![1.0; n], shape })
+    export_once(
+        py,
+        Tensor {
+            data: vec![1.0; n],
+            shape,
+        },
+    )
 }
 
 /// Any tensor, any dtype, any layout: what `consume` builds.
@@ -193,7 +198,14 @@ mod gpu {
         let stream = device0()?.new_stream().map_err(cuda_err)?;
         let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
         let data = stream.clone_htod(&host).map_err(cuda_err)?;
-        export_once(py, GpuTensor { data, shape: vec![n], stream })
+        export_once(
+            py,
+            GpuTensor {
+                data,
+                shape: vec![n],
+                stream,
+            },
+        )
     }
 
     /// The stream `cuda_stream` hands out: created on first use, alive until the process exits.
@@ -222,8 +234,12 @@ mod gpu {
         // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor (C-contiguous:
         // the consumer has no strides field); `host` has room for them; synchronized below.
         unsafe {
-            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream).result().map_err(cuda_err)?;
-            sys::cuStreamSynchronize(stream).result().map_err(cuda_err)?;
+            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream)
+                .result()
+                .map_err(cuda_err)?;
+            sys::cuStreamSynchronize(stream)
+                .result()
+                .map_err(cuda_err)?;
         }
         Ok(host.iter().map(|&v| f64::from(v)).sum())
     }
@@ -234,7 +250,8 @@ mod gpu {
     #[pyfunction]
     pub fn cuda_sum(x: &Bound<'_, PyAny>, stream: i64) -> PyResult<f64> {
         let stream = if stream == 0 { 1 } else { stream };
-        let view: GpuView = python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
+        let view: GpuView =
+            python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
         let numel = view.shape.iter().product();
         sum_on(&view.data, numel, stream as usize as sys::CUstream)
     }
@@ -251,10 +268,17 @@ mod gpu {
         // SAFETY: the capsule holds a process-lifetime `DLPackExchangeAPI` (`dlpack.h`).
         let api = unsafe { &*api.as_ptr().cast::<ffi::DLPackExchangeAPI>() };
         if api.header.version.major != 1 {
-            return Err(PyBufferError::new_err("exchange API of another major version"));
+            return Err(PyBufferError::new_err(
+                "exchange API of another major version",
+            ));
         }
-        let (Some(from_py), Some(current)) = (api.managed_tensor_from_py_object_no_sync, api.current_work_stream) else {
-            return Err(PyBufferError::new_err("exchange API without the needed functions"));
+        let (Some(from_py), Some(current)) = (
+            api.managed_tensor_from_py_object_no_sync,
+            api.current_work_stream,
+        ) else {
+            return Err(PyBufferError::new_err(
+                "exchange API without the needed functions",
+            ));
         };
         let mut out: *mut DLManagedTensorVersioned = std::ptr::null_mut();
         // SAFETY: `x` is an object of the table's type; GIL held; `out` receives an owned tensor.
