@@ -179,25 +179,30 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
             Role::Stream => None,
         }
     });
-    let streams = roles.streams.iter().map(|field| {
-        let (member, ty) = (&field.member, field.ty);
-        let stream = TypeSpan::qualified(
-            ty,
-            quote!(#krate::__private::AsProducerStream),
-            quote!(as_producer_stream(&self.#member)),
-        );
-        quote!(.with_stream(#stream))
-    });
+    // Through `__private::with_stream`, which without the runtime's `cuda` feature is an error
+    // naming the feature, spanned at the field.
+    let streams: Vec<_> = roles
+        .streams
+        .iter()
+        .map(|field| {
+            let member = &field.member;
+            let head = TypeSpan::of(field).across(quote!(#krate::__private::with_stream));
+            (head, quote!(&self.#member))
+        })
+        .collect();
     let readonly = roles
         .cont
         .readonly
         .map(|span| respan(quote!(.with_read_only(true)), span));
-    quote! {
+    let mut parts = quote! {
         #head
         #(#builders)*
-        #(#streams)*
         #readonly
+    };
+    for (with_stream, field) in streams {
+        parts = quote!(#with_stream(#parts, #field));
     }
+    parts
 }
 
 /// `impl DlpackImport`: check the constraints and validate once, read the layout into the role
@@ -273,8 +278,9 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
     );
     let inits = cont.fields.iter().map(|field| {
         let member = &field.member;
+        // Spanned at the field's type, so a role field of the wrong type is reported there.
         let value = match field.role() {
-            Some(role) => local(role).into_token_stream(),
+            Some(role) => TypeSpan::of(field).across(local(role).into_token_stream()),
             None => TypeSpan::of(field).across(quote!(::core::default::Default::default())),
         };
         quote!(#member: #value)

@@ -115,3 +115,33 @@ pub fn from_py_object<T: DlpackImport>(
 ) -> pyo3::PyResult<T> {
     crate::python::from_dlpack(&obj)
 }
+
+/// Generated `DlpackExport` code, `#[dlpack(stream)]`: adds the field's stream to the parts.
+#[cfg(feature = "cuda")]
+#[inline]
+pub fn with_stream<'a, S: AsProducerStream + ?Sized>(
+    parts: ExportParts<'a>,
+    field: &'a S,
+) -> ExportParts<'a> {
+    parts.with_stream(field.as_producer_stream())
+}
+
+/// The bound of `with_stream` without the `cuda` feature: never met, so a `#[dlpack(stream)]`
+/// field is one error that names the feature.
+#[cfg(not(feature = "cuda"))]
+#[diagnostic::on_unimplemented(
+    message = "`#[dlpack(stream)]` needs the `cuda` feature of dlpack-runtime",
+    label = "a stream field, without the `cuda` feature",
+    note = "enable it: `features = [\"cuda\"]` on the dlpack-runtime dependency; stream fields are cudarc `CudaStream`s"
+)]
+pub trait StreamNeedsCuda {}
+
+/// Generated `DlpackExport` code, `#[dlpack(stream)]`, without the `cuda` feature: an error.
+#[cfg(not(feature = "cuda"))]
+#[inline]
+pub fn with_stream<'a, S: StreamNeedsCuda + ?Sized>(
+    parts: ExportParts<'a>,
+    _field: &'a S,
+) -> ExportParts<'a> {
+    parts
+}
