@@ -141,6 +141,17 @@ fn deleter_runs_once_when_refused_by_the_consumer() {
 }
 
 #[test]
+fn iterating_a_huge_broadcast_reads_only_what_it_yields() {
+    let counter = Counter::new();
+    let mut t = Tensor::new(vec![7i64], &[1 << 40], &counter);
+    t.strides = Some(vec![0]);
+    let view = Strided::<i64>::from_managed(t.into_dlpack().unwrap()).unwrap();
+    let elements = view.data.iter().unwrap();
+    assert_eq!(elements.len(), 1 << 40);
+    assert_eq!(elements.take(3).collect::<Vec<_>>(), [7, 7, 7]);
+}
+
+#[test]
 fn strides_given_in_bytes_are_named_as_such() {
     let counter = Counter::new();
     // float32 2x3 with NumPy's byte strides (12, 4) instead of element strides (3, 1).
