@@ -36,18 +36,25 @@ unsafe impl<T: Element> Send for ImportedData<T> {}
 unsafe impl<T: Element> Sync for ImportedData<T> {}
 
 /// The layout validated at import, and what typed access of `T` needs to know about it.
+///
+/// Whole words only, each written at once: a view is built and then moved (returned) at once,
+/// and a move that reads back whole words just written in pieces stalls the processor (a failed
+/// store-to-load forwarding) on every exchange. So the two facts share one word of flags.
 #[derive(Clone, Copy)]
 struct View {
     /// The validated layout. It borrows the header arrays of the tensor `managed` owns, which
     /// stay in place, unmodified, until the tensor's deleter runs when `managed` is dropped:
     /// the lifetime is erased here and restored to that of `&self` where it is handed out.
     layout: TensorLayout<'static>,
-    /// The memory is host-accessible and element `(0, ..., 0)` is aligned for `T` (the checks
-    /// of [`TensorLayout::check_typed`] after the dtype, which the import checked).
-    host_ok: bool,
-    /// The layout is compact row-major.
-    c_contiguous: bool,
+    /// [`HOST_OK`] and [`C_CONTIGUOUS`].
+    flags: usize,
 }
+
+/// [`View`] flag: the memory is host-accessible and element `(0, ..., 0)` is aligned for `T`
+/// (the checks of [`TensorLayout::check_typed`] after the dtype, which the import checked).
+const HOST_OK: usize = 1;
+/// [`View`] flag: the layout is compact row-major.
+const C_CONTIGUOUS: usize = 2;
 
 impl View {
     /// The view of `managed`'s layout, validated, whose dtype is `T::DTYPE`.
@@ -64,9 +71,18 @@ impl View {
             unsafe { core::mem::transmute::<TensorLayout<'_>, TensorLayout<'static>>(layout) };
         Some(Self {
             layout,
-            host_ok,
-            c_contiguous,
+            flags: if host_ok { HOST_OK } else { 0 } | if c_contiguous { C_CONTIGUOUS } else { 0 },
         })
+    }
+
+    #[inline]
+    fn host_ok(&self) -> bool {
+        self.flags & HOST_OK != 0
+    }
+
+    #[inline]
+    fn c_contiguous(&self) -> bool {
+        self.flags & C_CONTIGUOUS != 0
     }
 
     /// The layout, for as long as the view is borrowed (and so the `ImportedData` that owns
@@ -165,7 +181,7 @@ impl<T: Element> ImportedData<T> {
     #[inline]
     fn host_view(&self) -> Result<&View, LayoutError> {
         match &self.view {
-            Some(view) if view.host_ok => Ok(view),
+            Some(view) if view.host_ok() => Ok(view),
             _ => Err(self.access_error()),
         }
     }
@@ -215,7 +231,7 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
         let view = self.host_view()?;
-        if !view.c_contiguous {
+        if !view.c_contiguous() {
             return Err(self.not_contiguous());
         }
         let (ptr, numel) = (
@@ -244,7 +260,7 @@ impl<T: Element> ImportedData<T> {
             return Err(LayoutError::ReadOnly);
         }
         let view = self.host_view()?;
-        if !view.c_contiguous {
+        if !view.c_contiguous() {
             return Err(self.not_contiguous());
         }
         let (ptr, numel) = (
