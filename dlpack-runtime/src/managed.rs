@@ -329,6 +329,20 @@ impl ManagedTensor {
         }
     }
 
+    /// The layout of a tensor whose validation is kept, rebuilt from the header.
+    ///
+    /// # Safety
+    ///
+    /// [`is_validated`](Self::is_validated) returned true for `self`.
+    #[inline]
+    pub(crate) unsafe fn validated_layout(&self) -> TensorLayout<'_> {
+        debug_assert!(self.is_validated());
+        // SAFETY: validated (caller): validation accepted this header with this version's rule
+        // and this sub-byte flag, and the header and its arrays cannot have changed since (see
+        // `layout`).
+        unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) }
+    }
+
     /// `DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED`.
     #[inline]
     fn padded_subbyte(&self) -> bool {

@@ -8,9 +8,7 @@ use core::mem::ManuallyDrop;
 use core::ptr::{self, NonNull};
 use std::alloc::{self, Layout};
 
-use super::{
-    BufferAccess, ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context,
-};
+use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
 use crate::device::DeviceType;
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 use crate::layout::{self, ByteSpan, LayoutError, NullStrides};
@@ -239,7 +237,7 @@ where
     // reference does not overlap the writes to `arrays` below. Only the owner is borrowed: the
     // header is not initialized yet.
     let owner = unsafe { &mut (*block.as_ptr()).owner };
-    let mut parts = parts_of(owner);
+    let parts = parts_of(owner);
     if parts.shape.len() != ndim {
         return Err(LayoutError::ShapeChanged {
             before: ndim,
@@ -247,8 +245,7 @@ where
         }
         .into());
     }
-    let buffer = parts.buffer();
-    let (device, byte_len) = (buffer.device(), buffer.byte_len());
+    let (device, byte_len) = (parts.facts.device, parts.facts.byte_len);
     // A dtype field overrides the buffer's (type-erased storage); the layout is checked against
     // the buffer's length in bytes all the same.
     let dtype = parts.dtype();
@@ -325,15 +322,11 @@ where
     // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
     // while its streams are borrowed, before the tensor is handed out.
     let has_elements = numel.is_some_and(|n| n > 0);
-    let data_address = buffer.as_ptr() as u64 + byte_offset as u64;
+    let data_address = parts.facts.ptr as u64 + byte_offset as u64;
     let marked_read_only = parts.read_only;
-    let (data, read_only) = match &mut parts.buffer {
-        BufferAccess::Unique(b) if !marked_read_only => match b.as_mut_ptr() {
-            Some(p) => (p, false),
-            None => (b.as_ptr().cast_mut(), true),
-        },
-        BufferAccess::Unique(b) => (b.as_ptr().cast_mut(), true),
-        BufferAccess::Shared(b) => (b.as_ptr().cast_mut(), true),
+    let (data, read_only) = match parts.facts.mut_ptr {
+        Some(p) if !marked_read_only => (p, false),
+        _ => (parts.facts.ptr.cast_mut(), true),
     };
     sync.order_pending(&parts, device, data_address, has_elements, read_only)?;
     let raw_dtype = dtype.to_raw();
@@ -374,7 +367,15 @@ where
         let (lo, hi) = reach.bounds()?;
         let span = layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64)?;
         if span.start < 0 || span.end as usize > byte_len {
-            return Err(out_of_buffer(&parts, span, byte_len, element_bits, byte_offset).into());
+            return Err(out_of_buffer(
+                parts.shape,
+                parts.strides,
+                span,
+                byte_len,
+                element_bits,
+                byte_offset,
+            )
+            .into());
         }
         // Inside a live buffer, so never NULL nor wrapping; checked all the same.
         layout::check_address(data, numel, span)?;
@@ -416,7 +417,8 @@ where
 /// by it, keep the layout inside the buffer), [`LayoutError::OutOfBuffer`] otherwise.
 #[cold]
 fn out_of_buffer(
-    parts: &ExportParts<'_>,
+    shape: &[usize],
+    strides: Option<&[isize]>,
     span: ByteSpan,
     byte_len: usize,
     element_bits: u64,
@@ -427,12 +429,12 @@ fn out_of_buffer(
         end: span.end,
         len: byte_len,
     };
-    let (Some(strides), true) = (parts.strides, element_bits % 8 == 0 && element_bits > 8) else {
+    let (Some(strides), true) = (strides, element_bits % 8 == 0 && element_bits > 8) else {
         return out_of_buffer;
     };
     let size = (element_bits / 8) as isize;
     let mut reach = layout::Reach::new();
-    for (&extent, &stride) in parts.shape.iter().zip(strides) {
+    for (&extent, &stride) in shape.iter().zip(strides) {
         if extent > 1 && stride % size != 0 {
             return out_of_buffer;
         }

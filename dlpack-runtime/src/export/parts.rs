@@ -108,7 +108,12 @@ impl<S: AsStrides> AsStrides for Option<S> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ExportParts<'a> {
+    /// The buffer itself, for what only some exports ask (its producer stream).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(super) buffer: BufferAccess<'a>,
+    /// The buffer's facts, asked once where the parts are made, where the buffer's type is
+    /// known (so the calls are direct): base pointer, length in bytes, dtype, device.
+    pub(super) facts: BufferFacts,
     pub(super) shape: &'a [usize],
     pub(super) strides: Option<&'a [isize]>,
     pub(super) offset: Offset,
@@ -117,6 +122,45 @@ pub struct ExportParts<'a> {
     pub(super) read_only: bool,
     /// `#[dlpack(stream)]` fields with pending work (feature `cuda`).
     pub(super) streams: Streams<'a>,
+}
+
+/// What an export reads of its buffer, read once (see [`ExportParts`]).
+#[derive(Clone, Copy)]
+pub(super) struct BufferFacts {
+    /// [`ExportBuffer::as_ptr`].
+    pub(super) ptr: *const core::ffi::c_void,
+    /// [`ExportBuffer::byte_len`].
+    pub(super) byte_len: usize,
+    /// [`ExportBuffer::dtype`].
+    pub(super) dtype: DataType,
+    /// [`ExportBuffer::device`].
+    pub(super) device: Device,
+    /// [`ExportBuffer::as_mut_ptr`] of a unique borrow; `None` for a shared one.
+    pub(super) mut_ptr: Option<*mut core::ffi::c_void>,
+}
+
+impl BufferFacts {
+    #[inline(always)]
+    fn of(access: &mut BufferAccess<'_>) -> Self {
+        let buffer = access.buffer();
+        let (ptr, byte_len, dtype, device) = (
+            buffer.as_ptr(),
+            buffer.byte_len(),
+            buffer.dtype(),
+            buffer.device(),
+        );
+        let mut_ptr = match access {
+            BufferAccess::Unique(b) => b.as_mut_ptr(),
+            BufferAccess::Shared(_) => None,
+        };
+        Self {
+            ptr,
+            byte_len,
+            dtype,
+            device,
+            mut_ptr,
+        }
+    }
 }
 
 /// Where element `(0, ..., 0)` starts, in the unit the producer keeps.
@@ -132,9 +176,10 @@ impl<'a> ExportParts<'a> {
     /// an [`AsExportBuffer`](crate::AsExportBuffer) is exported by value:
     /// `ExportParts::new(storage.as_export_buffer_mut(), shape)`.
     #[inline]
-    pub fn new(access: BufferAccess<'a>, shape: &'a [usize]) -> Self {
+    pub fn new(mut access: BufferAccess<'a>, shape: &'a [usize]) -> Self {
         let read_only = matches!(access, BufferAccess::Shared(_));
         Self {
+            facts: BufferFacts::of(&mut access),
             buffer: access,
             shape,
             strides: None,
@@ -208,6 +253,7 @@ impl<'a> ExportParts<'a> {
         self
     }
 
+    #[cfg(feature = "cuda")]
     #[inline]
     pub(super) fn buffer(&self) -> &dyn ExportBuffer {
         self.buffer.buffer()
@@ -216,13 +262,13 @@ impl<'a> ExportParts<'a> {
     /// The device of the export: the buffer's device.
     #[inline]
     pub fn device(&self) -> Device {
-        self.buffer().device()
+        self.facts.device
     }
 
     /// The element type: the one set by [`with_dtype`](Self::with_dtype), else the buffer's.
     #[inline]
     pub fn dtype(&self) -> DataType {
-        self.dtype.unwrap_or_else(|| self.buffer().dtype())
+        self.dtype.unwrap_or(self.facts.dtype)
     }
 
     /// Extents in elements.

@@ -107,25 +107,34 @@ impl ImportConstraints {
     /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch;
     /// [`ImportError::Dtype`], [`ImportError::Device`], [`ImportError::Ndim`],
     /// [`ImportError::Shape`] and [`ImportError::ReadOnly`] for the other constraints.
-    // Not inlined: called by the derive's code through a thin wrapper, it writes its result in
-    // place.
-    #[inline(never)]
+    #[inline]
     pub fn check<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
-        if !managed.is_validated() {
-            // Validated once, here; later calls rebuild the layout without validating.
-            managed.layout()?;
+        // The common case, inlined into the consumer: a validated tensor (every tensor this
+        // crate's exporter built) that meets the constraints, whose layout is rebuilt from the
+        // header without checking it again. Everything else takes the out-of-line path.
+        if managed.is_validated() && self.hold_validated(managed) {
+            // SAFETY: `is_validated`: validation accepted this header, which cannot have
+            // changed since (see `ManagedTensor::validated_layout`).
+            return Ok(unsafe { managed.validated_layout() });
         }
-        self.check_validated(managed)?;
-        // Rebuilt from the validated header straight into the result. (Checking a layout held
-        // here and returning it instead copies it, and the copies, made piecewise, stall the
-        // reads that follow them.)
-        managed.layout().map_err(ImportError::from)
+        self.check_slow(managed)
+    }
+
+    /// [`check`](Self::check) of a tensor not yet validated, or one the constraints refuse.
+    #[cold]
+    #[inline(never)]
+    fn check_slow<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
+        let layout = managed.layout()?;
+        if !self.hold_validated(managed) {
+            return Err(refused(self, managed));
+        }
+        Ok(layout)
     }
 
     /// Whether the constraints hold, read straight from the header of `managed`, which is
-    /// validated; the error of the first that fails otherwise.
+    /// validated.
     #[inline]
-    fn check_validated(&self, managed: &ManagedTensor) -> Result<(), ImportError> {
+    fn hold_validated(&self, managed: &ManagedTensor) -> bool {
         let t = managed.dl_tensor();
         // Validated: `0 <= ndim <= MAX_NDIM`, arrays non-NULL where read.
         let ndim = t.ndim as usize;
@@ -136,7 +145,7 @@ impl ImportConstraints {
             .device
             .is_none_or(|expected| DeviceType::from_raw(t.device.device_type) == expected);
         if !dtype_ok || !device_ok || self.ndim.is_some_and(|expected| ndim != expected) {
-            return Err(refused(self, managed));
+            return false;
         }
         if self.shape.is_some() || self.contiguous.is_some() {
             let shape: &[i64] = if ndim == 0 {
@@ -163,13 +172,10 @@ impl ImportConstraints {
                 layout::is_contiguous(shape, strides, validated_numel(shape), order)
             });
             if !shape_ok || !contiguous_ok {
-                return Err(refused(self, managed));
+                return false;
             }
         }
-        if self.writable && managed.is_read_only() {
-            return Err(ImportError::ReadOnly);
-        }
-        Ok(())
+        !(self.writable && managed.is_read_only())
     }
 
     /// The constraints, on a validated `layout` of `managed`, with the errors they name.

@@ -21,76 +21,40 @@ use crate::managed::ManagedTensor;
 /// access only checks its index (and, for `bool`, the bytes it reads).
 pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
-    /// What the import established; `None` when the layout is invalid (every access then
-    /// reports the validation error).
-    view: Option<View>,
+    /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`],
+    /// [`C_CONTIGUOUS`]. The layout itself is rebuilt from the header when asked for (without
+    /// validating it again: `managed` keeps its validation), so an `ImportedData` is two words.
+    flags: usize,
     _element: PhantomData<T>,
 }
 
-// SAFETY: the layout in `view` borrows memory owned by `managed` (its header's `shape` and
-// `strides` arrays) and points to its data; it is read only through `&self` and the data is
-// written through only with `&mut self`, under the same rules as `managed` itself, which is
-// `Send` and `Sync`, and `T: Element` is `Send + Sync`.
+// SAFETY: `ImportedData` holds the managed tensor and a word of flags; the data is written
+// through only with `&mut self`, under the same rules as `managed` itself, which is `Send` and
+// `Sync`, and `T: Element` is `Send + Sync`.
 unsafe impl<T: Element> Send for ImportedData<T> {}
 // SAFETY: as for `Send`: shared access only reads.
 unsafe impl<T: Element> Sync for ImportedData<T> {}
 
-/// The layout validated at import, and what typed access of `T` needs to know about it.
-///
-/// Whole words only, each written at once: a view is built and then moved (returned) at once,
-/// and a move that reads back whole words just written in pieces stalls the processor (a failed
-/// store-to-load forwarding) on every exchange. So the two facts share one word of flags.
-#[derive(Clone, Copy)]
-struct View {
-    /// The validated layout. It borrows the header arrays of the tensor `managed` owns, which
-    /// stay in place, unmodified, until the tensor's deleter runs when `managed` is dropped:
-    /// the lifetime is erased here and restored to that of `&self` where it is handed out.
-    layout: TensorLayout<'static>,
-    /// [`HOST_OK`] and [`C_CONTIGUOUS`].
-    flags: usize,
-}
+/// Flag of [`ImportedData`]: the layout is valid (and `managed` keeps its validation).
+const VALID: usize = 1;
+/// Flag of [`ImportedData`]: the memory is host-accessible and element `(0, ..., 0)` is aligned
+/// for `T` (the checks of [`TensorLayout::check_typed`] after the dtype, which the import
+/// checked). Set only with [`VALID`].
+const HOST_OK: usize = 2;
+/// Flag of [`ImportedData`]: the layout is compact row-major. Set only with [`VALID`].
+const C_CONTIGUOUS: usize = 4;
 
-/// [`View`] flag: the memory is host-accessible and element `(0, ..., 0)` is aligned for `T`
-/// (the checks of [`TensorLayout::check_typed`] after the dtype, which the import checked).
-const HOST_OK: usize = 1;
-/// [`View`] flag: the layout is compact row-major.
-const C_CONTIGUOUS: usize = 2;
-
-impl View {
-    /// The view of `managed`'s layout, validated, whose dtype is `T::DTYPE`.
-    #[inline]
-    fn of<T: Element>(managed: &ManagedTensor) -> Option<Self> {
-        let layout = managed.layout().ok()?;
-        let numel = layout.numel();
-        let host_ok = raw_host_accessible(managed.dl_tensor().device.device_type)
-            && (numel == 0 || (layout.first_element_ptr() as usize) % align_of::<T>() == 0);
-        let c_contiguous = layout.is_contiguous(Contiguity::C);
-        // SAFETY: only the lifetime changes; see `View::layout` for why the arrays outlive
-        // every use of it.
-        let layout =
-            unsafe { core::mem::transmute::<TensorLayout<'_>, TensorLayout<'static>>(layout) };
-        Some(Self {
-            layout,
-            flags: if host_ok { HOST_OK } else { 0 } | if c_contiguous { C_CONTIGUOUS } else { 0 },
-        })
-    }
-
-    #[inline]
-    fn host_ok(&self) -> bool {
-        self.flags & HOST_OK != 0
-    }
-
-    #[inline]
-    fn c_contiguous(&self) -> bool {
-        self.flags & C_CONTIGUOUS != 0
-    }
-
-    /// The layout, for as long as the view is borrowed (and so the `ImportedData` that owns
-    /// the arrays it borrows).
-    #[inline]
-    fn layout(&self) -> &TensorLayout<'_> {
-        &self.layout
-    }
+/// The flags of an `ImportedData<T>` holding `managed`, whose dtype is `T::DTYPE`.
+#[inline]
+fn flags_of<T: Element>(managed: &ManagedTensor) -> usize {
+    let Ok(layout) = managed.layout() else {
+        return 0;
+    };
+    let numel = layout.numel();
+    let host_ok = raw_host_accessible(managed.dl_tensor().device.device_type)
+        && (numel == 0 || (layout.first_element_ptr() as usize) % align_of::<T>() == 0);
+    let c_contiguous = layout.is_contiguous(Contiguity::C);
+    VALID | if host_ok { HOST_OK } else { 0 } | if c_contiguous { C_CONTIGUOUS } else { 0 }
 }
 
 impl<T: Element> core::fmt::Debug for ImportedData<T> {
@@ -108,12 +72,10 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
         Self::accepts(&managed)?;
         // Validated once: by the consumer's constraint check just before (derive), by the
         // exporter (tensors built by this crate), or here.
-        // Validated once: by the consumer's constraint check just before (derive), by the
-        // exporter (tensors built by this crate), or here.
-        let view = View::of::<T>(&managed);
+        let flags = flags_of::<T>(&managed);
         Ok(Self {
             managed,
-            view,
+            flags,
             _element: PhantomData,
         })
     }
@@ -177,13 +139,21 @@ impl<T: Element> ImportedData<T> {
             .cast()
     }
 
-    /// The facts kept at import, when the tensor is readable as host elements of `T`.
+    /// The validated layout, when the tensor is readable as host elements of `T`.
     #[inline]
-    fn host_view(&self) -> Result<&View, LayoutError> {
-        match &self.view {
-            Some(view) if view.host_ok() => Ok(view),
-            _ => Err(self.access_error()),
+    fn host_view(&self) -> Result<TensorLayout<'_>, LayoutError> {
+        if self.flags & HOST_OK == 0 {
+            return Err(self.access_error());
         }
+        // SAFETY: `HOST_OK` is set only with `VALID`, so the import validated `managed`, which
+        // keeps that validation.
+        Ok(unsafe { self.managed.validated_layout() })
+    }
+
+    /// Whether the layout, validated, is compact row-major.
+    #[inline]
+    fn c_contiguous(&self) -> bool {
+        self.flags & C_CONTIGUOUS != 0
     }
 
     /// Why [`Self::host_view`] refused: the validation error, or that of the typed checks.
@@ -201,7 +171,7 @@ impl<T: Element> ImportedData<T> {
 
     /// The validated layout, for host access of `T`.
     pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        Ok(*self.host_view()?.layout())
+        self.host_view()
     }
 
     /// The refusal of a non-C-contiguous layout, naming its shape and strides.
@@ -230,14 +200,11 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::NotContiguous`], [`LayoutError::NotHostAccessible`],
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
-        let view = self.host_view()?;
-        if !view.c_contiguous() {
+        let layout = self.host_view()?;
+        if !self.c_contiguous() {
             return Err(self.not_contiguous());
         }
-        let (ptr, numel) = (
-            view.layout().first_element_ptr().cast::<T>(),
-            view.layout().numel(),
-        );
+        let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
         if numel == 0 {
             return Ok(&[]);
         }
@@ -259,14 +226,11 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let view = self.host_view()?;
-        if !view.c_contiguous() {
+        let layout = self.host_view()?;
+        if !self.c_contiguous() {
             return Err(self.not_contiguous());
         }
-        let (ptr, numel) = (
-            view.layout().first_element_ptr().cast::<T>(),
-            view.layout().numel(),
-        );
+        let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
         if numel == 0 {
             return Ok(&mut []);
         }
@@ -284,7 +248,7 @@ impl<T: Element> ImportedData<T> {
     /// and [`LayoutError::InvalidValue`] for a bad `bool` byte.
     #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
-        let layout = self.host_view()?.layout();
+        let layout = self.host_view()?;
         let (offset, linear) = layout.locate(index, size_of::<T>())?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
         // `locate`), aligned and host-accessible (`host_ok`).
@@ -300,7 +264,7 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_view()?.layout();
+        let layout = self.host_view()?;
         let (offset, _) = layout.locate(index, size_of::<T>())?;
         // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor; `&mut self`
         // excludes other access from this side.
