@@ -2,8 +2,8 @@
 # The GPU suite, in two steps, because the GPU machine has no Rust toolchain and no network:
 #
 #   scripts/gpu-suite.sh build   here: builds the CUDA tests (one self-contained binary; libcuda
-#                                is loaded at run time) and the example extension module (abi3,
-#                                feature `cuda`) into gpu-bundle/, which git ignores and the
+#                                is loaded at run time) and the example extension module (features
+#                                `abi3` and `cuda`) into gpu-bundle/, which git ignores and the
 #                                device tool carries
 #   scripts/gpu-suite.sh run     on the GPU machine: runs both and writes gpu-suite.log to $OUT
 #
@@ -33,7 +33,7 @@ for line in sys.stdin:
         cp "$exe" "gpu-bundle/$name-tests"
         strip "gpu-bundle/$name-tests"
     done < gpu-bundle/.bin
-    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --quiet --release --features cuda \
+    VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --quiet --release --features cuda,abi3 \
         --manifest-path examples/python-ext/Cargo.toml --out gpu-bundle/wheel
     .venv/bin/python -m zipfile -e gpu-bundle/wheel/*.whl gpu-bundle/site
     cp examples/python-ext/gpu_tests/test_gpu.py examples/python-ext/gpu_tests/test_cuda_numpy.py gpu-bundle/

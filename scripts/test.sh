@@ -11,11 +11,14 @@ source scripts/env.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
-echo "==> cargo clippy (default features, all features, then each of cuda and python alone)"
+echo "==> cargo clippy (default features, all features, each of cuda and python alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
+# The limited API before 3.12 has no vectorcall: `from_dlpack` then calls with a keyword dict.
+CARGO_TARGET_DIR=target/abi3 \
+    cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
 echo "==> cargo doc (all features, library crates) with rustdoc warnings as errors"
 # docs.rs builds with all features ([package.metadata.docs.rs]) and no extra rustdoc flags.
 RUSTDOCFLAGS="${RUSTDOCFLAGS:+$RUSTDOCFLAGS }-D warnings" \

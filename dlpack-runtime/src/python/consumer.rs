@@ -139,8 +139,8 @@ pub fn managed_from_object(
     }
     // The consumer's stream, if any, is the caller's choice; so the producer's device does not
     // change the call, and `__dlpack_device__` is not asked.
-    let kwargs = if plain {
-        default_kwargs(py)?
+    let first = if plain {
+        call_plain(obj)
     } else {
         let kwargs = PyDict::new(py);
         kwargs.set_item(intern!(py, "max_version"), max_version(py)?)?;
@@ -154,13 +154,14 @@ pub fn managed_from_object(
         if let Some(stream) = options.stream {
             kwargs.set_item(intern!(py, "stream"), stream)?;
         }
-        kwargs
+        obj.getattr(intern!(py, "__dlpack__"))?
+            .call((), Some(&kwargs))
     };
-    let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
-    let (capsule, fell_back) = match dunder.call((), Some(&kwargs)) {
+    let (capsule, fell_back) = match first {
         Ok(capsule) => (capsule, false),
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
+            let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
             let retried = match options.stream {
                 Some(stream) => {
                     let kwargs = PyDict::new(py);
@@ -187,12 +188,53 @@ fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
         .map(|version| version.bind(py))
 }
 
+/// `obj.__dlpack__(max_version=(1, 3))`, the call of a `from_dlpack` without options, by
+/// vectorcall (`PyObject_VectorcallMethod`, with the keyword's name in a tuple built once), as
+/// NumPy calls it: no bound method and no keyword dict are made.
+#[cfg(any(Py_3_12, not(any(Py_LIMITED_API, PyPy))))]
+fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    static KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let py = obj.py();
+    let kwnames = KWNAMES
+        .get_or_try_init(py, || {
+            PyTuple::new(py, [intern!(py, "max_version")]).map(Bound::unbind)
+        })?
+        .bind(py);
+    let version = max_version(py)?;
+    // `self`, then the value of the one keyword `kwnames` names.
+    let args = [obj.as_ptr(), version.as_ptr()];
+    // SAFETY: the GIL is held (`obj` is bound); the name, both arguments and `kwnames` are live
+    // objects that outlive the call; `nargsf` is 1 (only `self` is positional, and without
+    // `PY_VECTORCALL_ARGUMENTS_OFFSET`: `args` has no slot before it), and `kwnames` names the
+    // one value after it. The result is a new reference, or NULL with an exception set.
+    unsafe {
+        let result = pyffi::PyObject_VectorcallMethod(
+            intern!(py, "__dlpack__").as_ptr(),
+            args.as_ptr(),
+            1,
+            kwnames.as_ptr(),
+        );
+        Bound::from_owned_ptr_or_err(py, result)
+    }
+}
+
+/// `obj.__dlpack__(max_version=(1, 3))`, the call of a `from_dlpack` without options, where the
+/// Python API of the build has no vectorcall (the limited API before 3.12, PyPy): a call with
+/// a keyword dict built once.
+#[cfg(not(any(Py_3_12, not(any(Py_LIMITED_API, PyPy)))))]
+fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    obj.getattr(intern!(py, "__dlpack__"))?
+        .call((), Some(&default_kwargs(py)?))
+}
+
 /// `{"max_version": (1, 3)}`, the keywords of a `__dlpack__` call without `device` and `copy`,
 /// built once rather than on every call.
 ///
 /// A callee written in C with `METH_VARARGS | METH_KEYWORDS` receives this very dict and could
 /// change it, so it is checked before each use to hold exactly that one entry; a changed dict is
 /// replaced by a fresh one for the call.
+#[cfg(not(any(Py_3_12, not(any(Py_LIMITED_API, PyPy)))))]
 fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     static KWARGS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let key = intern!(py, "max_version");

@@ -127,6 +127,68 @@ fn ones<'py>(py: Python<'py>, shape: Vec<usize>) -> PyResult<Bound<'py, python::
     )
 }
 
+/// A float32 matrix seen through strides (a transposed or column-reversed view of its
+/// row-major values): what `np.from_dlpack(x, copy=True)` copies into a compact array.
+#[pyclass(frozen, module = "dlpack_example")]
+#[derive(DlpackExport)]
+struct Strided {
+    #[dlpack(data)]
+    data: Vec<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 2],
+    /// In elements.
+    #[dlpack(strides)]
+    strides: [isize; 2],
+    /// Element `(0, 0)`, in elements from the start of `data`.
+    #[dlpack(offset)]
+    offset: usize,
+}
+
+#[pymethods]
+impl Strided {
+    /// `Strided(rows, cols, layout)`: the values 0, 1, 2, ... of a row-major `(rows, cols)`
+    /// matrix, seen as `layout`: `"c"` (the matrix itself), `"t"` (its transpose, shape
+    /// `(cols, rows)`) or `"reversed"` (its columns in reverse order, `a[:, ::-1]`).
+    #[new]
+    fn new(rows: usize, cols: usize, layout: &str) -> PyResult<Self> {
+        let data = (0..rows * cols).map(|v| v as f32).collect();
+        let (c, r) = (cols as isize, rows);
+        let (shape, strides, offset) = match layout {
+            "c" => ([rows, cols], [c, 1], 0),
+            "t" => ([cols, r], [1, c], 0),
+            "reversed" => ([rows, cols], [c, -1], cols.saturating_sub(1)),
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "layout {other:?}, expected \"c\", \"t\" or \"reversed\""
+                )));
+            }
+        };
+        Ok(Self {
+            data,
+            shape,
+            strides,
+            offset,
+        })
+    }
+
+    /// `__dlpack__`: a shared, read-only export, or a compact copy with `copy=True`.
+    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<i64>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        python::dlpack(slf, stream, max_version, dl_device, copy)
+    }
+
+    /// `__dlpack_device__`: `(1, 0)`, the CPU.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        python::dlpack_device(self)
+    }
+}
+
 /// Any tensor, any dtype, any layout: what `consume` builds.
 #[derive(DlpackImport)]
 struct AnyView {
@@ -303,6 +365,7 @@ mod gpu {
 #[pymodule]
 fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Tensor>()?;
+    m.add_class::<Strided>()?;
     m.add_function(wrap_pyfunction!(total, m)?)?;
     m.add_function(wrap_pyfunction!(strides, m)?)?;
     m.add_function(wrap_pyfunction!(fill, m)?)?;

@@ -64,3 +64,24 @@ def test_by_value_tensors_are_writable_once():
     assert a.sum() == 6.0
     with pytest.raises(BufferError, match="already exported"):
         np.from_dlpack(o)
+
+
+@pytest.mark.parametrize(
+    "layout, view",
+    [("c", lambda a: a), ("t", lambda a: a.T), ("reversed", lambda a: a[:, ::-1])],
+)
+def test_strided_views_and_their_copies(layout, view):
+    a = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)
+    s = de.Strided(5, 7, layout)
+    shared = np.from_dlpack(s)
+    np.testing.assert_array_equal(shared, view(a))
+    assert not shared.flags.writeable
+    copied = np.from_dlpack(s, copy=True)
+    np.testing.assert_array_equal(copied, view(a))
+    assert copied.flags.c_contiguous and copied.flags.writeable
+    assert not np.shares_memory(copied, shared)
+
+
+def test_strided_refuses_an_unknown_layout():
+    with pytest.raises(ValueError, match="expected"):
+        de.Strided(2, 2, "diagonal")
