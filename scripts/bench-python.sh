@@ -7,5 +7,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path examples/python-ext/Cargo.toml
 # A current NumPy runs slower with the OpenBLAS settings of some machines; they do not affect
-# these calls, which never reach BLAS, but unset them for a like-for-like run.
-env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python examples/python-ext/bench.py
+# these calls, which never reach BLAS, but unset them for a like-for-like run. One BLAS thread:
+# idle OpenBLAS threads spin, and take a core from the timed calls on small machines.
+env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \
+    .venv/bin/python examples/python-ext/bench.py

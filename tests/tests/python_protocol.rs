@@ -513,3 +513,106 @@ fn deleters_run_on_another_thread_while_a_third_holds_the_gil() {
         "released exactly once, from another thread"
     );
 }
+
+/// Deleter calls of [`malformed_from_py`]'s tensors.
+static MALFORMED_DELETES: AtomicUsize = AtomicUsize::new(0);
+
+/// A tensor with a negative extent: what a buggy foreign table hands out.
+#[repr(C)]
+struct Malformed {
+    header: DLManagedTensorVersioned,
+    shape: [i64; 1],
+    strides: [i64; 1],
+    data: [f64; 1],
+}
+
+unsafe extern "C" fn malformed_delete(managed: *mut DLManagedTensorVersioned) {
+    MALFORMED_DELETES.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: made by `malformed_from_py` with `Box::into_raw`, deleted once (DLPack contract).
+    drop(unsafe { Box::from_raw(managed.cast::<Malformed>()) });
+}
+
+/// `managed_tensor_from_py_object_no_sync` of a hand-made (foreign) table.
+unsafe extern "C" fn malformed_from_py(
+    _object: *mut core::ffi::c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> core::ffi::c_int {
+    let block = Box::into_raw(Box::new(Malformed {
+        header: DLManagedTensorVersioned {
+            version: ffi::DLPackVersion {
+                major: ffi::DLPACK_MAJOR_VERSION,
+                minor: ffi::DLPACK_MINOR_VERSION,
+            },
+            manager_ctx: core::ptr::null_mut(),
+            deleter: Some(malformed_delete),
+            flags: 0,
+            dl_tensor: ffi::DLTensor {
+                data: core::ptr::null_mut(),
+                device: Device::CPU.to_raw(),
+                ndim: 1,
+                dtype: DataType::F64.to_raw(),
+                shape: core::ptr::null_mut(),
+                strides: core::ptr::null_mut(),
+                byte_offset: 0,
+            },
+        },
+        shape: [-3],
+        strides: [1],
+        data: [0.0],
+    }));
+    // SAFETY: `block` is a fresh, exclusively owned allocation; the pointers stay inside it.
+    unsafe {
+        (*block).header.dl_tensor.data = (&raw mut (*block).data).cast();
+        (*block).header.dl_tensor.shape = (&raw mut (*block).shape).cast();
+        (*block).header.dl_tensor.strides = (&raw mut (*block).strides).cast();
+        *out = block.cast();
+    }
+    0
+}
+
+/// A pyclass publishing a hand-made exchange API table, not one of this crate's.
+#[pyclass(frozen)]
+struct ForeignTable;
+
+#[pymethods]
+impl ForeignTable {
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        /// The table, shared read-only (its `prev_api` pointer is NULL).
+        struct Table(ffi::DLPackExchangeAPI);
+        // SAFETY: never written; its only pointer is NULL.
+        unsafe impl Sync for Table {}
+        static TABLE: Table = Table(ffi::DLPackExchangeAPI {
+            header: ffi::DLPackExchangeAPIHeader {
+                version: ffi::DLPackVersion {
+                    major: ffi::DLPACK_MAJOR_VERSION,
+                    minor: ffi::DLPACK_MINOR_VERSION,
+                },
+                prev_api: core::ptr::null_mut(),
+            },
+            managed_tensor_allocator: None,
+            managed_tensor_from_py_object_no_sync: Some(malformed_from_py),
+            managed_tensor_to_py_object_no_sync: None,
+            dltensor_from_py_object_no_sync: None,
+            current_work_stream: None,
+        });
+        let pointer = std::ptr::NonNull::from(&TABLE.0).cast::<core::ffi::c_void>();
+        // SAFETY: a static table, valid for the process; no destructor.
+        unsafe { PyCapsule::new_with_pointer(py, pointer, ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME) }
+    }
+}
+
+#[test]
+fn tensors_of_a_foreign_exchange_api_table_are_validated() {
+    Python::attach(|py| {
+        let obj = Bound::new(py, ForeignTable).unwrap();
+        // Only this crate's own tables hand out tensors its exporter validated; this one's
+        // tensor is validated here, refused, and given back to its deleter once.
+        let err = python::from_dlpack::<Compact<f64>>(obj.as_any())
+            .err()
+            .expect("a negative extent is refused");
+        assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        assert!(err.to_string().contains("extent of axis 0 is -3"), "{err}");
+        assert_eq!(MALFORMED_DELETES.load(Ordering::SeqCst), 1);
+    });
+}

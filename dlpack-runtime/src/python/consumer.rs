@@ -122,8 +122,8 @@ pub fn managed_from_object(
     }
     let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
     if options.device.is_none() && options.copy.is_none() {
-        if let Some(api) = exchange_api_of(&obj.get_type())? {
-            match via_exchange_api(obj, api) {
+        if let Some((api, own)) = exchange_api_of(&obj.get_type())? {
+            match via_exchange_api(obj, api, own) {
                 Ok(managed) => match order_exchanged(py, &managed, api, options)? {
                     true => return Ok(managed),
                     // Memory this consumer cannot order: give it back and ask `__dlpack__`,
@@ -258,9 +258,12 @@ fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as
 /// `dlpack.h` allows (`DLPackExchangeAPI`). The cache holds a reference to each type, so a
 /// type's address is never reused while its entry exists.
+///
+/// With the table, whether it is one this crate made (`python::dlpack_c_exchange_api`), whose
+/// tensors come from this crate's exporter, validated.
 fn exchange_api_of(
     ty: &Bound<'_, pyo3::types::PyType>,
-) -> PyResult<Option<&'static ffi::DLPackExchangeAPI>> {
+) -> PyResult<Option<(&'static ffi::DLPackExchangeAPI, bool)>> {
     type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
     thread_local! {
@@ -269,9 +272,16 @@ fn exchange_api_of(
         /// only types that `CACHE` holds, whose addresses are therefore never reused.
         static LAST: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
     }
+    // Cached addresses are 0 (no usable table) or the table's address, with `OWN` added for a
+    // table of this crate (tables are boxed, so their addresses are even).
+    const OWN: usize = 1;
     let table = |address: usize| {
-        // SAFETY: cached addresses are 0 or tables that live for the whole process (below).
-        (address != 0).then(|| unsafe { &*(address as *const ffi::DLPackExchangeAPI) })
+        (address != 0).then(|| {
+            // SAFETY: cached addresses are 0 or tables that live for the whole process (below),
+            // with the `OWN` bit cleared.
+            let api = unsafe { &*((address & !OWN) as *const ffi::DLPackExchangeAPI) };
+            (api, address & OWN != 0)
+        })
     };
     let key = ty.as_ptr() as usize;
     if let Ok((last, address)) = LAST.try_with(core::cell::Cell::get) {
@@ -289,6 +299,11 @@ fn exchange_api_of(
         Some(address) => address,
         None => {
             let address = lookup_exchange_api(ty)?;
+            let address = if address != 0 && super::exchange_api::is_own_table(address) {
+                address | OWN
+            } else {
+                address
+            };
             cache
                 .lock()
                 .map_err(|_| poisoned())?
@@ -409,6 +424,7 @@ fn order_exchanged(
 fn via_exchange_api(
     obj: &Bound<'_, PyAny>,
     api: &ffi::DLPackExchangeAPI,
+    own: bool,
 ) -> PyResult<ManagedTensor> {
     let from_py = api.managed_tensor_from_py_object_no_sync.ok_or_else(|| {
         PyBufferError::new_err("exchange API table without managed_tensor_from_py_object_no_sync")
@@ -420,6 +436,15 @@ fn via_exchange_api(
     let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
     if rc != 0 {
         return Err(PyErr::fetch(obj.py()));
+    }
+    if own {
+        if let Some(out) = core::ptr::NonNull::new(out) {
+            // SAFETY: an owned managed tensor (as below), made by this crate's exporter (the
+            // table is one of ours): version 1.3, known flags, and a header it validated.
+            return Ok(unsafe {
+                ManagedTensor::from_raw_validated(crate::managed::RawManagedTensor::Versioned(out))
+            });
+        }
     }
     // SAFETY: on success `out` is an owned managed tensor (`dlpack.h`,
     // `managed_tensor_from_py_object_no_sync`).

@@ -46,8 +46,6 @@ pub fn dlpack_c_exchange_api<T>(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    static TABLES: std::sync::OnceLock<Mutex<std::collections::HashMap<std::any::TypeId, usize>>> =
-        std::sync::OnceLock::new();
     let tables = TABLES.get_or_init(Default::default);
     let address = *tables
         .lock()
@@ -76,6 +74,21 @@ where
         .ok_or_else(|| PyBufferError::new_err("null exchange API table"))?;
     // SAFETY: `pointer` is a leaked, never-freed table, valid for the process; no destructor.
     unsafe { PyCapsule::new_with_pointer(py, pointer, ffi::DLPACK_EXCHANGE_API_CAPSULE_NAME) }
+}
+
+/// The tables made by [`dlpack_c_exchange_api`], one per type, by address.
+type Tables = Mutex<std::collections::HashMap<std::any::TypeId, usize>>;
+static TABLES: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
+
+/// Whether the table at `address` is one [`dlpack_c_exchange_api`] made: its
+/// `managed_tensor_from_py_object_no_sync` hands out tensors of this crate's exporter, whose
+/// headers that exporter validated.
+pub(super) fn is_own_table(address: usize) -> bool {
+    TABLES.get().is_some_and(|tables| {
+        tables
+            .lock()
+            .is_ok_and(|tables| tables.values().any(|&own| own == address))
+    })
 }
 
 /// Runs `f` with the GIL, turning a Rust panic into a Python `SystemError` and an error into a

@@ -2,6 +2,7 @@
 //! `DlpackExport`.
 
 use pyo3::PyClass;
+use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::PyCapsule;
@@ -92,6 +93,19 @@ fn unreachable_parts() -> ! {
 impl<T: PyClass> Drop for PyOwner<T> {
     fn drop(&mut self) {
         if let Some(obj) = self.0.take() {
+            // The common case: a consumer (NumPy freeing its array, say) calls the deleter on a
+            // thread that holds the GIL, but outside any pyo3 frame, where `try_attach` would
+            // take the `PyGILState_Ensure` path. Holding the GIL is all `Py_DecRef` needs.
+            // SAFETY: both functions may be called at any time, attached or not.
+            // (`PyGILState_Check` also returns 1 when CPython cannot tell, which happens only
+            // without an initialized runtime, excluded by `Py_IsInitialized`, or with several
+            // interpreters, in which pyo3 modules refuse to load.)
+            if unsafe { pyffi::Py_IsInitialized() != 0 && pyffi::PyGILState_Check() == 1 } {
+                // SAFETY: this thread holds the GIL (checked above); the reference is ours and
+                // released exactly once.
+                unsafe { pyffi::Py_DecRef(obj.into_ptr()) };
+                return;
+            }
             if Python::try_attach(move |_py| drop(obj)).is_none() {
                 // The interpreter is gone or finalizing: releasing the reference is impossible
                 // and unnecessary.
