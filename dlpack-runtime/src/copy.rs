@@ -264,9 +264,8 @@ unsafe fn copy_row(src: *const u8, dst: *mut u8, width: usize) {
 /// next axis out is contiguous in the source) is copied in square tiles, so that reads and
 /// writes both stay within a few cache lines.
 mod host {
-    /// Tile edge of a transposed copy, in elements: 32 x 32 elements of up to 16 bytes fit in
-    /// a typical L1 cache, source and destination together.
-    const TILE: usize = 32;
+    /// A cache line, in bytes: the tile edge of a transposed copy.
+    const LINE: usize = 64;
 
     /// Copies the elements of the layout with moving `axes` (extent >= 2, outermost first;
     /// source strides in bytes) and elements of `size` bytes from `src` (element `(0, ..., 0)`)
@@ -409,7 +408,13 @@ mod host {
     }
 
     /// The `rows x cols` plane whose source rows are contiguous (`src` row `r`, column `c` at
-    /// `src + r * size_of::<T>() + c * col_stride`), written row-major to `dst`, in tiles.
+    /// `src + r * size_of::<T>() + c * col_stride`), written row-major to `dst`, in tiles of one
+    /// cache line by one cache line.
+    ///
+    /// Each tile is read a source line at a time (contiguous along `r`) into a buffer that stays
+    /// in L1, then written a destination line at a time. Walking the plane directly instead
+    /// touches, per tile, a line of each of many rows a power of two apart, which share one
+    /// cache set and evict each other before they are used again.
     ///
     /// # Safety
     ///
@@ -421,18 +426,41 @@ mod host {
         rows: usize,
         cols: usize,
     ) {
+        /// A tile: up to `LINE x LINE` bytes' worth of elements, `LINE / size` on a side.
+        #[repr(C, align(64))]
+        struct Tile([core::mem::MaybeUninit<u8>; LINE * LINE]);
+        let size = core::mem::size_of::<T>();
+        // Elements per cache line: 64 to 4 for the element sizes of `copy` (1 to 16 bytes).
+        debug_assert!((1..=16).contains(&size));
+        let edge = LINE / size;
+        let mut tile = Tile([core::mem::MaybeUninit::uninit(); LINE * LINE]);
+        let buf = tile.0.as_mut_ptr().cast::<T>();
         let (src, dst) = (src.cast::<T>(), dst.cast::<T>());
-        let col_stride = col_stride / core::mem::size_of::<T>() as isize;
-        for r0 in (0..rows).step_by(TILE) {
-            for c0 in (0..cols).step_by(TILE) {
-                for r in r0..(r0 + TILE).min(rows) {
-                    for c in c0..(c0 + TILE).min(cols) {
-                        // SAFETY: an element of the plane, and its place in `dst` (caller).
-                        unsafe {
-                            let v = src
-                                .offset(r as isize + c as isize * col_stride)
-                                .read_unaligned();
-                            dst.add(r * cols + c).write_unaligned(v);
+        let col_stride = col_stride / size as isize;
+        for r0 in (0..rows).step_by(edge) {
+            let tr = edge.min(rows - r0);
+            for c0 in (0..cols).step_by(edge) {
+                let tc = edge.min(cols - c0);
+                for c in 0..tc {
+                    // SAFETY: column `c0 + c`, rows `r0..r0 + tr`: elements of the plane, read
+                    // contiguously into the tile's row `c` (caller; `c * edge + r < edge *
+                    // edge`).
+                    unsafe {
+                        let column = src.offset(r0 as isize + (c0 + c) as isize * col_stride);
+                        let line = buf.add(c * edge);
+                        for r in 0..tr {
+                            line.add(r).write_unaligned(column.add(r).read_unaligned());
+                        }
+                    }
+                }
+                for r in 0..tr {
+                    // SAFETY: row `r0 + r`, columns `c0..c0 + tc` of `dst` (caller), from the
+                    // tile's column `r`, written above for rows `0..tc`.
+                    unsafe {
+                        let row = dst.add((r0 + r) * cols + c0);
+                        for c in 0..tc {
+                            row.add(c)
+                                .write_unaligned(buf.add(c * edge + r).read_unaligned());
                         }
                     }
                 }
@@ -637,6 +665,14 @@ mod tests {
         check(&[130], &[-1], 16, usize::MAX);
         check(&[30, 3], &[1, 30], 3, usize::MAX);
         check(&[64, 64], &[0, 1], 1, usize::MAX);
+        // Transposes of every element size, tiles of one cache line a side (64, 32, 16, 8
+        // and 4 elements), with partial tiles in both directions.
+        check(&[70, 130], &[1, 70], 1, usize::MAX);
+        check(&[40, 50], &[1, 40], 2, usize::MAX);
+        check(&[33, 17], &[1, 33], 4, usize::MAX);
+        check(&[20, 17], &[1, 20], 8, usize::MAX);
+        check(&[9, 11], &[1, 9], 16, usize::MAX);
+        check(&[2, 5, 7], &[35, 1, 5], 4, usize::MAX);
     }
 
     proptest! {
