@@ -616,3 +616,165 @@ fn tensors_of_a_foreign_exchange_api_table_are_validated() {
         assert_eq!(MALFORMED_DELETES.load(Ordering::SeqCst), 1);
     });
 }
+
+/// A pyclass whose protocol `python::add_dlpack_methods` installs.
+#[pyclass(frozen)]
+#[derive(DlpackExport)]
+struct Installed {
+    #[dlpack(data)]
+    data: Vec<f64>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _guard: DropGuard,
+}
+
+#[test]
+fn add_dlpack_methods_installs_the_protocol() {
+    Python::attach(|py| {
+        let counter = Counter::new();
+        // Twice: installing again is harmless.
+        python::add_dlpack_methods::<Installed>(py).unwrap();
+        python::add_dlpack_methods::<Installed>(py).unwrap();
+        let obj = Bound::new(
+            py,
+            Installed {
+                data: vec![1.0, 2.0, 3.0],
+                shape: vec![3],
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        // Globals, not locals: the snippets define functions and lambdas that read `t`.
+        let l = locals(py);
+        l.set_item("t", &obj).unwrap();
+        fn run<'py>(
+            py: Python<'py>,
+            code: &str,
+            globals: &Bound<'py, pyo3::types::PyDict>,
+        ) -> Bound<'py, PyAny> {
+            let code = std::ffi::CString::new(code).unwrap();
+            py.run(&code, Some(globals), None)
+                .unwrap_or_else(|e| panic!("python failed: {e}"));
+            globals
+                .get_item("result")
+                .unwrap()
+                .expect("code sets `result`")
+        }
+        let read: (Vec<f64>, bool, (i32, i32)) = run(
+            py,
+            "a = np.from_dlpack(t)\nresult = (a.tolist(), a.flags.writeable, t.__dlpack_device__())",
+            &l,
+        )
+        .extract()
+        .unwrap();
+        assert_eq!(read, (vec![1.0, 2.0, 3.0], false, (1, 0)));
+        // Every spelling of the arguments: positional `stream`, keywords interned or built at
+        // run time, `None` for each.
+        let names: Vec<String> = run(
+            py,
+            "key = ''.join(['max_', 'version'])
+calls = [
+    t.__dlpack__(max_version=(1, 3)),
+    t.__dlpack__(None, max_version=(1, 3), dl_device=None, copy=None),
+    t.__dlpack__(stream=None, max_version=(1, 3), dl_device=(1, 0), copy=False),
+    t.__dlpack__(**{key: (1, 3)}),
+    t.__dlpack__(),
+    t.__dlpack__(max_version=(1, 3), copy=True),
+]
+import ctypes
+get_name = ctypes.pythonapi.PyCapsule_GetName
+get_name.restype = ctypes.c_char_p
+get_name.argtypes = [ctypes.py_object]
+result = [get_name(c).decode() for c in calls]",
+            &l,
+        )
+        .extract()
+        .unwrap();
+        // A legacy request (no `max_version`) of this read-only export gets a writable copy,
+        // in a legacy capsule.
+        assert_eq!(
+            names,
+            [
+                "dltensor_versioned",
+                "dltensor_versioned",
+                "dltensor_versioned",
+                "dltensor_versioned",
+                "dltensor",
+                "dltensor_versioned"
+            ]
+        );
+        // Argument errors are `TypeError`s that name the argument; protocol errors are those of
+        // `python::dlpack`.
+        let errors: Vec<(String, String)> = run(
+            py,
+            "def error(f):
+    try:
+        f()
+    except Exception as e:
+        return (type(e).__name__, str(e))
+    return ('none', '')
+result = [
+    error(lambda: t.__dlpack__(None, None)),
+    error(lambda: t.__dlpack__(foo=1)),
+    error(lambda: t.__dlpack__(None, stream=None)),
+    error(lambda: t.__dlpack__(max_version='1.3')),
+    error(lambda: t.__dlpack__(copy=3)),
+    error(lambda: t.__dlpack__(stream='x')),
+    error(lambda: t.__dlpack__(max_version=(1, 3), dl_device=(2, 0), copy=False)),
+    error(lambda: type(t).__dlpack__(np.zeros(1))),
+]",
+            &l,
+        )
+        .extract()
+        .unwrap();
+        let kinds: Vec<&str> = errors.iter().map(|(kind, _)| kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "TypeError",
+                "TypeError",
+                "TypeError",
+                "TypeError",
+                "TypeError",
+                "TypeError",
+                "BufferError",
+                "TypeError"
+            ],
+            "{errors:?}"
+        );
+        assert!(errors[0].1.contains("at most 1 positional"), "{errors:?}");
+        assert!(
+            errors[1].1.contains("unexpected keyword argument 'foo'"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[2]
+                .1
+                .contains("multiple values for argument 'stream'"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[3]
+                .1
+                .contains("'max_version' must be a (major, minor) tuple"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[4]
+                .1
+                .contains("'copy' must be a bool or None, not int"),
+            "{errors:?}"
+        );
+
+        // The C exchange API is published too, and this crate's consumer takes it.
+        let view: Compact<f64> = python::from_dlpack(&obj).unwrap();
+        assert_eq!(view.data.as_slice().unwrap(), [1.0, 2.0, 3.0]);
+        assert!(obj.getattr("__dlpack_c_exchange_api__").is_ok());
+        drop(view);
+        l.del_item("t").unwrap();
+        drop(obj);
+        run(py, "del a, calls\nresult = None", &l);
+        collect(py);
+        assert_eq!(counter.get(), 1, "the tensor is freed once every export is");
+    });
+}

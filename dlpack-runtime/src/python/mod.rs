@@ -45,6 +45,10 @@
 //! }
 //! ```
 //!
+//! Or install all three on the type with one call in the module's init,
+//! [`add_dlpack_methods`]`::<Tensor>(m.py())`: the same protocol, as vectorcall methods whose
+//! argument handling is written for `__dlpack__` (faster per call than pyo3's general one).
+//!
 //! To hand a Rust tensor to Python **by value** (writable, exported once), wrap it with
 //! [`export_once`]: the result is a Python object with `__dlpack__` that `numpy.from_dlpack`
 //! and friends accept.
@@ -110,12 +114,17 @@ mod capsule;
 mod consumer;
 mod exchange_api;
 mod export_once;
+// Vectorcall methods (`METH_FASTCALL`): the full C API, or the limited API of Python 3.10+.
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
+mod methods;
 mod producer;
 
 pub use capsule::{consume_capsule, to_capsule};
 pub use consumer::{FromDlpackOptions, from_dlpack, from_dlpack_with, managed_from_object};
 pub use exchange_api::dlpack_c_exchange_api;
 pub use export_once::{ExportOnce, export_managed, export_once};
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
+pub use methods::add_dlpack_methods;
 pub use producer::{dlpack, dlpack_device, export_request};
 
 impl From<ExportError> for PyErr {

@@ -2,6 +2,7 @@
 //! `DlpackExport`.
 
 use pyo3::PyClass;
+#[cfg(not(Py_LIMITED_API))]
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
@@ -99,7 +100,8 @@ impl<T: PyClass> Drop for PyOwner<T> {
             // SAFETY: both functions may be called at any time, attached or not.
             // (`PyGILState_Check` also returns 1 when CPython cannot tell, which happens only
             // without an initialized runtime, excluded by `Py_IsInitialized`, or with several
-            // interpreters, in which pyo3 modules refuse to load.)
+            // interpreters, in which pyo3 modules refuse to load.) Not in the limited API.
+            #[cfg(not(Py_LIMITED_API))]
             if unsafe { pyffi::Py_IsInitialized() != 0 && pyffi::PyGILState_Check() == 1 } {
                 // SAFETY: this thread holds the GIL (checked above); the reference is ours and
                 // released exactly once.

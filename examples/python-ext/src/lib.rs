@@ -47,28 +47,9 @@ impl Tensor {
         self.data.iter().map(|&v| f64::from(v)).sum()
     }
 
-    /// `__dlpack__`: a shared, read-only export; the tensor stays alive while consumers hold it.
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    /// `__dlpack_device__`: `(1, 0)`, the CPU.
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
-    }
-
-    /// The DLPack C exchange API table, for C consumers.
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        python::dlpack_c_exchange_api::<Self>(py)
-    }
+    // `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` are installed by
+    // `python::add_dlpack_methods` in the module's init (`Strided` below writes them as
+    // `#[pymethods]` instead).
 }
 
 /// What Rust accepts from Python: any float64 tensor, strided or not.
@@ -365,6 +346,8 @@ mod gpu {
 #[pymodule]
 fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Tensor>()?;
+    // A shared, read-only export: the tensor stays alive while consumers hold it.
+    python::add_dlpack_methods::<Tensor>(m.py())?;
     m.add_class::<Strided>()?;
     m.add_function(wrap_pyfunction!(total, m)?)?;
     m.add_function(wrap_pyfunction!(strides, m)?)?;

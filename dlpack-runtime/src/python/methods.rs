@@ -1,0 +1,284 @@
+//! [`add_dlpack_methods`]: `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__`
+//! installed on a pyclass as methods of its own, with argument handling written for
+//! `__dlpack__`'s four parameters.
+
+use core::ffi::CStr;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use pyo3::PyClass;
+use pyo3::exceptions::{PySystemError, PyTypeError};
+use pyo3::ffi as pyffi;
+use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyString, PyTuple};
+
+use crate::export::DlpackExport;
+
+use super::{dlpack, dlpack_c_exchange_api, dlpack_device};
+
+/// Installs `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` on the pyclass
+/// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`], [`dlpack_device`] and
+/// [`dlpack_c_exchange_api`] (see the module docs), with one call in the module's init, and
+/// faster per call.
+///
+/// ```
+/// use dlpack_runtime::{DlpackExport, python};
+/// use pyo3::prelude::*;
+///
+/// #[pyclass(frozen)]
+/// #[derive(DlpackExport)]
+/// struct Tensor {
+///     #[dlpack(data)]
+///     data: Vec<f32>,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+/// }
+///
+/// #[pymodule]
+/// fn tensors(m: &Bound<'_, PyModule>) -> PyResult<()> {
+///     m.add_class::<Tensor>()?;
+///     python::add_dlpack_methods::<Tensor>(m.py())
+/// }
+/// ```
+///
+/// `__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)` is the array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
+/// served as [`dlpack`] serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
+/// its keywords against interned names (callers such as NumPy pass interned names, so one
+/// pointer comparison each), where pyo3's general argument handling decodes each keyword to
+/// UTF-8 and compares strings. Argument errors raise `TypeError`, as Python's own functions do.
+///
+/// Needs the vectorcall calling convention in the build's C API: any build for a given
+/// interpreter, or `abi3` for Python 3.10 and later.
+///
+/// # Errors
+///
+/// The Python error of creating the methods, or of setting them on the type (a type created
+/// with `#[pyclass(immutable_type)]` refuses new attributes).
+pub fn add_dlpack_methods<T>(py: Python<'_>) -> PyResult<()>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    let ty = T::type_object(py);
+    let defs = method_defs::<T>()?;
+    for def in defs {
+        // SAFETY: `def` lives for the whole process (leaked in `method_defs`), and `ty` is a
+        // live type object; the result is a new reference or NULL with an exception set.
+        let descr = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyffi::PyDescr_NewMethod(ty.as_type_ptr(), def as *const _ as *mut _),
+            )
+        }?;
+        // SAFETY: `ml_name` is a static C string.
+        let name = unsafe { CStr::from_ptr(def.ml_name) }
+            .to_str()
+            .map_err(|_| PySystemError::new_err("method name is not UTF-8"))?;
+        ty.setattr(name, descr)?;
+    }
+    ty.setattr("__dlpack_c_exchange_api__", dlpack_c_exchange_api::<T>(py)?)
+}
+
+/// The method definitions of `T`, made once per type and leaked: CPython keeps pointers to
+/// them for the life of the type.
+fn method_defs<T>() -> PyResult<&'static [pyffi::PyMethodDef; 2]>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    type Defs = Mutex<HashMap<std::any::TypeId, usize>>;
+    static DEFS: OnceLock<Defs> = OnceLock::new();
+    let address = *DEFS
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| PySystemError::new_err("method registry poisoned by a panic"))?
+        .entry(std::any::TypeId::of::<T>())
+        .or_insert_with(|| {
+            let defs = Box::new([
+                pyffi::PyMethodDef {
+                    ml_name: c"__dlpack__".as_ptr(),
+                    ml_meth: pyffi::PyMethodDefPointer {
+                        PyCFunctionFastWithKeywords: dlpack_method::<T>,
+                    },
+                    ml_flags: pyffi::METH_FASTCALL | pyffi::METH_KEYWORDS,
+                    ml_doc: DLPACK_DOC.as_ptr(),
+                },
+                pyffi::PyMethodDef {
+                    ml_name: c"__dlpack_device__".as_ptr(),
+                    ml_meth: pyffi::PyMethodDefPointer {
+                        PyCFunction: dlpack_device_method::<T>,
+                    },
+                    ml_flags: pyffi::METH_NOARGS,
+                    ml_doc: DLPACK_DEVICE_DOC.as_ptr(),
+                },
+            ]);
+            Box::into_raw(defs) as usize
+        });
+    // SAFETY: a leaked, never freed, never written array (above).
+    Ok(unsafe { &*(address as *const [pyffi::PyMethodDef; 2]) })
+}
+
+const DLPACK_DOC: &CStr = c"__dlpack__($self, /, stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this tensor (the array API's __dlpack__).";
+const DLPACK_DEVICE_DOC: &CStr =
+    c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of this tensor, in DLPack numbering.";
+
+/// The parameter names of `__dlpack__`, interned, in parameter order.
+fn names(py: Python<'_>) -> &[Py<PyString>; 4] {
+    static NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+    NAMES.get_or_init(py, || {
+        ["stream", "max_version", "dl_device", "copy"].map(|n| PyString::intern(py, n).unbind())
+    })
+}
+
+/// Runs a method body with the GIL (the caller holds it), turning an error into a raised
+/// exception and a panic into `SystemError`: methods return NULL then, and never unwind.
+fn method_call(
+    f: impl FnOnce(Python<'_>) -> PyResult<*mut pyffi::PyObject>,
+) -> *mut pyffi::PyObject {
+    Python::attach(
+        |py| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
+            Ok(Ok(result)) => result,
+            Ok(Err(err)) => {
+                err.restore(py);
+                core::ptr::null_mut()
+            }
+            Err(_) => {
+                PySystemError::new_err("panic in a DLPack method").restore(py);
+                core::ptr::null_mut()
+            }
+        },
+    )
+}
+
+/// The arguments of one `__dlpack__` call, by parameter (borrowed from the call).
+type Arguments<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; 4];
+
+/// Sorts the vectorcall arguments of `__dlpack__` into its parameters: at most one positional
+/// (`stream`), then keywords named in `kwnames`.
+///
+/// # Safety
+///
+/// `args` points to `nargs` positional values followed by one value per name in `kwnames`
+/// (NULL or a tuple of strings), all borrowed for the call (the vectorcall convention).
+unsafe fn sort_arguments<'a, 'py>(
+    py: Python<'py>,
+    args: *const *mut pyffi::PyObject,
+    nargs: usize,
+    kwnames: *mut pyffi::PyObject,
+) -> PyResult<Arguments<'a, 'py>> {
+    let mut sorted: Arguments<'a, 'py> = [None; 4];
+    if nargs > 1 {
+        return Err(PyTypeError::new_err(format!(
+            "__dlpack__() takes at most 1 positional argument (stream), {nargs} were given"
+        )));
+    }
+    if nargs == 1 {
+        // SAFETY: one positional value (caller).
+        sorted[0] = Some(unsafe { Borrowed::from_ptr(py, *args) });
+    }
+    if kwnames.is_null() {
+        return Ok(sorted);
+    }
+    // SAFETY: `kwnames` is a tuple (caller), borrowed for the call.
+    let kwnames = unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() };
+    let names = names(py);
+    for (i, name) in kwnames.iter_borrowed().enumerate() {
+        // Interned names match by pointer; others are compared as strings.
+        let slot = match names.iter().position(|n| n.as_ptr() == name.as_ptr()) {
+            Some(slot) => Some(slot),
+            None => {
+                let mut found = None;
+                for (slot, n) in names.iter().enumerate() {
+                    if name.eq(n.bind(py))? {
+                        found = Some(slot);
+                        break;
+                    }
+                }
+                found
+            }
+        };
+        let Some(slot) = slot else {
+            return Err(PyTypeError::new_err(format!(
+                "__dlpack__() got an unexpected keyword argument '{}'",
+                name.as_any()
+            )));
+        };
+        if sorted[slot].is_some() {
+            return Err(PyTypeError::new_err(format!(
+                "__dlpack__() got multiple values for argument '{}'",
+                name.as_any()
+            )));
+        }
+        // SAFETY: the value of keyword `i` follows the `nargs` positional values (caller).
+        sorted[slot] = Some(unsafe { Borrowed::from_ptr(py, *args.add(nargs + i)) });
+    }
+    Ok(sorted)
+}
+
+/// `value` converted to `V`, `None` for an absent argument or Python's `None`; the error names
+/// the parameter.
+fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
+    value: Option<Borrowed<'_, 'py, PyAny>>,
+    parameter: &str,
+    expected: &str,
+) -> PyResult<Option<V>> {
+    match value {
+        None => Ok(None),
+        Some(value) if value.is_none() => Ok(None),
+        Some(value) => value.extract::<V>().map(Some).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "__dlpack__() argument '{parameter}' must be {expected} or None, not {}",
+                value
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+            ))
+        }),
+    }
+}
+
+/// `__dlpack__` of `T`, `METH_FASTCALL | METH_KEYWORDS`.
+unsafe extern "C" fn dlpack_method<T>(
+    slf: *mut pyffi::PyObject,
+    args: *const *mut pyffi::PyObject,
+    nargs: pyffi::Py_ssize_t,
+    kwnames: *mut pyffi::PyObject,
+) -> *mut pyffi::PyObject
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    method_call(|py| {
+        // SAFETY: CPython calls a method with its instance (the descriptor checks the type
+        // before the call; checked again below), borrowed for the call.
+        let slf = unsafe { Borrowed::from_ptr(py, slf) };
+        let slf = slf.cast::<T>().map_err(PyErr::from)?;
+        // SAFETY: the vectorcall arguments of this call (CPython), `nargs >= 0`.
+        let sorted = unsafe { sort_arguments(py, args, nargs.max(0) as usize, kwnames) }?;
+        let [stream, max_version, dl_device, copy] = sorted;
+        let stream = optional::<i64>(stream, "stream", "an int")?;
+        let max_version =
+            optional::<(u32, u32)>(max_version, "max_version", "a (major, minor) tuple")?;
+        let dl_device =
+            optional::<(i32, i32)>(dl_device, "dl_device", "a (device_type, device_id) tuple")?;
+        let copy = optional::<bool>(copy, "copy", "a bool")?;
+        dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
+    })
+}
+
+/// `__dlpack_device__` of `T`, `METH_NOARGS`.
+unsafe extern "C" fn dlpack_device_method<T>(
+    slf: *mut pyffi::PyObject,
+    _unused: *mut pyffi::PyObject,
+) -> *mut pyffi::PyObject
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    method_call(|py| {
+        // SAFETY: as in `dlpack_method`.
+        let slf = unsafe { Borrowed::from_ptr(py, slf) };
+        let slf = slf.cast::<T>().map_err(PyErr::from)?;
+        let (device_type, device_id) = dlpack_device(slf.get());
+        Ok((device_type, device_id).into_pyobject(py)?.into_ptr())
+    })
+}
