@@ -29,7 +29,7 @@ fn round_trip_owned(c: &mut Criterion, rep: usize) {
     g.bench_function("ours", |b| {
         b.iter_batched(
             setup,
-            |t| black_box(ours::round_trip::<_, 2>(black_box(t))),
+            |t| black_box(ours::round_trip::<2>(ours::export(black_box(t)))),
             BatchSize::SmallInput,
         )
     });
@@ -80,7 +80,12 @@ fn shared_round_trips<const N: usize>(
     id: impl Fn(&str) -> BenchmarkId,
 ) {
     g.bench_function(id("ours"), |b| {
-        b.iter(|| black_box(ours::round_trip::<_, N>(shared(values, black_box(shape)))))
+        b.iter(|| {
+            black_box(ours::round_trip::<N>(ours::export(shared(
+                values,
+                black_box(shape),
+            ))))
+        })
     });
     g.bench_function(id("dlpark"), |b| {
         b.iter(|| {

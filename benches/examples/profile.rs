@@ -38,8 +38,8 @@ fn main() {
     let mut sum = 0.0f32;
     for _ in 0..runs {
         sum += match (who, what) {
-            ("ours", "shared") => ours::round_trip::<_, 2>(shared()),
-            ("ours", "owned") => ours::round_trip::<_, 2>(owned()),
+            ("ours", "shared") => ours::round_trip::<2>(ours::export(shared())),
+            ("ours", "owned") => ours::round_trip::<2>(ours::export(owned())),
             ("ours", "export") => {
                 drop(black_box(ours::export(shared())));
                 1.0

@@ -100,6 +100,7 @@ pub mod ours {
     }
 
     /// Export: `DlpackExport::into_dlpack` (versioned, no stream, no copy).
+    #[inline]
     pub fn export<P: DlpackExport + Send + 'static>(producer: P) -> ManagedTensor {
         producer.into_dlpack().expect("export")
     }
@@ -128,9 +129,9 @@ pub mod ours {
         view.data.get(&[0; N]).expect("read")
     }
 
-    /// Export, import, read, drop; returns the element read.
-    pub fn round_trip<P: DlpackExport + Send + 'static, const N: usize>(producer: P) -> f32 {
-        let view = import::<N>(export(producer));
+    /// Import (of what `export` made), read, drop; returns the element read.
+    pub fn round_trip<const N: usize>(managed: ManagedTensor) -> f32 {
+        let view = import::<N>(managed);
         std::hint::black_box((&view.shape, &view.strides, view.data.as_ptr()));
         read(&view)
     }
@@ -152,6 +153,7 @@ pub mod dlpark_side {
 
     /// Export of an owned tensor: `Fixed::new(shape, strides).initialize(Box::new(tensor))`, then
     /// data pointer, dtype and device. Two allocations: the managed tensor and the box.
+    #[inline]
     pub fn export<const N: usize>(mut tensor: Tensor<N>) -> versioned::Dlpack {
         let data = tensor.values.as_mut_ptr().cast();
         let shape = shape_i64(tensor.shape);
@@ -171,6 +173,7 @@ pub mod dlpark_side {
 
     /// As [`export`], with `metadata::Dynamic::compact` (runtime rank, strides computed by
     /// dlpark): the other producer path dlpark offers.
+    #[inline]
     pub fn export_dynamic<const N: usize>(mut tensor: Tensor<N>) -> versioned::Dlpack {
         let data = tensor.values.as_mut_ptr().cast();
         let shape = shape_i64(tensor.shape);
@@ -187,6 +190,7 @@ pub mod dlpark_side {
 
     /// Export of a shared tensor: the `Arc<Vec<f32>>` itself is the manager context (no box),
     /// flagged read-only. One allocation.
+    #[inline]
     pub fn export_shared<const N: usize>(tensor: SharedTensor<N>) -> versioned::Dlpack {
         let data = tensor.values.as_ptr().cast_mut().cast();
         let shape = shape_i64(tensor.shape);
@@ -342,6 +346,7 @@ pub mod floor {
     }
 
     /// Export of an owned tensor: one allocation (the box), writable.
+    #[inline]
     pub fn export<const N: usize>(mut tensor: Tensor<N>) -> NonNull<DLManagedTensorVersioned> {
         let data = tensor.values.as_mut_ptr().cast();
         let shape = tensor.shape;
@@ -349,6 +354,7 @@ pub mod floor {
     }
 
     /// Export of a shared tensor: one allocation (the box), read-only.
+    #[inline]
     pub fn export_shared<const N: usize>(
         tensor: SharedTensor<N>,
     ) -> NonNull<DLManagedTensorVersioned> {

@@ -64,10 +64,10 @@ fn ours_shared_export_allocates_only_the_block() {
     warm_up();
     let values = Arc::new(vec![1.0f32; 6]);
     let (first, counts) = measure(|| {
-        ours::round_trip::<_, 2>(SharedTensor {
+        ours::round_trip::<2>(ours::export(SharedTensor {
             values: Arc::clone(&values),
             shape: [2, 3],
-        })
+        }))
     });
     assert_eq!(first, 1.0);
     assert_eq!((counts.allocs, counts.deallocs, counts.reallocs), (1, 1, 0));
@@ -111,7 +111,7 @@ fn contenders_see_the_same_tensor() {
     check::<32>();
 
     let owned = || Tensor::ones([2, 3]);
-    assert_eq!(ours::round_trip::<_, 2>(owned()), 1.0);
+    assert_eq!(ours::round_trip::<2>(ours::export(owned())), 1.0);
     assert_eq!(
         dlpark_side::round_trip::<2>(dlpark_side::export(owned())),
         1.0

@@ -120,10 +120,12 @@ fn export(roles: &Roles<'_, '_>) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackExport for #ident #ty_generics #where_clause {
+            #[inline]
             fn export_parts(&self) -> #krate::__private::ExportParts<'_> {
                 #(#needs_import)*
                 #shared
             }
+            #[inline]
             fn export_parts_mut(&mut self) -> #krate::__private::ExportParts<'_> {
                 #unique
             }
@@ -289,6 +291,9 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackImport for #ident #ty_generics #where_clause {
+            // Inlined into the caller, the value is built in place: returned through memory,
+            // its fields, written one by one, are read back in wider moves that stall.
+            #[inline(always)]
             fn from_managed(
                 __dlpack_managed: #krate::__private::ManagedTensor,
             ) -> ::core::result::Result<Self, #krate::__private::ImportError> {
@@ -569,6 +574,7 @@ fn transparent(cx: &Ctxt, cont: &Container<'_>) -> TokenStream {
             quote! {
                 #[automatically_derived]
                 impl #impl_generics #trait_path for #ident #ty_generics #where_clause {
+                    #[inline]
                     fn from_managed(
                         __dlpack_managed: #krate::__private::ManagedTensor,
                     ) -> ::core::result::Result<Self, #krate::__private::ImportError> {

@@ -15,7 +15,7 @@ pub use crate::managed::ManagedTensor;
 use crate::layout::{LayoutError, TensorLayout};
 
 /// Generated `DlpackImport` code: the validated layout under `constraints`.
-#[inline]
+#[inline(always)]
 pub fn import_layout<'a>(
     managed: &'a ManagedTensor,
     constraints: &ImportConstraints,

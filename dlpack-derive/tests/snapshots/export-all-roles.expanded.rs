@@ -19,6 +19,7 @@ pub struct Tensor {
 const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackExport for Tensor {
+        #[inline]
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
                     <Vec<
@@ -40,6 +41,7 @@ const _: () = {
                 .with_byte_offset(self.offset)
                 .with_device(self.device)
         }
+        #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
                     <Vec<

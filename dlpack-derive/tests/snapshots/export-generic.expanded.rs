@@ -21,6 +21,7 @@ const _: () = {
         T: Element,
         Arc<Vec<T>>: ::dlpack_runtime::__private::AsExportBuffer,
     {
+        #[inline]
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
                 <Arc<
@@ -33,6 +34,7 @@ const _: () = {
                 ),
             )
         }
+        #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
                 <Arc<

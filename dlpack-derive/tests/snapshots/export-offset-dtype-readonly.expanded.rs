@@ -20,6 +20,7 @@ pub struct Bytes {
 const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackExport for Bytes {
+        #[inline]
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::shared(
                     <Arc<
@@ -42,6 +43,7 @@ const _: () = {
                 .with_dtype(self.dtype)
                 .with_read_only(self.frozen)
         }
+        #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
                     <Arc<

@@ -13,6 +13,7 @@ pub struct Frozen {
 const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackExport for Frozen {
+        #[inline]
         fn export_parts(&self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::constraint_needs_import::<Self>();
             ::dlpack_runtime::__private::ExportParts::shared(
@@ -27,6 +28,7 @@ const _: () = {
                 )
                 .with_read_only(true)
         }
+        #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
             ::dlpack_runtime::__private::ExportParts::new(
                     <Arc<

@@ -21,6 +21,7 @@ pub struct Points {
 const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackImport for Points {
+        #[inline(always)]
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {

@@ -17,6 +17,7 @@ const _: () = {
     where
         ImportedData<T>: ::dlpack_runtime::__private::ImportBuffer,
     {
+        #[inline(always)]
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {

@@ -15,6 +15,7 @@ pub struct View {
 const _: () = {
     #[automatically_derived]
     impl dl::__private::DlpackImport for View {
+        #[inline(always)]
         fn from_managed(
             __dlpack_managed: dl::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, dl::__private::ImportError> {

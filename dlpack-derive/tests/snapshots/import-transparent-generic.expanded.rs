@@ -12,6 +12,7 @@ const _: () = {
     where
         other::View<T>: ::dlpack_runtime::__private::DlpackImport,
     {
+        #[inline]
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {

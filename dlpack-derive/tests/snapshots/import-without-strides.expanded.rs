@@ -17,6 +17,7 @@ pub struct View {
 const _: () = {
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackImport for View {
+        #[inline(always)]
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {

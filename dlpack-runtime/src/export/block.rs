@@ -220,7 +220,7 @@ impl<H, O> Drop for BlockGuard<H, O> {
 ///
 /// `block`'s prefix and owner are initialized and the block is exclusively owned by the caller;
 /// `arrays` points to `2 * ndim` writable `i64` inside the same allocation.
-#[inline]
+#[inline(never)]
 unsafe fn fill<H, O, F>(
     block: NonNull<Block<H, O>>,
     arrays: *mut i64,

@@ -76,6 +76,7 @@ pub trait DlpackExport {
     /// # Errors
     ///
     /// As [`DlpackExport::into_dlpack_with`].
+    #[inline]
     fn into_dlpack(self) -> Result<ManagedTensor, ExportError>
     where
         Self: Sized + Send + 'static,
@@ -95,6 +96,7 @@ pub trait DlpackExport {
     /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
     /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
     /// dropped on error.
+    #[inline]
     fn into_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
     where
         Self: Sized + Send + 'static,
@@ -143,6 +145,10 @@ impl<T: DlpackExport + Send + Sync + 'static> DlpackExport for Arc<T> {
 /// # Errors
 ///
 /// As [`DlpackExport::into_dlpack_with`]. The owner is dropped on error.
+// Inlined into the caller (the out-of-line part is `block::fill`): the owner then goes from
+// where the caller built it straight into the block. Called, the owner would be copied in at
+// once, in wider moves than the caller's writes, which stall until those writes land.
+#[inline(always)]
 pub fn export_with<O, F>(
     owner: O,
     parts_of: F,

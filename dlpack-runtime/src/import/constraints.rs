@@ -107,7 +107,9 @@ impl ImportConstraints {
     /// [`ImportError::Layout`] for an invalid layout or a contiguity mismatch;
     /// [`ImportError::Dtype`], [`ImportError::Device`], [`ImportError::Ndim`],
     /// [`ImportError::Shape`] and [`ImportError::ReadOnly`] for the other constraints.
-    #[inline]
+    // Always inlined: its result is large, and returned through memory it is read back in
+    // wider moves than it was written with, which stall. The out-of-line part is `check_slow`.
+    #[inline(always)]
     pub fn check<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
         // The common case, inlined into the consumer: a validated tensor (every tensor this
         // crate's exporter built) that meets the constraints, whose layout is rebuilt from the
@@ -133,7 +135,7 @@ impl ImportConstraints {
 
     /// Whether the constraints hold, read straight from the header of `managed`, which is
     /// validated.
-    #[inline]
+    #[inline(always)]
     fn hold_validated(&self, managed: &ManagedTensor) -> bool {
         let t = managed.dl_tensor();
         // Validated: `0 <= ndim <= MAX_NDIM`, arrays non-NULL where read.

@@ -45,7 +45,7 @@ const HOST_OK: usize = 2;
 const C_CONTIGUOUS: usize = 4;
 
 /// The flags of an `ImportedData<T>` holding `managed`, whose dtype is `T::DTYPE`.
-#[inline]
+#[inline(always)]
 fn flags_of<T: Element>(managed: &ManagedTensor) -> usize {
     let Ok(layout) = managed.layout() else {
         return 0;
@@ -67,7 +67,8 @@ impl<T: Element> core::fmt::Debug for ImportedData<T> {
 }
 
 impl<T: Element> ImportBuffer for ImportedData<T> {
-    #[inline]
+    // Always inlined, as `ImportConstraints::check` is: the result is built in place.
+    #[inline(always)]
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {
         Self::accepts(&managed)?;
         // Validated once: by the consumer's constraint check just before (derive), by the
@@ -81,7 +82,7 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
     }
 
     /// Accepts tensors of dtype `T::DTYPE`.
-    #[inline]
+    #[inline(always)]
     fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
         let raw = managed.dl_tensor().dtype;
         if !layout::raw_dtype_is::<T>(raw) {
