@@ -131,13 +131,27 @@ fn names(py: Python<'_>) -> &[Py<PyString>; 4] {
     })
 }
 
-/// Runs a method body with the GIL (the caller holds it), turning an error into a raised
-/// exception and a panic into `SystemError`: methods return NULL then, and never unwind.
-fn method_call(
-    f: impl FnOnce(Python<'_>) -> PyResult<*mut pyffi::PyObject>,
+/// Runs the body of a method of `T` on its instance `slf`, with the GIL (the caller holds it),
+/// turning an error into a raised exception and a panic into `SystemError`: methods return NULL
+/// then, and never unwind.
+///
+/// # Safety
+///
+/// `slf` is NULL or a live object borrowed for the call (CPython calls a method with its
+/// instance, which the method descriptor has checked to be a `T`; checked again here).
+unsafe fn method_call<T: PyClass>(
+    slf: *mut pyffi::PyObject,
+    f: impl for<'a, 'py> FnOnce(Python<'py>, Borrowed<'a, 'py, T>) -> PyResult<*mut pyffi::PyObject>,
 ) -> *mut pyffi::PyObject {
-    Python::attach(
-        |py| match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py))) {
+    Python::attach(|py| {
+        let call = || {
+            // SAFETY: NULL or a live, borrowed object (caller).
+            let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }.ok_or_else(|| {
+                PyTypeError::new_err("a DLPack method called without its instance")
+            })?;
+            f(py, slf.cast::<T>().map_err(PyErr::from)?)
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
             Ok(Ok(result)) => result,
             Ok(Err(err)) => {
                 err.restore(py);
@@ -147,8 +161,8 @@ fn method_call(
                 PySystemError::new_err("panic in a DLPack method").restore(py);
                 core::ptr::null_mut()
             }
-        },
-    )
+        }
+    })
 }
 
 /// The arguments of one `__dlpack__` call, by parameter (borrowed from the call).
@@ -248,22 +262,21 @@ unsafe extern "C" fn dlpack_method<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    method_call(|py| {
-        // SAFETY: CPython calls a method with its instance (the descriptor checks the type
-        // before the call; checked again below), borrowed for the call.
-        let slf = unsafe { Borrowed::from_ptr(py, slf) };
-        let slf = slf.cast::<T>().map_err(PyErr::from)?;
-        // SAFETY: the vectorcall arguments of this call (CPython), `nargs >= 0`.
-        let sorted = unsafe { sort_arguments(py, args, nargs.max(0) as usize, kwnames) }?;
-        let [stream, max_version, dl_device, copy] = sorted;
-        let stream = optional::<i64>(stream, "stream", "an int")?;
-        let max_version =
-            optional::<(u32, u32)>(max_version, "max_version", "a (major, minor) tuple")?;
-        let dl_device =
-            optional::<(i32, i32)>(dl_device, "dl_device", "a (device_type, device_id) tuple")?;
-        let copy = optional::<bool>(copy, "copy", "a bool")?;
-        dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
-    })
+    // SAFETY: CPython's method call: `slf` is the instance, borrowed for the call.
+    unsafe {
+        method_call::<T>(slf, |py, slf| {
+            // SAFETY: the vectorcall arguments of this call (CPython), `nargs >= 0`.
+            let sorted = sort_arguments(py, args, nargs.max(0) as usize, kwnames)?;
+            let [stream, max_version, dl_device, copy] = sorted;
+            let stream = optional::<i64>(stream, "stream", "an int")?;
+            let max_version =
+                optional::<(u32, u32)>(max_version, "max_version", "a (major, minor) tuple")?;
+            let dl_device =
+                optional::<(i32, i32)>(dl_device, "dl_device", "a (device_type, device_id) tuple")?;
+            let copy = optional::<bool>(copy, "copy", "a bool")?;
+            dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
+        })
+    }
 }
 
 /// `__dlpack_device__` of `T`, `METH_NOARGS`.
@@ -274,11 +287,11 @@ unsafe extern "C" fn dlpack_device_method<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    method_call(|py| {
-        // SAFETY: as in `dlpack_method`.
-        let slf = unsafe { Borrowed::from_ptr(py, slf) };
-        let slf = slf.cast::<T>().map_err(PyErr::from)?;
-        let (device_type, device_id) = dlpack_device(slf.get());
-        Ok((device_type, device_id).into_pyobject(py)?.into_ptr())
-    })
+    // SAFETY: CPython's method call: `slf` is the instance, borrowed for the call.
+    unsafe {
+        method_call::<T>(slf, |py, slf| {
+            let (device_type, device_id) = dlpack_device(slf.get());
+            Ok((device_type, device_id).into_pyobject(py)?.into_ptr())
+        })
+    }
 }

@@ -11,7 +11,6 @@
 use dlpack_runtime::python::{self, export_once};
 use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
 
 /// A float32 tensor owned by Rust: row-major data and a shape.
 #[pyclass(frozen, module = "dlpack_example")]
@@ -48,8 +47,8 @@ impl Tensor {
     }
 
     // `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` are installed by
-    // `python::add_dlpack_methods` in the module's init (`Strided` below writes them as
-    // `#[pymethods]` instead).
+    // `python::add_dlpack_methods` in the module's init. (They can also be written as
+    // `#[pymethods]` of one line each: see the `python` module docs.)
 }
 
 /// What Rust accepts from Python: any float64 tensor, strided or not.
@@ -150,23 +149,6 @@ impl Strided {
             strides,
             offset,
         })
-    }
-
-    /// `__dlpack__`: a shared, read-only export, or a compact copy with `copy=True`.
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    /// `__dlpack_device__`: `(1, 0)`, the CPU.
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
     }
 }
 
@@ -349,6 +331,8 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shared, read-only export: the tensor stays alive while consumers hold it.
     python::add_dlpack_methods::<Tensor>(m.py())?;
     m.add_class::<Strided>()?;
+    // A shared, read-only export, or a compact copy with `copy=True`.
+    python::add_dlpack_methods::<Strided>(m.py())?;
     m.add_function(wrap_pyfunction!(total, m)?)?;
     m.add_function(wrap_pyfunction!(strides, m)?)?;
     m.add_function(wrap_pyfunction!(fill, m)?)?;
