@@ -628,6 +628,22 @@ struct Installed {
     _guard: DropGuard,
 }
 
+/// Runs `code` with `globals` as its globals (so that the functions, lambdas and classes it
+/// defines see its names) and returns its `result`.
+fn run_globals<'py>(
+    py: Python<'py>,
+    code: &str,
+    globals: &Bound<'py, pyo3::types::PyDict>,
+) -> Bound<'py, PyAny> {
+    let code = std::ffi::CString::new(code).unwrap();
+    py.run(&code, Some(globals), None)
+        .unwrap_or_else(|e| panic!("python failed: {e}"));
+    globals
+        .get_item("result")
+        .unwrap()
+        .expect("code sets `result`")
+}
+
 #[test]
 fn add_dlpack_methods_installs_the_protocol() {
     Python::attach(|py| {
@@ -647,19 +663,7 @@ fn add_dlpack_methods_installs_the_protocol() {
         // Globals, not locals: the snippets define functions and lambdas that read `t`.
         let l = locals(py);
         l.set_item("t", &obj).unwrap();
-        fn run<'py>(
-            py: Python<'py>,
-            code: &str,
-            globals: &Bound<'py, pyo3::types::PyDict>,
-        ) -> Bound<'py, PyAny> {
-            let code = std::ffi::CString::new(code).unwrap();
-            py.run(&code, Some(globals), None)
-                .unwrap_or_else(|e| panic!("python failed: {e}"));
-            globals
-                .get_item("result")
-                .unwrap()
-                .expect("code sets `result`")
-        }
+        let run = run_globals;
         let read: (Vec<f64>, bool, (i32, i32)) = run(
             py,
             "a = np.from_dlpack(t)\nresult = (a.tolist(), a.flags.writeable, t.__dlpack_device__())",
@@ -722,6 +726,9 @@ result = [
     error(lambda: t.__dlpack__(stream='x')),
     error(lambda: t.__dlpack__(max_version=(1, 3), dl_device=(2, 0), copy=False)),
     error(lambda: type(t).__dlpack__(np.zeros(1))),
+    error(lambda: t.__dlpack__(stream=2**70)),
+    error(lambda: t.__dlpack__(max_version=(-1, 0))),
+    error(lambda: t.__dlpack__(max_version=(1, 3.0))),
 ]",
             &l,
         )
@@ -738,8 +745,16 @@ result = [
                 "TypeError",
                 "TypeError",
                 "BufferError",
+                "TypeError",
+                "OverflowError",
+                "OverflowError",
                 "TypeError"
             ],
+            "{errors:?}"
+        );
+        // Python's own wording: the method named with its class.
+        assert!(
+            errors[1].1.starts_with("Installed.__dlpack__()"),
             "{errors:?}"
         );
         assert!(errors[0].1.contains("at most 1 positional"), "{errors:?}");
@@ -776,5 +791,72 @@ result = [
         run(py, "del a, calls\nresult = None", &l);
         collect(py);
         assert_eq!(counter.get(), 1, "the tensor is freed once every export is");
+    });
+}
+
+#[test]
+fn a_copied_exchange_api_table_falls_back_to_dlpack() {
+    Python::attach(|py| {
+        let counter = Counter::new();
+        let obj = Bound::new(
+            py,
+            Published {
+                data: vec![1.0, 2.0],
+                shape: vec![2],
+                calls: Arc::new(AtomicUsize::new(0)),
+                _guard: counter.guard(),
+            },
+        )
+        .unwrap();
+        let l = locals(py);
+        l.set_item("Published", obj.get_type()).unwrap();
+        // Another type publishing `Published`'s table: the table refuses its objects with a
+        // `BufferError`, and the consumer asks `__dlpack__` instead.
+        let impostor = run_globals(
+            py,
+            "class Impostor:
+    __dlpack_c_exchange_api__ = Published.__dlpack_c_exchange_api__
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return np.arange(3.0).__dlpack__(max_version=max_version)
+    def __dlpack_device__(self):
+        return (1, 0)
+result = Impostor()",
+            &l,
+        );
+        let view: Compact<f64> = python::from_dlpack(&impostor).unwrap();
+        assert_eq!(view.data.as_slice().unwrap(), [0.0, 1.0, 2.0]);
+    });
+}
+
+#[test]
+fn the_exchange_api_cache_lets_go_of_types() {
+    Python::attach(|py| {
+        let l = locals(py);
+        let code = "import weakref
+def make():
+    class K:
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            return np.arange(3.0).__dlpack__(max_version=max_version)
+        def __dlpack_device__(self):
+            return (1, 0)
+    return K()
+result = make()";
+        let first = run_globals(py, code, &l);
+        let view: Compact<f64> = python::from_dlpack(&first).unwrap();
+        assert_eq!(view.data.as_slice().unwrap(), [0.0, 1.0, 2.0]);
+        l.set_item("first", &first).unwrap();
+        let alive = run_globals(py, "ref = weakref.ref(type(first))\nresult = ref", &l);
+        drop(first);
+        l.del_item("first").unwrap();
+        // Producers of 100 more types made at run time pass through the cache.
+        for _ in 0..100 {
+            let other = run_globals(py, "result = make()", &l);
+            let _: Compact<f64> = python::from_dlpack(&other).unwrap();
+        }
+        collect(py);
+        assert!(
+            alive.call0().unwrap().is_none(),
+            "the first type is freed once the cache has let go of it"
+        );
     });
 }

@@ -257,20 +257,27 @@ fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
 /// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as
 /// `dlpack.h` allows (`DLPackExchangeAPI`). The cache holds a reference to each type, so a
-/// type's address is never reused while its entry exists.
+/// type's address is never reused while its entry exists; it holds at most [`CACHED_TYPES`]
+/// types and is emptied when full, so a program that makes producer types at run time does not
+/// keep them all alive.
 ///
 /// With the table, whether it is one this crate made (`python::dlpack_c_exchange_api`), whose
 /// tensors come from this crate's exporter, validated.
 fn exchange_api_of(
     ty: &Bound<'_, pyo3::types::PyType>,
 ) -> PyResult<Option<(&'static ffi::DLPackExchangeAPI, bool)>> {
+    use core::sync::atomic::{AtomicUsize, Ordering};
     type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
+    /// Changes, under the cache's lock, each time the cache is emptied.
+    static GENERATION: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        /// The last type this thread looked up, and its table's address: a front for `CACHE`
-        /// that spares the lock and the hash when one type is exchanged repeatedly. It holds
-        /// only types that `CACHE` holds, whose addresses are therefore never reused.
-        static LAST: core::cell::Cell<(usize, usize)> = const { core::cell::Cell::new((0, 0)) };
+        /// The last type this thread looked up, its table's address and the cache's generation
+        /// then: a front for `CACHE` that spares the lock and the hash when one type is
+        /// exchanged repeatedly. Used only while the generation is unchanged, that is while
+        /// `CACHE` holds the type, whose address is therefore not reused.
+        static LAST: core::cell::Cell<(usize, usize, usize)> =
+            const { core::cell::Cell::new((0, 0, usize::MAX)) };
     }
     // Cached addresses are 0 (no usable table) or the table's address, with `OWN` added for a
     // table of this crate (tables are boxed, so their addresses are even).
@@ -284,37 +291,52 @@ fn exchange_api_of(
         })
     };
     let key = ty.as_ptr() as usize;
-    if let Ok((last, address)) = LAST.try_with(core::cell::Cell::get) {
-        if last == key {
+    if let Ok((last, address, generation)) = LAST.try_with(core::cell::Cell::get) {
+        if last == key && generation == GENERATION.load(Ordering::Acquire) {
             return Ok(table(address));
         }
     }
     let cache = CACHE.get_or_init(Default::default);
-    let cached = cache
-        .lock()
-        .map_err(|_| poisoned())?
-        .get(&key)
-        .map(|(_, address)| *address);
-    let address = match cached {
-        Some(address) => address,
+    // The generation is read under the lock that also finds or inserts the entry, so it is the
+    // generation of a cache that holds the type.
+    let cached = {
+        let cache = cache.lock().map_err(|_| poisoned())?;
+        cache
+            .get(&key)
+            .map(|(_, address)| (*address, GENERATION.load(Ordering::Acquire)))
+    };
+    let (address, generation) = match cached {
+        Some(found) => found,
         None => {
+            // Looked up without the lock: the lookup runs Python code.
             let address = lookup_exchange_api(ty)?;
             let address = if address != 0 && super::exchange_api::is_own_table(address) {
                 address | OWN
             } else {
                 address
             };
-            cache
-                .lock()
-                .map_err(|_| poisoned())?
-                .insert(key, (ty.clone().unbind(), address));
-            address
+            let mut cache = cache.lock().map_err(|_| poisoned())?;
+            // The types let go of are released after the lock: releasing a type can run Python
+            // code (weak reference callbacks), which may exchange tensors itself.
+            let evicted = if cache.len() >= CACHED_TYPES && !cache.contains_key(&key) {
+                GENERATION.fetch_add(1, Ordering::Release);
+                core::mem::take(&mut *cache)
+            } else {
+                Cache::new()
+            };
+            cache.insert(key, (ty.clone().unbind(), address));
+            let found = (address, GENERATION.load(Ordering::Acquire));
+            drop(cache);
+            drop(evicted);
+            found
         }
     };
-    // `key` is in `CACHE` now, with a reference to its type.
-    let _ = LAST.try_with(|last| last.set((key, address)));
+    let _ = LAST.try_with(|last| last.set((key, address, generation)));
     Ok(table(address))
 }
+
+/// Producer types whose exchange API lookup [`exchange_api_of`] keeps at most.
+const CACHED_TYPES: usize = 64;
 
 fn poisoned() -> PyErr {
     PyBufferError::new_err("exchange API cache poisoned by a panic")

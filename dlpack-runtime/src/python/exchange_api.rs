@@ -129,7 +129,14 @@ where
         }
         // SAFETY: the caller passes a live object (borrowed for the call), GIL held.
         let obj = unsafe { Bound::from_borrowed_ptr(py, py_object.cast()) };
-        let obj = obj.cast_into::<T>().map_err(PyErr::from)?;
+        // Another type publishing this type's table (a class attribute copied over) gets a
+        // `BufferError`, on which consumers fall back to `__dlpack__`.
+        let obj = obj.cast_into::<T>().map_err(|err| {
+            PyBufferError::new_err(format!(
+                "this DLPack C exchange API table serves only the type it was published on: {}",
+                PyErr::from(err)
+            ))
+        })?;
         // No synchronization (`dlpack.h`, `managed_tensor_from_py_object_no_sync`): `stream=-1`
         // where a stream is legal. The table carries no stream per tensor, so a tensor with
         // work pending on the producer's own streams cannot be ordered before the consumer's:

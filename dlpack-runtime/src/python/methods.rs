@@ -12,7 +12,7 @@ use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
 
 use crate::export::DlpackExport;
 
@@ -177,6 +177,7 @@ type Arguments<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; 4];
 /// (NULL or a tuple of strings), all borrowed for the call (the vectorcall convention).
 unsafe fn sort_arguments<'a, 'py>(
     py: Python<'py>,
+    method: &dyn Fn() -> String,
     args: *const *mut pyffi::PyObject,
     nargs: usize,
     kwnames: *mut pyffi::PyObject,
@@ -184,7 +185,8 @@ unsafe fn sort_arguments<'a, 'py>(
     let mut sorted: Arguments<'a, 'py> = [None; 4];
     if nargs > 1 {
         return Err(PyTypeError::new_err(format!(
-            "__dlpack__() takes at most 1 positional argument (stream), {nargs} were given"
+            "{}() takes at most 1 positional argument (stream), {nargs} were given",
+            method()
         )));
     }
     if nargs == 1 {
@@ -214,13 +216,15 @@ unsafe fn sort_arguments<'a, 'py>(
         };
         let Some(slot) = slot else {
             return Err(PyTypeError::new_err(format!(
-                "__dlpack__() got an unexpected keyword argument '{}'",
+                "{}() got an unexpected keyword argument '{}'",
+                method(),
                 name.as_any()
             )));
         };
         if sorted[slot].is_some() {
             return Err(PyTypeError::new_err(format!(
-                "__dlpack__() got multiple values for argument '{}'",
+                "{}() got multiple values for argument '{}'",
+                method(),
                 name.as_any()
             )));
         }
@@ -230,26 +234,46 @@ unsafe fn sort_arguments<'a, 'py>(
     Ok(sorted)
 }
 
-/// `value` converted to `V`, `None` for an absent argument or Python's `None`; the error names
-/// the parameter.
+/// `value` converted to `V`, `None` for an absent argument or Python's `None`. A value of the
+/// expected kind that does not convert (an int out of range, a tuple with a non-integer) keeps
+/// its own error (`OverflowError`, `TypeError`), as pyo3's arguments do; a value of another kind
+/// is a `TypeError` naming the parameter.
 fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
+    method: &dyn Fn() -> String,
     value: Option<Borrowed<'_, 'py, PyAny>>,
     parameter: &str,
-    expected: &str,
+    kind: Kind,
 ) -> PyResult<Option<V>> {
-    match value {
-        None => Ok(None),
-        Some(value) if value.is_none() => Ok(None),
-        Some(value) => value.extract::<V>().map(Some).map_err(|_| {
-            PyTypeError::new_err(format!(
-                "__dlpack__() argument '{parameter}' must be {expected} or None, not {}",
-                value
-                    .get_type()
-                    .name()
-                    .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-            ))
-        }),
-    }
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    value.extract::<V>().map(Some).map_err(|err| {
+        let (of_kind, expected) = match kind {
+            Kind::Int => (value.is_instance_of::<PyInt>(), "an int"),
+            Kind::Pair(expected) => (value.is_instance_of::<PyTuple>(), expected),
+            Kind::Bool => (value.is_instance_of::<PyBool>(), "a bool"),
+        };
+        if of_kind {
+            return err.into();
+        }
+        PyTypeError::new_err(format!(
+            "{}() argument '{parameter}' must be {expected} or None, not {}",
+            method(),
+            value
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        ))
+    })
+}
+
+/// The Python kind a `__dlpack__` argument must have.
+#[derive(Clone, Copy)]
+enum Kind {
+    Int,
+    /// A tuple of two ints, described in words.
+    Pair(&'static str),
+    Bool,
 }
 
 /// `__dlpack__` of `T`, `METH_FASTCALL | METH_KEYWORDS`.
@@ -265,15 +289,31 @@ where
     // SAFETY: CPython's method call: `slf` is the instance, borrowed for the call.
     unsafe {
         method_call::<T>(slf, |py, slf| {
+            // Named as Python names methods in its errors, only when an error needs it.
+            let method = || {
+                let ty = slf.as_any().get_type();
+                let name = ty
+                    .qualname()
+                    .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+                format!("{name}.__dlpack__")
+            };
             // SAFETY: the vectorcall arguments of this call (CPython), `nargs >= 0`.
-            let sorted = sort_arguments(py, args, nargs.max(0) as usize, kwnames)?;
+            let sorted = sort_arguments(py, &method, args, nargs.max(0) as usize, kwnames)?;
             let [stream, max_version, dl_device, copy] = sorted;
-            let stream = optional::<i64>(stream, "stream", "an int")?;
-            let max_version =
-                optional::<(u32, u32)>(max_version, "max_version", "a (major, minor) tuple")?;
-            let dl_device =
-                optional::<(i32, i32)>(dl_device, "dl_device", "a (device_type, device_id) tuple")?;
-            let copy = optional::<bool>(copy, "copy", "a bool")?;
+            let stream = optional::<i64>(&method, stream, "stream", Kind::Int)?;
+            let max_version = optional::<(u32, u32)>(
+                &method,
+                max_version,
+                "max_version",
+                Kind::Pair("a (major, minor) tuple"),
+            )?;
+            let dl_device = optional::<(i32, i32)>(
+                &method,
+                dl_device,
+                "dl_device",
+                Kind::Pair("a (device_type, device_id) tuple"),
+            )?;
+            let copy = optional::<bool>(&method, copy, "copy", Kind::Bool)?;
             dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
         })
     }

@@ -99,7 +99,8 @@
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
 //! | an object without `__dlpack__` | `AttributeError` |
-//! | wrong argument types (`stream` not an int, `max_version` not a pair) | `TypeError` (from pyo3) |
+//! | wrong argument types (`stream` not an int, `max_version` not a pair), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
+//! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`) | `OverflowError` |
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};

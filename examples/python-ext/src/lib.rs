@@ -75,7 +75,8 @@ struct F32Out {
 /// logical order whatever its strides. A derived consumer is a pyfunction argument type.
 #[pyfunction]
 fn total(x: F64View) -> PyResult<f64> {
-    Ok(x.data.iter()?.sum())
+    // A fold from 0.0: `Sum` for floats starts at -0.0, which an empty tensor would return.
+    Ok(x.data.iter()?.fold(0.0, |total, v| total + v))
 }
 
 /// `strides(x)`: the element strides Rust sees for a float64 producer.
