@@ -149,12 +149,15 @@ impl BufferFacts {
             buffer.dtype(),
             buffer.device(),
         );
+        // The writable pointer is asked last, and when there is one it serves as the read-only
+        // pointer too: taking it borrows the memory uniquely, which invalidates pointers taken
+        // before (Rust's aliasing rules, as Miri checks them).
         let mut_ptr = match access {
             BufferAccess::Unique(b) => b.as_mut_ptr(),
             BufferAccess::Shared(_) => None,
         };
         Self {
-            ptr,
+            ptr: mut_ptr.map_or(ptr, |p| p.cast_const()),
             byte_len,
             dtype,
             device,
