@@ -398,6 +398,33 @@ pub fn expected_driver() -> Option<bool> {
     }
 }
 
+/// `#[pymethods]` giving a frozen pyclass that derives `DlpackExport` the protocol as the
+/// `python` module docs write it: `__dlpack__` through `python::dlpack`, `__dlpack_device__`
+/// through `python::dlpack_device` (feature `python`; the invoking crate depends on pyo3).
+#[cfg(feature = "python")]
+#[macro_export]
+macro_rules! dlpack_pymethods {
+    ($ty:ty) => {
+        #[::pyo3::pymethods]
+        impl $ty {
+            #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+            fn __dlpack__<'py>(
+                slf: &::pyo3::Bound<'py, Self>,
+                stream: Option<i64>,
+                max_version: Option<(u32, u32)>,
+                dl_device: Option<(i32, i32)>,
+                copy: Option<bool>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, ::pyo3::types::PyCapsule>> {
+                ::dlpack_runtime::python::dlpack(slf, stream, max_version, dl_device, copy)
+            }
+
+            fn __dlpack_device__(&self) -> (i32, i32) {
+                ::dlpack_runtime::python::dlpack_device(self)
+            }
+        }
+    };
+}
+
 /// Embedded-interpreter helpers for the Python interop tests (feature `python`).
 #[cfg(feature = "python")]
 pub mod py {

@@ -21,23 +21,7 @@ use pyo3::prelude::*;
 #[dlpack(transparent)]
 struct PyWrapped(dlpack_tests::types::Tensor<f64>);
 
-#[pymethods]
-impl PyWrapped {
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
-        dlpack_runtime::python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        dlpack_runtime::python::dlpack_device(self)
-    }
-}
+dlpack_tests::dlpack_pymethods!(PyWrapped);
 
 /// A consumer wrapping another crate's consumer type, importing through it.
 #[derive(DlpackImport)]

@@ -10,7 +10,7 @@ use dlpack_tests::{Counter, DropGuard};
 use half::bf16;
 use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::types::PyDict;
 
 /// The README's producer: a frozen pyclass tensor, exported shared and read-only.
 #[pyclass(frozen)]
@@ -23,23 +23,7 @@ struct Frozen {
     _guard: DropGuard,
 }
 
-#[pymethods]
-impl Frozen {
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
-    }
-}
+dlpack_tests::dlpack_pymethods!(Frozen);
 
 fn jax(py: Python<'_>) -> Bound<'_, PyDict> {
     let l = PyDict::new(py);

@@ -25,23 +25,7 @@ struct PyTensor {
     _guard: DropGuard,
 }
 
-#[pymethods]
-impl PyTensor {
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<i64>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyCapsule>> {
-        python::dlpack(slf, stream, max_version, dl_device, copy)
-    }
-
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        python::dlpack_device(self)
-    }
-}
+dlpack_tests::dlpack_pymethods!(PyTensor);
 
 fn numpy_sees<T>(values: Vec<T>, dtype: &str)
 where

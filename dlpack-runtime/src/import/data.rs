@@ -16,9 +16,10 @@ use crate::managed::ManagedTensor;
 /// host-accessible and aligned; mutable access checks that the tensor is writable.
 ///
 /// Everything but the index is established once, at import: the layout is validated (or its
-/// validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and the first
-/// element's address, element count, contiguity, host access and alignment are kept, so a typed
-/// access only checks its index (and, for `bool`, the bytes it reads).
+/// validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and whether
+/// it is host-accessible and aligned for `T` and C-contiguous is kept; a typed access rebuilds
+/// the layout from the header without validating it again and checks only its index (and, for
+/// `bool`, the bytes it reads).
 pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
     /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`],
@@ -142,7 +143,7 @@ impl<T: Element> ImportedData<T> {
 
     /// The validated layout, when the tensor is readable as host elements of `T`.
     #[inline]
-    fn host_view(&self) -> Result<TensorLayout<'_>, LayoutError> {
+    pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
         if self.flags & HOST_OK == 0 {
             return Err(self.access_error());
         }
@@ -157,7 +158,7 @@ impl<T: Element> ImportedData<T> {
         self.flags & C_CONTIGUOUS != 0
     }
 
-    /// Why [`Self::host_view`] refused: the validation error, or that of the typed checks.
+    /// Why [`Self::host_layout`] refused: the validation error, or that of the typed checks.
     #[cold]
     #[inline(never)]
     fn access_error(&self) -> LayoutError {
@@ -168,11 +169,6 @@ impl<T: Element> ImportedData<T> {
                 Ok(()) => unreachable!("a refused host view fails the typed checks"),
             },
         }
-    }
-
-    /// The validated layout, for host access of `T`.
-    pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        self.host_view()
     }
 
     /// The refusal of a non-C-contiguous layout, naming its shape and strides.
@@ -201,7 +197,7 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::NotContiguous`], [`LayoutError::NotHostAccessible`],
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
-        let layout = self.host_view()?;
+        let layout = self.host_layout()?;
         if !self.c_contiguous() {
             return Err(self.not_contiguous());
         }
@@ -227,7 +223,7 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_view()?;
+        let layout = self.host_layout()?;
         if !self.c_contiguous() {
             return Err(self.not_contiguous());
         }
@@ -249,7 +245,7 @@ impl<T: Element> ImportedData<T> {
     /// and [`LayoutError::InvalidValue`] for a bad `bool` byte.
     #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
-        let layout = self.host_view()?;
+        let layout = self.host_layout()?;
         let (offset, linear) = layout.locate(index, size_of::<T>())?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
         // `locate`), aligned and host-accessible (`host_ok`).
@@ -265,7 +261,7 @@ impl<T: Element> ImportedData<T> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_view()?;
+        let layout = self.host_layout()?;
         let (offset, _) = layout.locate(index, size_of::<T>())?;
         // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor; `&mut self`
         // excludes other access from this side.
