@@ -116,7 +116,9 @@ fn export(roles: &Roles<'_, '_>) -> TokenStream {
         )
     });
     let shared = export_parts(roles, false);
-    let unique = export_parts(roles, true);
+    // A `readonly` type never hands out a writable pointer, so its by-value export borrows the
+    // buffer shared too: no uniqueness query (an `Arc`'s count) for a pointer it would not use.
+    let unique = export_parts(roles, cont.readonly.is_none());
     quote! {
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackExport for #ident #ty_generics #where_clause {

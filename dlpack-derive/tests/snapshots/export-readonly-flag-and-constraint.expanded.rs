@@ -30,11 +30,11 @@ const _: () = {
         }
         #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
-            ::dlpack_runtime::__private::ExportParts::new(
+            ::dlpack_runtime::__private::ExportParts::shared(
                     <Arc<
                         Storage,
-                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer_mut(
-                        &mut self.storage,
+                    > as ::dlpack_runtime::__private::AsExportBuffer>::as_export_buffer(
+                        &self.storage,
                     ),
                     <[usize; 2] as ::dlpack_runtime::__private::AsShape>::as_shape(
                         &self.shape,
