@@ -20,6 +20,20 @@ use crate::managed::{HeaderError, ManagedTensor, RawManagedTensor};
 ///
 /// The Python error of `PyCapsule_New` (memory); the tensor's deleter has then been called.
 pub fn to_capsule(py: Python<'_>, managed: ManagedTensor) -> PyResult<Bound<'_, PyCapsule>> {
+    // SAFETY: the GIL is held (`py`), as `new_capsule` needs; its result is a new reference or
+    // NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, new_capsule(managed)) }
+        // SAFETY: `new_capsule` makes capsules.
+        .map(|capsule| unsafe { capsule.cast_into_unchecked() })
+}
+
+/// [`to_capsule`] with the C API's conventions: a new reference, or NULL with the exception of
+/// `PyCapsule_New` set (the tensor's deleter has then been called). Builds no `PyErr`.
+///
+/// # Safety
+///
+/// The GIL is held.
+pub(super) unsafe fn new_capsule(managed: ManagedTensor) -> *mut pyffi::PyObject {
     let raw = managed.into_raw();
     let (pointer, name, destructor): (NonNull<c_void>, &'static CStr, pyffi::PyCapsule_Destructor) =
         match raw {
@@ -34,12 +48,13 @@ pub fn to_capsule(py: Python<'_>, managed: ManagedTensor) -> PyResult<Bound<'_, 
                 legacy_capsule_destructor,
             ),
         };
-    // SAFETY: `pointer` is a live managed tensor whose ownership moves into the capsule; the
-    // destructor frees it only under the unconsumed name and is callable from any thread with
-    // the GIL (CPython capsule contract).
+    // SAFETY: the GIL is held (caller); `pointer` is a live managed tensor whose ownership moves
+    // into the capsule; `name` is static, as the capsule keeps it; the destructor frees the
+    // tensor only under the unconsumed name and is callable from any thread with the GIL
+    // (CPython capsule contract).
     let capsule =
-        unsafe { PyCapsule::new_with_pointer_and_destructor(py, pointer, name, Some(destructor)) };
-    if capsule.is_err() {
+        unsafe { pyffi::PyCapsule_New(pointer.as_ptr(), name.as_ptr(), Some(destructor)) };
+    if capsule.is_null() {
         // SAFETY: the capsule was not created, so ownership never left us; version checked at
         // construction.
         drop(unsafe { ManagedTensor::from_raw_unchecked(raw) });

@@ -121,6 +121,11 @@ unsafe extern "C" fn c_api_from_py<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    // SAFETY: the caller holds the GIL and passes a live object, borrowed for the call, and an
+    // out-pointer (`dlpack.h`, `DLPackManagedTensorFromPyObjectNoSync`).
+    if let Some(status) = unsafe { quick_from_py::<T>(py_object, out) } {
+        return status;
+    }
     c_api_call(|py| {
         if py_object.is_null() || out.is_null() {
             return Err(PyValueError::new_err(
@@ -165,6 +170,76 @@ where
         }
         Ok(())
     })
+}
+
+/// [`c_api_from_py`] for its common call (non-NULL arguments, an instance of `T` with no
+/// pending producer streams), without pyo3's attach bookkeeping, as `__dlpack__`'s quick path
+/// (`methods::quick_dlpack`) and with its rules: no `Py<T>` dropped, no `PyErr` built outside
+/// [`super::restore_attached`]. `None`, before anything is done, when the call needs the
+/// general path (which reports the errors).
+///
+/// # Safety
+///
+/// The GIL is held; `py_object` is NULL or a live object borrowed for the call; `out` is NULL
+/// or valid for a write.
+unsafe fn quick_from_py<T>(
+    py_object: *mut c_void,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> Option<core::ffi::c_int>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    if out.is_null() {
+        return None;
+    }
+    let quick = std::panic::catch_unwind(|| {
+        // SAFETY: the GIL is held (caller).
+        let py = unsafe { Python::assume_attached() };
+        // SAFETY: NULL or a live object borrowed for the call (caller).
+        let obj = unsafe { Borrowed::from_ptr_or_opt(py, py_object.cast()) }?;
+        if !obj.is_instance_of::<T>() {
+            return None;
+        }
+        // SAFETY: an instance of `T` (checked).
+        let obj = unsafe { obj.cast_unchecked::<T>() };
+        let (device, pending) = {
+            let parts = obj.get().export_parts();
+            (parts.device(), parts.has_producer_streams())
+        };
+        if pending {
+            return None;
+        }
+        let request = match device.device_type {
+            crate::DeviceType::Cpu => ExportRequest::versioned(),
+            _ => ExportRequest::versioned().stream(Some(-1)),
+        };
+        let owner = PyOwner(Some(obj.to_owned().unbind()));
+        Some(export_with(owner, PyOwner::parts, &request).map(|managed| {
+            match managed.into_raw() {
+                // SAFETY: `out` is valid for a write (caller; checked non-NULL).
+                RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
+                RawManagedTensor::Legacy(_) => {
+                    unreachable!("a versioned request builds a versioned tensor")
+                }
+            }
+        }))
+    });
+    match quick {
+        Ok(None) => None,
+        Ok(Some(Ok(()))) => Some(0),
+        Ok(Some(Err(err))) => {
+            super::restore_attached(move || err.into());
+            Some(-1)
+        }
+        Err(_) => {
+            super::restore_attached(|| {
+                pyo3::exceptions::PySystemError::new_err(
+                    "panic in a DLPack C exchange API function",
+                )
+            });
+            Some(-1)
+        }
+    }
 }
 
 /// `managed_tensor_allocator`: a zeroed host tensor of the prototype's dtype and shape.

@@ -48,7 +48,11 @@ use super::{dlpack, dlpack_c_exchange_api, dlpack_device};
 /// served as [`dlpack`] serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
 /// its keywords against interned names (callers such as NumPy pass interned names, so one
 /// pointer comparison each), where pyo3's general argument handling decodes each keyword to
-/// UTF-8 and compares strings. Argument errors raise `TypeError`, as Python's own functions do.
+/// UTF-8 and compares strings. Arguments in their plain forms (`None`, `int`, a tuple of two
+/// `int`s, `True`/`False`) are read without building any Python object; other spellings
+/// (a tuple subclass, NumPy scalars) are converted as pyo3 converts arguments, with the same
+/// results. Argument errors raise `TypeError` (`OverflowError` for an `int` out of range), as
+/// Python's own functions do.
 ///
 /// Needs the vectorcall calling convention in the build's C API: any build for a given
 /// interpreter, or `abi3` for Python 3.10 and later.
@@ -63,6 +67,8 @@ where
 {
     let ty = T::type_object(py);
     let defs = method_defs::<T>()?;
+    // Made now, so that even the first call finds its keywords by pointer.
+    names(py);
     for def in defs {
         // SAFETY: `def` lives for the whole process (leaked in `method_defs`), and `ty` is a
         // live type object; the result is a new reference or NULL with an exception set.
@@ -123,9 +129,11 @@ const DLPACK_DOC: &CStr = c"__dlpack__($self, /, stream=None, *, max_version=Non
 const DLPACK_DEVICE_DOC: &CStr =
     c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of this tensor, in DLPack numbering.";
 
+/// The parameter names of `__dlpack__`, interned, in parameter order (made by [`names`]).
+static NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+
 /// The parameter names of `__dlpack__`, interned, in parameter order.
 fn names(py: Python<'_>) -> &[Py<PyString>; 4] {
-    static NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
     NAMES.get_or_init(py, || {
         ["stream", "max_version", "dl_device", "copy"].map(|n| PyString::intern(py, n).unbind())
     })
@@ -286,6 +294,11 @@ unsafe extern "C" fn dlpack_method<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    // SAFETY: CPython's method call, with the GIL: `slf` is the instance and `args`, `nargs`
+    // and `kwnames` the vectorcall arguments, all borrowed for the call.
+    if let Some(result) = unsafe { quick_dlpack::<T>(slf, args, nargs, kwnames) } {
+        return result;
+    }
     // SAFETY: CPython's method call: `slf` is the instance, borrowed for the call.
     unsafe {
         method_call::<T>(slf, |py, slf| {
@@ -316,6 +329,231 @@ where
             let copy = optional::<bool>(&method, copy, "copy", Kind::Bool)?;
             dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
         })
+    }
+}
+
+/// `__dlpack__` of `T` for its common calls, those whose arguments [`quick_arguments`] reads
+/// (NumPy's `from_dlpack(x)` passes `max_version=(1, 0), dl_device=None, copy=None`), without
+/// pyo3's attach bookkeeping: CPython calls a method with the GIL held, so the thread is
+/// attached, but `Python::attach` cannot know it outside a pyo3 frame and takes the
+/// `PyGILState_Ensure` path (about a seventh of the whole call). `None` when the call needs the
+/// general path, decided before anything is done; otherwise the capsule, or NULL with an
+/// exception set.
+///
+/// pyo3 does not count this thread as attached here, so this code drops no `Py<T>` (pyo3 would
+/// defer its release, or abort under `pyo3_disable_reference_pool`) and builds no `PyErr`
+/// outside [`raise`]: the exported object's reference is released by `PyOwner`, which checks
+/// the GIL itself.
+///
+/// # Safety
+///
+/// Called as CPython calls the `__dlpack__` method (`METH_FASTCALL | METH_KEYWORDS`), with the
+/// GIL held: `slf` is NULL or the instance, `args` points to `nargs` positional values followed
+/// by one value per name in `kwnames` (NULL or a tuple of strings), all borrowed for the call.
+unsafe fn quick_dlpack<T>(
+    slf: *mut pyffi::PyObject,
+    args: *const *mut pyffi::PyObject,
+    nargs: pyffi::Py_ssize_t,
+    kwnames: *mut pyffi::PyObject,
+) -> Option<*mut pyffi::PyObject>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    let quick = std::panic::catch_unwind(|| {
+        // SAFETY: CPython holds the GIL for its method calls (caller); see above for what this
+        // token is not used for.
+        let py = unsafe { Python::assume_attached() };
+        let names = NAMES.get(py)?;
+        // SAFETY: the vectorcall arguments of this call (caller).
+        let (stream, max_version, dl_device, copy) =
+            unsafe { quick_arguments(names, args, nargs, kwnames) }?;
+        // SAFETY: NULL or a live, borrowed object (caller).
+        let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }?;
+        if !slf.is_instance_of::<T>() {
+            return None;
+        }
+        // SAFETY: an instance of `T` (checked).
+        let slf = unsafe { slf.cast_unchecked::<T>() };
+        let request = super::export_request(stream, max_version, dl_device, copy);
+        let owner = super::producer::PyOwner(Some(slf.to_owned().unbind()));
+        Some(
+            crate::export::export_with(owner, super::producer::PyOwner::parts, &request)
+                // SAFETY: the GIL is held (above).
+                .map(|managed| unsafe { super::capsule::new_capsule(managed) }),
+        )
+    });
+    match quick {
+        Ok(None) => None,
+        Ok(Some(Ok(capsule))) => Some(capsule),
+        Ok(Some(Err(err))) => Some(raise(move || err.into())),
+        Err(_) => Some(raise(|| PySystemError::new_err("panic in a DLPack method"))),
+    }
+}
+
+/// Raises the error `err` makes, with pyo3 attached (where a `PyErr` may be built and
+/// dropped), and returns NULL.
+#[cold]
+fn raise(err: impl FnOnce() -> PyErr) -> *mut pyffi::PyObject {
+    super::restore_attached(err);
+    core::ptr::null_mut()
+}
+
+/// The arguments of one `__dlpack__` call, as [`super::export_request`] takes them.
+type QuickArguments = (
+    Option<i64>,
+    Option<(u32, u32)>,
+    Option<(i32, i32)>,
+    Option<bool>,
+);
+
+/// Reads `__dlpack__`'s arguments when each is in a common form (absent, `None`, an exact
+/// `int` in range, an exact tuple of two such ints, `True` or `False`) and the keywords are
+/// the interned parameter names, passed once each: with no Python object or exception made.
+/// `None` otherwise, for the general path to read them (and to report their errors).
+///
+/// # Safety
+///
+/// The GIL is held; `args` points to `nargs` positional values followed by one value per name
+/// in `kwnames` (NULL or a tuple of strings), all borrowed for the call.
+unsafe fn quick_arguments(
+    names: &[Py<PyString>; 4],
+    args: *const *mut pyffi::PyObject,
+    nargs: pyffi::Py_ssize_t,
+    kwnames: *mut pyffi::PyObject,
+) -> Option<QuickArguments> {
+    let mut sorted = [core::ptr::null_mut::<pyffi::PyObject>(); 4];
+    match nargs {
+        0 => {}
+        // SAFETY: one positional value (caller).
+        1 => sorted[0] = unsafe { *args },
+        _ => return None,
+    }
+    if !kwnames.is_null() {
+        // SAFETY: `kwnames` is a tuple (caller).
+        let count = unsafe { tuple_size(kwnames) };
+        for i in 0..count {
+            // SAFETY: `i` is in bounds of the tuple.
+            let name = unsafe { tuple_item(kwnames, i) };
+            let slot = names.iter().position(|n| n.as_ptr() == name)?;
+            if !sorted[slot].is_null() {
+                return None;
+            }
+            // SAFETY: the value of keyword `i` follows the `nargs` positional values (caller).
+            sorted[slot] = unsafe { *args.offset(nargs + i) };
+        }
+    }
+    // SAFETY: each is NULL or a live object borrowed for the call (above), GIL held.
+    unsafe {
+        Some((
+            quick_int(sorted[0])?,
+            quick_pair(sorted[1])?,
+            quick_pair(sorted[2])?,
+            quick_bool(sorted[3])?,
+        ))
+    }
+}
+
+/// The length of a tuple.
+///
+/// # Safety
+///
+/// `tuple` is a live tuple, GIL held.
+#[inline]
+unsafe fn tuple_size(tuple: *mut pyffi::PyObject) -> pyffi::Py_ssize_t {
+    // SAFETY: a tuple (caller): the size is read from it, no exception is set.
+    #[cfg(not(Py_LIMITED_API))]
+    return unsafe { pyffi::PyTuple_GET_SIZE(tuple) };
+    // SAFETY: as above, through the function of the limited API.
+    #[cfg(Py_LIMITED_API)]
+    return unsafe { pyffi::PyTuple_Size(tuple) };
+}
+
+/// Item `i` of a tuple, borrowed.
+///
+/// # Safety
+///
+/// `tuple` is a live tuple and `0 <= i <` its length, GIL held.
+#[inline]
+unsafe fn tuple_item(tuple: *mut pyffi::PyObject, i: pyffi::Py_ssize_t) -> *mut pyffi::PyObject {
+    // SAFETY: a tuple and an index in bounds (caller): a borrowed item, no exception set.
+    #[cfg(not(Py_LIMITED_API))]
+    return unsafe { pyffi::PyTuple_GET_ITEM(tuple, i) };
+    // SAFETY: as above, through the function of the limited API.
+    #[cfg(Py_LIMITED_API)]
+    return unsafe { pyffi::PyTuple_GetItem(tuple, i) };
+}
+
+/// An absent or `None` argument: `Some(None)`.
+///
+/// # Safety
+///
+/// `value` is NULL or a live object, GIL held.
+unsafe fn is_absent(value: *mut pyffi::PyObject) -> bool {
+    // SAFETY: `Py_None` only reads the `None` singleton's address.
+    value.is_null() || value == unsafe { pyffi::Py_None() }
+}
+
+/// An exact `int` that fits in `i64` (or absent or `None`); `None` for any other value.
+///
+/// # Safety
+///
+/// As [`is_absent`].
+unsafe fn quick_int(value: *mut pyffi::PyObject) -> Option<Option<i64>> {
+    // SAFETY: NULL or a live object (caller).
+    if unsafe { is_absent(value) } {
+        return Some(None);
+    }
+    // SAFETY: a live object (caller); for an exact `int`, `PyLong_AsLongLongAndOverflow`
+    // reports overflow through the flag and sets no exception.
+    unsafe {
+        if pyffi::PyLong_CheckExact(value) == 0 {
+            return None;
+        }
+        let mut overflow = 0;
+        let v = pyffi::PyLong_AsLongLongAndOverflow(value, &mut overflow);
+        (overflow == 0).then_some(Some(v))
+    }
+}
+
+/// An exact tuple of two exact `int`s that fit in `A` (or absent or `None`); `None` otherwise.
+///
+/// # Safety
+///
+/// As [`is_absent`].
+unsafe fn quick_pair<A: TryFrom<i64>>(value: *mut pyffi::PyObject) -> Option<Option<(A, A)>> {
+    // SAFETY: NULL or a live object (caller).
+    if unsafe { is_absent(value) } {
+        return Some(None);
+    }
+    // SAFETY: a live object (caller); a tuple of size 2 has items 0 and 1 (borrowed), and
+    // neither call sets an exception on a tuple.
+    unsafe {
+        if pyffi::PyTuple_CheckExact(value) == 0 || tuple_size(value) != 2 {
+            return None;
+        }
+        let item = |i| quick_int(tuple_item(value, i)).flatten();
+        let (a, b) = (item(0)?, item(1)?);
+        Some(Some((A::try_from(a).ok()?, A::try_from(b).ok()?)))
+    }
+}
+
+/// `True` or `False` (or absent or `None`); `None` for any other value.
+///
+/// # Safety
+///
+/// As [`is_absent`].
+unsafe fn quick_bool(value: *mut pyffi::PyObject) -> Option<Option<bool>> {
+    // SAFETY: NULL or a live object (caller); `Py_True`/`Py_False` only read addresses.
+    unsafe {
+        if is_absent(value) {
+            Some(None)
+        } else if value == pyffi::Py_True() {
+            Some(Some(true))
+        } else if value == pyffi::Py_False() {
+            Some(Some(false))
+        } else {
+            None
+        }
     }
 }
 

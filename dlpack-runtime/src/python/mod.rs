@@ -126,6 +126,15 @@ pub use exchange_api::dlpack_c_exchange_api;
 pub use export_once::{ExportOnce, export_managed, export_once};
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 pub use methods::add_dlpack_methods;
+
+/// Sets the Python exception `err` makes, with pyo3 attached: the error path of the functions
+/// CPython and C consumers call with the GIL held, whose common path runs on
+/// `Python::assume_attached` (where pyo3 must not build or drop a `PyErr`, which may hold
+/// references it would defer releasing).
+#[cold]
+fn restore_attached(err: impl FnOnce() -> PyErr) {
+    pyo3::Python::attach(|py| err().restore(py));
+}
 pub use producer::{dlpack, dlpack_device, export_request};
 
 impl From<ExportError> for PyErr {

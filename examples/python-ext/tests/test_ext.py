@@ -38,6 +38,55 @@ def test_protocol_arguments():
     assert type(t).__dlpack_c_exchange_api__ is not None
 
 
+def test_every_spelling_of_the_arguments_is_served_alike():
+    # Plain ints, tuples and bools are read directly; other spellings (a namedtuple, NumPy
+    # scalars, a keyword name built at run time) take the general argument path, with the same
+    # results and errors.
+    import collections
+    import ctypes
+
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    t = de.Tensor.arange(3)
+    version = collections.namedtuple("version", "major minor")
+    key = "".join(["max_", "version"])
+    calls = [
+        t.__dlpack__(max_version=(1, 0)),
+        t.__dlpack__(None, max_version=(1, 3), dl_device=(1, 0), copy=False),
+        t.__dlpack__(max_version=version(1, 3)),
+        t.__dlpack__(max_version=(np.int64(1), 3), dl_device=(np.int32(1), 0)),
+        t.__dlpack__(copy=np.bool_(False), max_version=(1, 3)),
+        t.__dlpack__(**{key: (1, 3)}),
+    ]
+    assert [get_name(c) for c in calls] == [b"dltensor_versioned"] * len(calls)
+    with pytest.raises(OverflowError):
+        t.__dlpack__(max_version=(1, 2**40))
+    with pytest.raises(OverflowError):
+        t.__dlpack__(stream=2**70)
+    with pytest.raises(TypeError, match="'copy' must be a bool or None, not int"):
+        t.__dlpack__(copy=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'stream'"):
+        t.__dlpack__(None, stream=None)
+
+
+def test_exports_and_refusals_release_the_object():
+    import sys
+
+    t = de.Tensor.arange(4)
+    before = sys.getrefcount(t)
+    for _ in range(1000):
+        np.from_dlpack(t)
+        with pytest.raises(ValueError):
+            t.__dlpack__(stream=1, max_version=(1, 0))
+        with pytest.raises(BufferError):
+            t.__dlpack__(max_version=(1, 0), dl_device=(2, 0))
+        with pytest.raises(TypeError):
+            t.__dlpack__(max_version="1.0")
+    gc.collect()
+    assert sys.getrefcount(t) == before
+
+
 def test_rust_reads_numpy_in_place():
     assert de.total(np.arange(10.0)) == 45.0
     assert de.total(np.arange(10.0)[::-2]) == 25.0
