@@ -749,3 +749,36 @@ fn shared_export_keeps_the_arc_alive_while_the_consumer_holds_the_tensor() {
     drop(view);
     assert_eq!(counter.get(), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The `readonly` flag over an `Arc`.
+
+/// A read-only type over an `Arc`: read-only even while the `Arc` is unique.
+#[derive(DlpackExport)]
+#[dlpack(readonly)]
+struct FrozenShared {
+    #[dlpack(data)]
+    values: Arc<Vec<i32>>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    _guard: DropGuard,
+}
+
+#[test]
+fn readonly_type_over_a_unique_arc_is_exported_read_only() {
+    let counter = Counter::new();
+    let t = FrozenShared {
+        values: Arc::new(vec![1, 2, 3]),
+        shape: [3],
+        _guard: counter.guard(),
+    };
+    assert_eq!(Arc::strong_count(&t.values), 1);
+    let managed = t.into_dlpack().unwrap();
+    assert_eq!(managed.flags(), READ_ONLY);
+    let view = Flagged::from_managed(managed).unwrap();
+    assert!(view.read_only);
+    assert_eq!(view.data.as_slice().unwrap(), [1, 2, 3]);
+    assert_eq!(counter.get(), 0);
+    drop(view);
+    assert_eq!(counter.get(), 1, "the deleter dropped the owner");
+}

@@ -70,6 +70,18 @@ def test_every_spelling_of_the_arguments_is_served_alike():
         t.__dlpack__(None, stream=None)
 
 
+def test_consume_imports_any_rank_from_any_producer():
+    consume = de.consume
+    t = de.Tensor.arange(2, 3)
+    assert consume(t) == 2
+    assert consume(t.__dlpack__(max_version=(1, 3))) == 2
+    assert consume(np.zeros(())) == 0
+    assert consume(np.zeros((1,) * 8, dtype=np.int8)[..., ::-1]) == 8
+    assert consume(np.arange(10.0)[::3]) == 1
+    with pytest.raises(AttributeError, match="__dlpack__"):
+        consume(object())
+
+
 def test_exports_and_refusals_release_the_object():
     import sys
 
