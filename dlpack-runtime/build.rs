@@ -14,7 +14,7 @@ fn main() {
 /// `cfg(...)` checks on them are not reported as unknown.
 #[cfg(not(feature = "python"))]
 fn pyo3_cfgs_unused() {
-    for cfg in ["Py_LIMITED_API", "PyPy", "Py_3_10", "Py_3_12"] {
+    for cfg in ["Py_LIMITED_API", "PyPy", "GraalPy", "Py_3_10", "Py_3_12"] {
         println!("cargo:rustc-check-cfg=cfg({cfg})");
     }
 }

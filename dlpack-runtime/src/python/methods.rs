@@ -461,10 +461,10 @@ unsafe fn quick_arguments(
 #[inline]
 unsafe fn tuple_size(tuple: *mut pyffi::PyObject) -> pyffi::Py_ssize_t {
     // SAFETY: a tuple (caller): the size is read from it, no exception is set.
-    #[cfg(not(Py_LIMITED_API))]
+    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
     return unsafe { pyffi::PyTuple_GET_SIZE(tuple) };
-    // SAFETY: as above, through the function of the limited API.
-    #[cfg(Py_LIMITED_API)]
+    // SAFETY: as above, through the function (the limited API, PyPy and GraalPy have no macro).
+    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
     return unsafe { pyffi::PyTuple_Size(tuple) };
 }
 
@@ -476,10 +476,10 @@ unsafe fn tuple_size(tuple: *mut pyffi::PyObject) -> pyffi::Py_ssize_t {
 #[inline]
 unsafe fn tuple_item(tuple: *mut pyffi::PyObject, i: pyffi::Py_ssize_t) -> *mut pyffi::PyObject {
     // SAFETY: a tuple and an index in bounds (caller): a borrowed item, no exception set.
-    #[cfg(not(Py_LIMITED_API))]
+    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
     return unsafe { pyffi::PyTuple_GET_ITEM(tuple, i) };
-    // SAFETY: as above, through the function of the limited API.
-    #[cfg(Py_LIMITED_API)]
+    // SAFETY: as above, through the function (the limited API, PyPy and GraalPy have no macro).
+    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
     return unsafe { pyffi::PyTuple_GetItem(tuple, i) };
 }
 

@@ -82,6 +82,40 @@ def test_consume_imports_any_rank_from_any_producer():
         consume(object())
 
 
+def test_c_exchange_api_called_from_c():
+    # `managed_tensor_from_py_object_no_sync` called as a C consumer calls it: with the GIL,
+    # outside any Rust frame (ctypes.PYFUNCTYPE keeps the GIL and raises a set exception).
+    import ctypes
+    import sys
+
+    t = de.Tensor.arange(2, 3)
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    table = get_pointer(type(t).__dlpack_c_exchange_api__, b"dlpack_exchange_api")
+    # `DLPackExchangeAPI`: a 16-byte header, then `managed_tensor_from_py_object_no_sync` at 24.
+    address = ctypes.c_void_p.from_address(table + 24).value
+    from_py = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.c_void_p))(
+        address
+    )
+    before = sys.getrefcount(t)
+    for _ in range(100):
+        out = ctypes.c_void_p()
+        assert from_py(t, ctypes.byref(out)) == 0
+        # `DLManagedTensorVersioned`: deleter at 16, flags at 24, `dl_tensor` at 32 (`ndim` at 48).
+        assert ctypes.c_uint64.from_address(out.value + 24).value & 1, "read-only"
+        assert ctypes.c_int32.from_address(out.value + 48).value == 2
+        data = ctypes.c_void_p.from_address(out.value + 32).value
+        assert (ctypes.c_float * 6).from_address(data)[:] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        # The deleter, called without the GIL (CFUNCTYPE releases it): it takes it to let go.
+        deleter = ctypes.c_void_p.from_address(out.value + 16).value
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(deleter)(out.value)
+        # An object of another type is refused with BufferError (consumers fall back).
+        with pytest.raises(BufferError):
+            from_py(np.zeros(3), ctypes.byref(out))
+    assert sys.getrefcount(t) == before
+
+
 def test_exports_and_refusals_release_the_object():
     import sys
 
