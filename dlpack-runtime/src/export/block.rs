@@ -132,11 +132,61 @@ const fn block_align<H, O>() -> usize {
     if block > arrays { block } else { arrays }
 }
 
+/// The owner of an export until it moves into its block, where the caller put it: dropped if
+/// the export ends (an error, a panic) before the move. The move is one copy from here into the
+/// block (a value moved through intermediate places is copied again, and a copy that reads
+/// back fresh writes in differently aligned pieces stalls).
+pub(super) struct PendingOwner<O> {
+    owner: ManuallyDrop<O>,
+    moved: bool,
+}
+
+impl<O> PendingOwner<O> {
+    #[inline(always)]
+    pub(super) fn new(owner: O) -> Self {
+        Self {
+            owner: ManuallyDrop::new(owner),
+            moved: false,
+        }
+    }
+
+    /// The owner, before the move.
+    #[inline(always)]
+    pub(super) fn get_mut(&mut self) -> &mut O {
+        debug_assert!(!self.moved, "the owner is in its block");
+        &mut self.owner
+    }
+
+    /// Moves the owner to `dst`; from then on it belongs there and this drops nothing.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for a write of `O` and does not overlap `self`; called at most once.
+    #[inline(always)]
+    unsafe fn move_to(&mut self, dst: *mut ManuallyDrop<O>) {
+        debug_assert!(!self.moved, "the owner moves once");
+        // SAFETY: `dst` is writable and disjoint (caller); the value is not dropped here
+        // afterwards (`moved`), so it has exactly one owner: the copy.
+        unsafe { ptr::copy_nonoverlapping(&self.owner, dst, 1) };
+        self.moved = true;
+    }
+}
+
+impl<O> Drop for PendingOwner<O> {
+    fn drop(&mut self) {
+        if !self.moved {
+            // SAFETY: not moved, so the owner is here, and this is its only drop.
+            unsafe { ManuallyDrop::drop(&mut self.owner) };
+        }
+    }
+}
+
 /// Builds the block for `owner`, of `ndim` axes: one allocation. `parts_of` is asked at the
-/// owner's final address in the block, where its answer is exported.
+/// owner's final address in the block, where its answer is exported. On an error before the
+/// owner moves into the block, the owner stays in `owner` (its caller drops it).
 #[inline(always)]
 pub(super) fn build<H, O, F>(
-    owner: O,
+    owner: &mut PendingOwner<O>,
     ndim: usize,
     parts_of: &F,
     sync: &mut StreamWork<'_>,
@@ -161,8 +211,8 @@ where
         alloc::handle_alloc_error(block_layout)
     };
     // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
-    // allocation extends that layout); the prefix and the owner are written in place, field by
-    // field. The header stays uninitialized until `fill` writes it: nothing reads it before
+    // allocation extends that layout), so disjoint from `owner`; the prefix and the owner are
+    // written in place, field by field, and the owner moves once (`build` is its only mover). The header stays uninitialized until `fill` writes it: nothing reads it before
     // (`free_block` reads only the prefix and the owner).
     unsafe {
         let b = block.as_ptr();
@@ -170,7 +220,7 @@ where
             size: block_layout.size(),
             read_only: false,
         });
-        ptr::addr_of_mut!((*b).owner).write(ManuallyDrop::new(owner));
+        owner.move_to(ptr::addr_of_mut!((*b).owner));
     }
     // SAFETY: `arrays_offset` is inside the allocation (`Layout::extend`), aligned for `i64`.
     let arrays = unsafe { raw.add(arrays_offset) }.cast::<i64>();
@@ -186,15 +236,16 @@ where
 }
 
 /// [`build`] for an owner that is not a parameter of the caller: asks its rank first.
-pub(super) fn build_owned<H, O, F>(mut owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
+pub(super) fn build_owned<H, O, F>(owner: O, parts_of: &F) -> Result<ManagedTensor, ExportError>
 where
     H: Header,
     O: Send + 'static,
     F: Fn(&mut O) -> ExportParts<'_>,
 {
-    let ndim = parts_of(&mut owner).shape.len();
+    let mut owner = PendingOwner::new(owner);
+    let ndim = parts_of(owner.get_mut()).shape.len();
     build::<H, O, F>(
-        owner,
+        &mut owner,
         ndim,
         parts_of,
         &mut StreamWork::new(&ExportRequest::new()),

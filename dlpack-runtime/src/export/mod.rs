@@ -164,7 +164,7 @@ where
 /// [`export_with`], with the stream work `work` of the export.
 #[inline(always)]
 fn build_export<O, F>(
-    mut owner: O,
+    owner: O,
     parts_of: &F,
     request: &ExportRequest,
     sync: &mut StreamWork<'_>,
@@ -174,13 +174,14 @@ where
     F: Fn(&mut O) -> ExportParts<'_>,
 {
     // The rank sizes the block, so `parts_of` is asked first where the owner was passed (for
-    // the rank only), then again at the owner's final address in the block. Asked here, on the
-    // parameter itself, the owner is not copied before the allocation: copied right away, it
-    // would be read back while the caller's writes to it are still in flight (a
+    // the rank only), then again at the owner's final address in the block. The owner stays
+    // where it is until it is copied into the block, after the allocation: copied right away
+    // (or twice), it would be read back while the caller's writes to it are still in flight (a
     // store-forwarding stall).
-    let ndim = parts_of(&mut owner).shape.len();
+    let mut owner = block::PendingOwner::new(owner);
+    let ndim = parts_of(owner.get_mut()).shape.len();
     let managed = if request.wants_versioned() {
-        let managed = build::<DLManagedTensorVersioned, O, F>(owner, ndim, parts_of, sync);
+        let managed = build::<DLManagedTensorVersioned, O, F>(&mut owner, ndim, parts_of, sync);
         if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
             // `into_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
             // the result as built.
@@ -188,7 +189,7 @@ where
         }
         managed?
     } else {
-        build::<DLManagedTensor, O, F>(owner, ndim, parts_of, sync)?
+        build::<DLManagedTensor, O, F>(&mut owner, ndim, parts_of, sync)?
     };
     finish(managed, request, sync)
 }
