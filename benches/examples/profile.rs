@@ -10,14 +10,15 @@
 //! `[2, 3]` tensor; `owned`: round trip of an owned one, its `Vec` built in the loop;
 //! `export`: export and drop of a shared one; `validate`: one full layout validation of a held
 //! tensor's header; `layout`: the layout of a held, already validated tensor; `get`: one typed
-//! read of a held view; `ptr`: one raw read of a held view),
+//! read of a held view; `ptr`: one raw read of a held view; `ndim1` ... `ndim32`: round trip of
+//! a shared `[6, 1, ..., 1]` tensor of that many axes, as the `ndim` benchmark),
 //! iterations. Instructions per operation: callgrind's total over two iteration counts,
 //! differenced and divided, removes the fixed start-up cost.
 
 use std::hint::black_box;
 use std::sync::Arc;
 
-use dlpack_bench::{SharedTensor, Tensor, dlpark_side, floor, ours};
+use dlpack_bench::{SharedTensor, Tensor, dlpark_side, floor, ours, shape_of};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +33,22 @@ fn main() {
         shape: black_box([2, 3]),
     };
     let owned = || Tensor::ones(black_box([2, 3]));
+    if let Some(n) = what.strip_prefix("ndim") {
+        let n: usize = n
+            .parse()
+            .expect("ndim1, ndim2, ndim4, ndim8, ndim16 or ndim32");
+        let sum = match n {
+            1 => ndim::<1>(who, &values, runs),
+            2 => ndim::<2>(who, &values, runs),
+            4 => ndim::<4>(who, &values, runs),
+            8 => ndim::<8>(who, &values, runs),
+            16 => ndim::<16>(who, &values, runs),
+            32 => ndim::<32>(who, &values, runs),
+            _ => panic!("unsupported ndim {n}"),
+        };
+        println!("{sum}");
+        return;
+    }
     let held = ours::export(shared());
     let view = ours::import::<2>(ours::export(shared()));
     let theirs = dlpark_side::export_shared(shared());
@@ -72,4 +89,22 @@ fn main() {
         };
     }
     println!("{sum}");
+}
+
+/// `runs` shared round trips of shape `[6, 1, ..., 1]` (`N` axes), as the `ndim` benchmark.
+fn ndim<const N: usize>(who: &str, values: &Arc<Vec<f32>>, runs: usize) -> f32 {
+    let shared = || SharedTensor {
+        values: Arc::clone(values),
+        shape: black_box(shape_of::<N>(6)),
+    };
+    let mut sum = 0.0f32;
+    for _ in 0..runs {
+        sum += match who {
+            "ours" => ours::round_trip::<N>(ours::export(shared())),
+            "dlpark" => dlpark_side::round_trip::<N>(dlpark_side::export_shared(shared())),
+            "floor" => floor::round_trip::<N>(floor::export_shared(shared())),
+            _ => panic!("unknown contender: {who}"),
+        };
+    }
+    sum
 }
