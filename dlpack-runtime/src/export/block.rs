@@ -336,6 +336,10 @@ where
         unsafe { shape_ptr.add(axis).write(extent) };
     }
     let mut reach = layout::Reach::new();
+    // Compact row-major strides (computed below) reach exactly `numel - 1` elements past the
+    // first and none before it when every extent is >= 1: their reach telescopes, so it needs
+    // no pass of its own.
+    let mut compact = false;
     match parts.strides {
         Some(strides) if strides.len() != ndim => {
             return Err(LayoutError::StridesRank {
@@ -362,10 +366,10 @@ where
                 unsafe {
                     let extent = *shape_ptr.add(axis);
                     strides_ptr.add(axis).write(acc);
-                    reach.add(extent, acc);
                     acc = acc.saturating_mul(extent.max(1));
                 }
             }
+            compact = true;
         }
     }
     // Make the producer's pending work visible on the consumer's stream (the `stream` parameter
@@ -414,8 +418,15 @@ where
         dl_tensor.byte_offset = 0;
         ByteSpan { start: 0, end: 0 }
     } else {
-        // Every extent is >= 1, so the reach was accumulated as `validate` does.
-        let (lo, hi) = reach.bounds()?;
+        // Every extent is >= 1, so the reach was accumulated as `validate` does, or, for the
+        // compact strides, is the sum `validate` computes: `sum((extent - 1) * stride)` with
+        // each stride the product of the later extents telescopes to `numel - 1` (no stride
+        // saturated: they divide `numel`, which fits in `isize`).
+        let (lo, hi) = if compact {
+            (0, numel as i64 - 1)
+        } else {
+            reach.bounds()?
+        };
         let span = layout::span_from_bounds(lo, hi, element_bits, byte_offset as u64)?;
         if span.start < 0 || span.end as usize > byte_len {
             return Err(out_of_buffer(
