@@ -3,7 +3,7 @@
 //! ("Implementation").
 
 use core::ffi::{CStr, c_void};
-use core::ptr::NonNull;
+use core::ptr::{NonNull, null_mut};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi as pyffi;
@@ -55,11 +55,41 @@ pub(super) unsafe fn new_capsule(managed: ManagedTensor) -> *mut pyffi::PyObject
     let capsule =
         unsafe { pyffi::PyCapsule_New(pointer.as_ptr(), name.as_ptr(), Some(destructor)) };
     if capsule.is_null() {
+        // The deleter may run Python code (a re-exported producer's own deleter, say): not
+        // with `PyCapsule_New`'s exception set, which is put back afterwards.
+        // SAFETY: the GIL is held (caller).
+        let pending = unsafe { fetch_error() };
         // SAFETY: the capsule was not created, so ownership never left us; version checked at
         // construction.
         drop(unsafe { ManagedTensor::from_raw_unchecked(raw) });
+        // SAFETY: what `fetch_error` took, handed back, GIL held.
+        unsafe { restore_error(pending) };
     }
     capsule
+}
+
+/// The raised exception, taken out (type, value, traceback; all NULL when none is set).
+///
+/// # Safety
+///
+/// The GIL is held.
+#[allow(deprecated)] // `PyErr_GetRaisedException`, its replacement, exists from 3.12 only.
+unsafe fn fetch_error() -> [*mut pyffi::PyObject; 3] {
+    let [mut kind, mut value, mut traceback] = [null_mut(); 3];
+    // SAFETY: the GIL is held (caller); the three are out-pointers.
+    unsafe { pyffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
+    [kind, value, traceback]
+}
+
+/// Raises again what [`fetch_error`] took.
+///
+/// # Safety
+///
+/// The GIL is held; `pending` comes from `fetch_error` and is used once.
+#[allow(deprecated)] // `PyErr_SetRaisedException`, its replacement, exists from 3.12 only.
+unsafe fn restore_error([kind, value, traceback]: [*mut pyffi::PyObject; 3]) {
+    // SAFETY: the references `PyErr_Fetch` handed out move back (caller), GIL held.
+    unsafe { pyffi::PyErr_Restore(kind, value, traceback) };
 }
 
 /// Capsule destructor for `"dltensor_versioned"`: calls the deleter only if the capsule was

@@ -39,6 +39,18 @@ use super::producer::PyOwner;
 /// `__dlpack__(stream=...)` orders them before the consumer's stream. This crate's consumer
 /// then falls back to `__dlpack__`.
 ///
+/// `managed_tensor_from_py_object_no_sync` runs on the GIL its caller holds, without pyo3's
+/// attach bookkeeping, and so does `T`'s
+/// [`DlpackExport::export_parts`](crate::DlpackExport::export_parts) within it: a derived
+/// implementation never touches Python; a hand-written one must not clone or drop `Py<...>`
+/// values there (see [`add_dlpack_methods`](super::add_dlpack_methods)).
+///
+/// `managed_tensor_from_py_object_no_sync` runs on the GIL its caller holds, without pyo3's
+/// attach bookkeeping, and so does `T`'s
+/// [`DlpackExport::export_parts`](crate::DlpackExport::export_parts) within it: a derived
+/// implementation never touches Python; a hand-written one must not clone or drop `Py<...>`
+/// values there (see [`add_dlpack_methods`](super::add_dlpack_methods)).
+///
 /// # Errors
 ///
 /// The Python error of creating the capsule.
@@ -93,8 +105,14 @@ pub(super) fn is_own_table(address: usize) -> bool {
 
 /// Runs `f` with the GIL, turning a Rust panic into a Python `SystemError` and an error into a
 /// raised exception: the C API functions return 0 or -1 and never unwind.
-fn c_api_call(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> core::ffi::c_int {
-    Python::attach(|py| {
+///
+/// # Safety
+///
+/// The GIL is held (the C exchange API's callers hold it).
+unsafe fn c_api_call(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> core::ffi::c_int {
+    // `try_attach`: where pyo3 refuses to attach (a finalizing interpreter), `attach` would
+    // panic, and a panic here cannot unwind.
+    let called = Python::try_attach(|py| {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(py)));
         match result {
             Ok(Ok(())) => 0,
@@ -110,6 +128,15 @@ fn c_api_call(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> core::ffi::c_int {
                 -1
             }
         }
+    });
+    called.unwrap_or_else(|| {
+        // SAFETY: the GIL is held (caller).
+        unsafe {
+            super::raise_unattached(
+                c"a DLPack C exchange API function called while Python is finalizing",
+            )
+        };
+        -1
     })
 }
 
@@ -126,7 +153,7 @@ where
     if let Some(status) = unsafe { quick_from_py::<T>(py_object, out) } {
         return status;
     }
-    c_api_call(|py| {
+    let body = |py: Python<'_>| {
         if py_object.is_null() || out.is_null() {
             return Err(PyValueError::new_err(
                 "NULL argument to managed_tensor_from_py_object_no_sync",
@@ -169,7 +196,9 @@ where
             }
         }
         Ok(())
-    })
+    };
+    // SAFETY: the C exchange API's callers hold the GIL (`dlpack.h`).
+    unsafe { c_api_call(body) }
 }
 
 /// [`c_api_from_py`] for its common call (non-NULL arguments, an instance of `T` with no
@@ -228,15 +257,19 @@ where
         Ok(None) => None,
         Ok(Some(Ok(()))) => Some(0),
         Ok(Some(Err(err))) => {
-            super::restore_attached(move || err.into());
+            // SAFETY: the GIL is held (caller).
+            unsafe { super::restore_attached(move || err.into()) };
             Some(-1)
         }
         Err(_) => {
-            super::restore_attached(|| {
-                pyo3::exceptions::PySystemError::new_err(
-                    "panic in a DLPack C exchange API function",
-                )
-            });
+            // SAFETY: the GIL is held (caller).
+            unsafe {
+                super::restore_attached(|| {
+                    pyo3::exceptions::PySystemError::new_err(
+                        "panic in a DLPack C exchange API function",
+                    )
+                })
+            };
             Some(-1)
         }
     }
@@ -328,7 +361,7 @@ unsafe extern "C" fn c_api_to_py(
     tensor: *mut DLManagedTensorVersioned,
     out_py_object: *mut *mut c_void,
 ) -> core::ffi::c_int {
-    c_api_call(|py| {
+    let body = |py: Python<'_>| {
         if out_py_object.is_null() {
             // SAFETY: the tensor was handed over (stolen) even on failure: free it once.
             drop(unsafe { ManagedTensor::from_raw_versioned(tensor) });
@@ -341,7 +374,9 @@ unsafe extern "C" fn c_api_to_py(
         // SAFETY: `out_py_object` is non-NULL and writable; the new reference goes to the caller.
         unsafe { out_py_object.write(obj.into_ptr().cast()) };
         Ok(())
-    })
+    };
+    // SAFETY: the C exchange API's callers hold the GIL (`dlpack.h`).
+    unsafe { c_api_call(body) }
 }
 
 /// `current_work_stream`: NULL. This producer has no current stream: its CUDA tensors carry

@@ -57,6 +57,13 @@ use super::{dlpack, dlpack_c_exchange_api, dlpack_device};
 /// Needs the vectorcall calling convention in the build's C API: any build for a given
 /// interpreter, or `abi3` for Python 3.10 and later.
 ///
+/// The common calls run on the GIL their caller holds, without pyo3's attach bookkeeping, and
+/// so does `T`'s [`DlpackExport::export_parts`](crate::DlpackExport::export_parts) within them:
+/// a derived implementation never touches Python; a hand-written one must not clone or drop
+/// `Py<...>` values there (pyo3 would defer the release, panic on a clone, or abort under
+/// `pyo3_disable_reference_pool`). Such a type can use the `#[pymethods]` written with
+/// [`dlpack`] instead, which run attached.
+///
 /// # Errors
 ///
 /// The Python error of creating the methods, or of setting them on the type (a type created
@@ -151,7 +158,9 @@ unsafe fn method_call<T: PyClass>(
     slf: *mut pyffi::PyObject,
     f: impl for<'a, 'py> FnOnce(Python<'py>, Borrowed<'a, 'py, T>) -> PyResult<*mut pyffi::PyObject>,
 ) -> *mut pyffi::PyObject {
-    Python::attach(|py| {
+    // `try_attach`: where pyo3 refuses to attach (a finalizing interpreter), `attach` would
+    // panic, and a panic here cannot unwind.
+    let called = Python::try_attach(|py| {
         let call = || {
             // SAFETY: NULL or a live, borrowed object (caller).
             let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }.ok_or_else(|| {
@@ -170,6 +179,11 @@ unsafe fn method_call<T: PyClass>(
                 core::ptr::null_mut()
             }
         }
+    });
+    called.unwrap_or_else(|| {
+        // SAFETY: CPython holds the GIL for its method calls.
+        unsafe { super::raise_unattached(c"a DLPack method called while Python is finalizing") };
+        core::ptr::null_mut()
     })
 }
 
@@ -385,16 +399,23 @@ where
     match quick {
         Ok(None) => None,
         Ok(Some(Ok(capsule))) => Some(capsule),
-        Ok(Some(Err(err))) => Some(raise(move || err.into())),
-        Err(_) => Some(raise(|| PySystemError::new_err("panic in a DLPack method"))),
+        // SAFETY: CPython holds the GIL for its method calls (caller).
+        Ok(Some(Err(err))) => Some(unsafe { raise(move || err.into()) }),
+        // SAFETY: as above.
+        Err(_) => Some(unsafe { raise(|| PySystemError::new_err("panic in a DLPack method")) }),
     }
 }
 
 /// Raises the error `err` makes, with pyo3 attached (where a `PyErr` may be built and
 /// dropped), and returns NULL.
+///
+/// # Safety
+///
+/// The GIL is held.
 #[cold]
-fn raise(err: impl FnOnce() -> PyErr) -> *mut pyffi::PyObject {
-    super::restore_attached(err);
+unsafe fn raise(err: impl FnOnce() -> PyErr) -> *mut pyffi::PyObject {
+    // SAFETY: the GIL is held (caller).
+    unsafe { super::restore_attached(err) };
     core::ptr::null_mut()
 }
 

@@ -99,7 +99,8 @@
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
 //! | an object without `__dlpack__` | `AttributeError` |
-//! | wrong argument types (`stream` not an int, `max_version` not a pair), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
+//! | wrong argument types (`stream` not an int, `max_version` not a tuple), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
+//! | a `max_version` or `dl_device` tuple whose length is not 2 | `ValueError` (pyo3's conversion, on both paths) |
 //! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`) | `OverflowError` |
 
 use pyo3::PyErr;
@@ -130,10 +131,33 @@ pub use methods::add_dlpack_methods;
 /// Sets the Python exception `err` makes, with pyo3 attached: the error path of the functions
 /// CPython and C consumers call with the GIL held, whose common path runs on
 /// `Python::assume_attached` (where pyo3 must not build or drop a `PyErr`, which may hold
-/// references it would defer releasing).
+/// references it would defer releasing). Where pyo3 refuses to attach (the interpreter is
+/// finalizing), a plain `SystemError` is set instead of `err`. Never unwinds.
+///
+/// # Safety
+///
+/// The GIL is held (what a caller of a method or of the C exchange API guarantees).
 #[cold]
-fn restore_attached(err: impl FnOnce() -> PyErr) {
-    pyo3::Python::attach(|py| err().restore(py));
+unsafe fn restore_attached(err: impl FnOnce() -> PyErr) {
+    let restored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pyo3::Python::try_attach(|py| err().restore(py))
+    }));
+    if !matches!(restored, Ok(Some(()))) {
+        // SAFETY: the GIL is held (caller); the message is a static C string.
+        unsafe { raise_unattached(c"a DLPack call failed while Python could not be attached") };
+    }
+}
+
+/// Sets `SystemError(message)` with the C API alone, for when pyo3 cannot be attached (the
+/// interpreter is finalizing, or a garbage collector traversal is running).
+///
+/// # Safety
+///
+/// The GIL is held.
+#[cold]
+unsafe fn raise_unattached(message: &core::ffi::CStr) {
+    // SAFETY: the GIL is held (caller); `PyExc_SystemError` is a live static type object.
+    unsafe { pyo3::ffi::PyErr_SetString(pyo3::ffi::PyExc_SystemError, message.as_ptr()) };
 }
 pub use producer::{dlpack, dlpack_device, export_request};
 

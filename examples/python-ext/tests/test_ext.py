@@ -62,6 +62,8 @@ def test_every_spelling_of_the_arguments_is_served_alike():
     assert [get_name(c) for c in calls] == [b"dltensor_versioned"] * len(calls)
     with pytest.raises(OverflowError):
         t.__dlpack__(max_version=(1, 2**40))
+    with pytest.raises(ValueError):
+        t.__dlpack__(max_version=(1,))
     with pytest.raises(OverflowError):
         t.__dlpack__(stream=2**70)
     with pytest.raises(TypeError, match="'copy' must be a bool or None, not int"):
