@@ -127,16 +127,19 @@ pub struct TensorLayout<'a> {
 struct Packed;
 
 impl Packed {
+    /// `device_id` in the low half and `device_type` in the high half: the other order is the
+    /// header's own bytes, which the compiler then copies together with `data` in one 16-byte
+    /// load, and that load stalls on an export's separate, fresh writes of the two.
     #[inline]
     fn device(d: ffi::DLDevice) -> u64 {
-        d.device_type as u32 as u64 | (d.device_id as u32 as u64) << 32
+        d.device_id as u32 as u64 | (d.device_type as u32 as u64) << 32
     }
 
     #[inline]
     fn raw_device(word: u64) -> ffi::DLDevice {
         ffi::DLDevice {
-            device_type: word as u32 as i32,
-            device_id: (word >> 32) as u32 as i32,
+            device_type: (word >> 32) as u32 as i32,
+            device_id: word as u32 as i32,
         }
     }
 
