@@ -325,7 +325,9 @@ impl ManagedTensor {
             // offers no mutation), and they stay valid while `&self` borrows the owner.
             Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
         } else {
-            self.validate_now()
+            self.validate_now()?;
+            // SAFETY: validated just now (as above).
+            Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
         }
     }
 
@@ -349,12 +351,23 @@ impl ManagedTensor {
         self.flags() & ffi::DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED != 0
     }
 
-    /// Validates the header and marks it validated.
-    fn validate_now(&self) -> Result<TensorLayout<'_>, LayoutError> {
+    /// Validates the header unless that is already done (and kept): the verdict of
+    /// [`ManagedTensor::layout`] without the layout.
+    #[inline]
+    pub(crate) fn validate(&self) -> Result<(), LayoutError> {
+        if self.is_validated() {
+            return Ok(());
+        }
+        self.validate_now()
+    }
+
+    /// Validates the header and marks it validated. The layout is rebuilt from the header by
+    /// the caller ([`TensorLayout::from_validated`]) rather than returned from here.
+    fn validate_now(&self) -> Result<(), LayoutError> {
         // SAFETY: the producer guarantees `shape`/`strides` point to `ndim` entries (or NULL)
         // for as long as the managed tensor lives, which `&self` bounds.
-        let layout = unsafe {
-            layout::validate(
+        unsafe {
+            layout::check_header(
                 self.dl_tensor(),
                 NullStrides::for_version(self.version()),
                 self.padded_subbyte(),
@@ -364,7 +377,7 @@ impl ManagedTensor {
         let word = self.word();
         self.header
             .store(word.map_addr(|a| a | VALIDATED), Ordering::Relaxed);
-        Ok(layout)
+        Ok(())
     }
 
     /// Whether the layout has been validated and the result kept (by the exporter that built

@@ -119,18 +119,21 @@ impl ImportConstraints {
             // changed since (see `ManagedTensor::validated_layout`).
             return Ok(unsafe { managed.validated_layout() });
         }
-        self.check_slow(managed)
+        self.check_slow(managed)?;
+        // SAFETY: `check_slow` succeeded, so `managed` is validated (as above).
+        Ok(unsafe { managed.validated_layout() })
     }
 
-    /// [`check`](Self::check) of a tensor not yet validated, or one the constraints refuse.
-    #[cold]
+    /// [`check`](Self::check) of a tensor not yet validated (a foreign one, once), or one the
+    /// constraints refuse. Gives the verdict only: the caller rebuilds the layout from the
+    /// header, so that it is not returned through memory from here.
     #[inline(never)]
-    fn check_slow<'a>(&self, managed: &'a ManagedTensor) -> Result<TensorLayout<'a>, ImportError> {
-        let layout = managed.layout()?;
+    fn check_slow(&self, managed: &ManagedTensor) -> Result<(), ImportError> {
+        managed.validate()?;
         if !self.hold_validated(managed) {
             return Err(refused(self, managed));
         }
-        Ok(layout)
+        Ok(())
     }
 
     /// Whether the constraints hold, read straight from the header of `managed`, which is

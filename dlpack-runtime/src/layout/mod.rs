@@ -208,6 +208,28 @@ pub unsafe fn validate<'a>(
     Ok(layout)
 }
 
+/// [`validate`] without handing out the layout: whether `t` validates. For callers that keep
+/// the verdict and rebuild the layout from the header when asked
+/// ([`TensorLayout::from_validated`]), the layout then never travels back through memory from
+/// here: a freshly written copy read back in wider moves stalls.
+///
+/// # Errors
+///
+/// As [`validate`].
+///
+/// # Safety
+///
+/// As [`validate`].
+pub(crate) unsafe fn check_header(
+    t: &ffi::DLTensor,
+    null_strides: NullStrides,
+    padded_subbyte: bool,
+) -> Result<(), LayoutError> {
+    // SAFETY: forwarded from the caller.
+    let (layout, span) = unsafe { validate_unaddressed(t, null_strides, padded_subbyte) }?;
+    check_address(layout.data, layout.numel, span)
+}
+
 /// [`validate`] without the checks on `data` itself (NULL with elements, address wrap), which
 /// returns the byte span it checked too.
 ///
