@@ -318,17 +318,12 @@ impl ManagedTensor {
     /// The [`LayoutError`] of [`layout::validate`].
     #[inline]
     pub fn layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        if self.is_validated() {
-            // SAFETY: validation accepted this header with this version's rule and this sub-byte
-            // flag (`validate_now`, or the exporter: `from_raw_validated`); the header and its
-            // `shape`/`strides` cannot have changed since (the producer's contract, and `&self`
-            // offers no mutation), and they stay valid while `&self` borrows the owner.
-            Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
-        } else {
-            self.validate_now()?;
-            // SAFETY: validated just now (as above).
-            Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
-        }
+        self.validate()?;
+        // SAFETY: validation accepted this header with this version's rule and this sub-byte
+        // flag (`validate_now` just now or before, or the exporter: `from_raw_validated`); the
+        // header and its `shape`/`strides` cannot have changed since (the producer's contract,
+        // and `&self` offers no mutation), and they stay valid while `&self` borrows the owner.
+        Ok(unsafe { TensorLayout::from_validated(self.dl_tensor(), self.padded_subbyte()) })
     }
 
     /// The layout of a tensor whose validation is kept, rebuilt from the header.

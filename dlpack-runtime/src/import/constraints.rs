@@ -114,13 +114,12 @@ impl ImportConstraints {
         // The common case, inlined into the consumer: a validated tensor (every tensor this
         // crate's exporter built) that meets the constraints, whose layout is rebuilt from the
         // header without checking it again. Everything else takes the out-of-line path.
-        if managed.is_validated() && self.hold_validated(managed) {
-            // SAFETY: `is_validated`: validation accepted this header, which cannot have
-            // changed since (see `ManagedTensor::validated_layout`).
-            return Ok(unsafe { managed.validated_layout() });
+        if !(managed.is_validated() && self.hold_validated(managed)) {
+            self.check_slow(managed)?;
         }
-        self.check_slow(managed)?;
-        // SAFETY: `check_slow` succeeded, so `managed` is validated (as above).
+        // SAFETY: validated, by the exporter or before (`is_validated`), or by `check_slow` just
+        // now: validation accepted this header, which cannot have changed since (see
+        // `ManagedTensor::validated_layout`).
         Ok(unsafe { managed.validated_layout() })
     }
 
