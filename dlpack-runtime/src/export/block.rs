@@ -212,7 +212,8 @@ where
     };
     // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
     // allocation extends that layout), so disjoint from `owner`; the prefix and the owner are
-    // written in place, field by field, and the owner moves once (`build` is its only mover). The header stays uninitialized until `fill` writes it: nothing reads it before
+    // written in place, field by field, and the owner moves once (`build` is its only mover).
+    // The header stays uninitialized until `fill` writes it: nothing reads it before
     // (`free_block` reads only the prefix and the owner).
     unsafe {
         let b = block.as_ptr();

@@ -14,12 +14,11 @@ use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::PyCapsule;
 
 use crate::device::Device;
-use crate::export::{DlpackExport, ExportRequest, allocate_host, export_with};
+use crate::export::{DlpackExport, ExportRequest, allocate_host};
 use crate::ffi::{self, DLManagedTensorVersioned, DLPackVersion};
 use crate::managed::{ManagedTensor, RawManagedTensor};
 
 use super::export_once::export_managed;
-use super::producer::PyOwner;
 
 /// The C exchange API table of pyclass `T` (`DLPackExchangeAPI` in `dlpack.h`), as the capsule
 /// to publish as the class attribute `__dlpack_c_exchange_api__`:
@@ -38,12 +37,6 @@ use super::producer::PyOwner;
 /// refused with `BufferError`, since the C exchange API cannot name those streams:
 /// `__dlpack__(stream=...)` orders them before the consumer's stream. This crate's consumer
 /// then falls back to `__dlpack__`.
-///
-/// `managed_tensor_from_py_object_no_sync` runs on the GIL its caller holds, without pyo3's
-/// attach bookkeeping, and so does `T`'s
-/// [`DlpackExport::export_parts`](crate::DlpackExport::export_parts) within it: a derived
-/// implementation never touches Python; a hand-written one must not clone or drop `Py<...>`
-/// values there (see [`add_dlpack_methods`](super::add_dlpack_methods)).
 ///
 /// `managed_tensor_from_py_object_no_sync` runs on the GIL its caller holds, without pyo3's
 /// attach bookkeeping, and so does `T`'s
@@ -169,33 +162,14 @@ where
                 PyErr::from(err)
             ))
         })?;
-        // No synchronization (`dlpack.h`, `managed_tensor_from_py_object_no_sync`): `stream=-1`
-        // where a stream is legal. The table carries no stream per tensor, so a tensor with
-        // work pending on the producer's own streams cannot be ordered before the consumer's:
-        // refused, for `__dlpack__(stream=...)` to serve it, rather than handed over unordered.
-        let (device, pending) = {
-            let parts = obj.get().export_parts();
-            (parts.device(), parts.has_producer_streams())
-        };
-        if pending {
-            return Err(PyBufferError::new_err(format!(
-                "this {device} tensor names CUDA streams with pending work, which the C exchange API cannot order before the consumer's stream; expected a __dlpack__(stream=...) call"
-            )));
+        // SAFETY: `out` is a valid out-pointer (checked non-NULL; caller's contract).
+        match unsafe { export_to(&obj, out) } {
+            Some(exported) => exported.map_err(Into::into),
+            None => Err(PyBufferError::new_err(format!(
+                "this {} tensor names CUDA streams with pending work, which the C exchange API cannot order before the consumer's stream; expected a __dlpack__(stream=...) call",
+                obj.get().dlpack_device()
+            ))),
         }
-        let request = match device.device_type {
-            crate::DeviceType::Cpu => ExportRequest::versioned(),
-            _ => ExportRequest::versioned().stream(Some(-1)),
-        };
-        let owner = PyOwner(Some(obj.unbind()));
-        let managed = export_with(owner, PyOwner::parts, &request)?;
-        match managed.into_raw() {
-            // SAFETY: `out` is a valid out-pointer (checked non-NULL; caller's contract).
-            RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
-            RawManagedTensor::Legacy(_) => {
-                unreachable!("a versioned request builds a versioned tensor")
-            }
-        }
-        Ok(())
     };
     // SAFETY: the C exchange API's callers hold the GIL (`dlpack.h`).
     unsafe { c_api_call(body) }
@@ -231,27 +205,8 @@ where
         }
         // SAFETY: an instance of `T` (checked).
         let obj = unsafe { obj.cast_unchecked::<T>() };
-        let (device, pending) = {
-            let parts = obj.get().export_parts();
-            (parts.device(), parts.has_producer_streams())
-        };
-        if pending {
-            return None;
-        }
-        let request = match device.device_type {
-            crate::DeviceType::Cpu => ExportRequest::versioned(),
-            _ => ExportRequest::versioned().stream(Some(-1)),
-        };
-        let owner = PyOwner(Some(obj.to_owned().unbind()));
-        Some(export_with(owner, PyOwner::parts, &request).map(|managed| {
-            match managed.into_raw() {
-                // SAFETY: `out` is valid for a write (caller; checked non-NULL).
-                RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
-                RawManagedTensor::Legacy(_) => {
-                    unreachable!("a versioned request builds a versioned tensor")
-                }
-            }
-        }))
+        // SAFETY: `out` is valid for a write (caller; checked non-NULL).
+        unsafe { export_to(&obj, out) }
     });
     match quick {
         Ok(None) => None,
@@ -273,6 +228,45 @@ where
             Some(-1)
         }
     }
+}
+
+/// The export `managed_tensor_from_py_object_no_sync` hands out for `obj`, written to `out`.
+/// No synchronization (`dlpack.h`, `managed_tensor_from_py_object_no_sync`): `stream=-1` where
+/// a stream is legal. The table carries no stream per tensor, so a tensor with work pending on
+/// the producer's own streams cannot be ordered before the consumer's: `None` for those, which
+/// are refused, for `__dlpack__(stream=...)` to serve them, rather than handed over unordered.
+/// Builds no `PyErr` (see [`super::producer::export_object`]).
+///
+/// # Safety
+///
+/// `out` is valid for a write.
+unsafe fn export_to<T>(
+    obj: &Bound<'_, T>,
+    out: *mut *mut DLManagedTensorVersioned,
+) -> Option<Result<(), crate::ExportError>>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    let (device, pending) = {
+        let parts = obj.get().export_parts();
+        (parts.device(), parts.has_producer_streams())
+    };
+    if pending {
+        return None;
+    }
+    let request = match device.device_type {
+        crate::DeviceType::Cpu => ExportRequest::versioned(),
+        _ => ExportRequest::versioned().stream(Some(-1)),
+    };
+    Some(
+        super::producer::export_object(obj, &request).map(|managed| match managed.into_raw() {
+            // SAFETY: `out` is valid for a write (caller).
+            RawManagedTensor::Versioned(p) => unsafe { out.write(p.as_ptr()) },
+            RawManagedTensor::Legacy(_) => {
+                unreachable!("a versioned request builds a versioned tensor")
+            }
+        }),
+    )
 }
 
 /// `managed_tensor_allocator`: a zeroed host tensor of the prototype's dtype and shape.

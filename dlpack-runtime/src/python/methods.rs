@@ -389,9 +389,8 @@ where
         // SAFETY: an instance of `T` (checked).
         let slf = unsafe { slf.cast_unchecked::<T>() };
         let request = super::export_request(stream, max_version, dl_device, copy);
-        let owner = super::producer::PyOwner(Some(slf.to_owned().unbind()));
         Some(
-            crate::export::export_with(owner, super::producer::PyOwner::parts, &request)
+            super::producer::export_object(&slf, &request)
                 // SAFETY: the GIL is held (above).
                 .map(|managed| unsafe { super::capsule::new_capsule(managed) }),
         )
@@ -504,7 +503,7 @@ unsafe fn tuple_item(tuple: *mut pyffi::PyObject, i: pyffi::Py_ssize_t) -> *mut 
     return unsafe { pyffi::PyTuple_GetItem(tuple, i) };
 }
 
-/// An absent or `None` argument: `Some(None)`.
+/// Whether an argument is absent (NULL) or `None`.
 ///
 /// # Safety
 ///

@@ -127,6 +127,7 @@ pub use exchange_api::dlpack_c_exchange_api;
 pub use export_once::{ExportOnce, export_managed, export_once};
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 pub use methods::add_dlpack_methods;
+pub use producer::{dlpack, dlpack_device, export_request};
 
 /// Sets the Python exception `err` makes, with pyo3 attached: the error path of the functions
 /// CPython and C consumers call with the GIL held, whose common path runs on
@@ -159,7 +160,6 @@ unsafe fn raise_unattached(message: &core::ffi::CStr) {
     // SAFETY: the GIL is held (caller); `PyExc_SystemError` is a live static type object.
     unsafe { pyo3::ffi::PyErr_SetString(pyo3::ffi::PyExc_SystemError, message.as_ptr()) };
 }
-pub use producer::{dlpack, dlpack_device, export_request};
 
 impl From<ExportError> for PyErr {
     fn from(err: ExportError) -> Self {

@@ -57,11 +57,26 @@ pub fn dlpack<'py, T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    let py = slf.py();
     let request = export_request(stream, max_version, dl_device, copy);
-    let owner = PyOwner(Some(slf.clone().unbind()));
-    let managed = export_with(owner, PyOwner::parts, &request)?;
-    to_capsule(py, managed)
+    to_capsule(slf.py(), export_object(slf, &request)?)
+}
+
+/// The export of the pyclass object `obj` that `request` asks for: shared and read-only, with
+/// `obj` kept alive (a new reference, in a [`PyOwner`]) until the consumer calls the deleter.
+/// Builds no `PyErr` and drops no `Py<T>` (its callers include code that runs without pyo3's
+/// attach bookkeeping).
+///
+/// # Errors
+///
+/// The [`ExportError`](crate::ExportError) of [`export_with`]; `obj`'s reference is released.
+pub(super) fn export_object<T>(
+    obj: &Bound<'_, T>,
+    request: &ExportRequest,
+) -> Result<crate::ManagedTensor, crate::ExportError>
+where
+    T: PyClass<Frozen = True> + DlpackExport + Sync,
+{
+    export_with(PyOwner(Some(obj.clone().unbind())), PyOwner::parts, request)
 }
 
 /// `__dlpack_device__`: `(device_type, device_id)` in DLPack numbering (`dlpack.h`, `DLDevice`).
