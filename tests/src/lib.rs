@@ -437,6 +437,19 @@ pub mod py {
             .expect("NumPy must be importable: run scripts/test.sh, which sets up .venv")
     }
 
+    /// Imports `jax` and `jax.numpy` once for the process. The tests run on several threads: the
+    /// first import runs on one while the others wait without the GIL. Imported concurrently,
+    /// importlib's deadlock avoidance could hand a thread the partially initialized module.
+    pub fn import_jax_once(py: Python<'_>) {
+        use pyo3::sync::OnceLockExt;
+        static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        IMPORTED.get_or_init_py_attached(py, || {
+            py.import("jax")
+                .expect("jax must be importable: run scripts/test.sh, which sets up .venv");
+            py.import("jax.numpy").expect("jax.numpy");
+        });
+    }
+
     /// Runs `code` with `locals` and returns the value it left in `result`.
     pub fn eval<'py>(
         py: Python<'py>,

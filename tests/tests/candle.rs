@@ -184,6 +184,7 @@ mod python {
     use pyo3::types::PyDict;
 
     fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
+        dlpack_tests::py::import_jax_once(py);
         let l = PyDict::new(py);
         run(
             py,

@@ -26,6 +26,7 @@ struct Frozen {
 dlpack_tests::dlpack_pymethods!(Frozen);
 
 fn jax(py: Python<'_>) -> Bound<'_, PyDict> {
+    dlpack_tests::py::import_jax_once(py);
     let l = PyDict::new(py);
     run(
         py,
