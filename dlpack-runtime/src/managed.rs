@@ -79,7 +79,7 @@ pub enum RawManagedTensor {
 /// **Validated once.** The header and its `shape` and `strides` arrays belong to the producer,
 /// which must not change them while the tensor is lent (the DLPack ownership contract), and
 /// safe code cannot change them through a `ManagedTensor`. So the first successful
-/// [`layout`](ManagedTensor::layout) records that the header is valid (and its element count),
+/// [`layout`](ManagedTensor::layout) records that the header is valid,
 /// and later calls rebuild the layout from the header without validating again. A
 /// tensor made by this crate's exporter ([`DlpackExport::into_dlpack`](crate::DlpackExport::into_dlpack)
 /// and friends) is validated by the exporter and arrives with that result already kept, so a
@@ -91,33 +91,61 @@ pub enum RawManagedTensor {
 /// "Implementation"), and shared access only reads the header (and the atomic record of its
 /// validation).
 pub struct ManagedTensor {
-    /// The header pointer, tagged in its low bits (a header holds pointers, so its address is a
-    /// multiple of 4 at least): [`LEGACY`] for a legacy `DLManagedTensor`, [`VALIDATED`] once
-    /// its layout has been validated. One word, so that a `ManagedTensor` moves as one word;
-    /// atomic, because the validation mark is set through `&self` and `&ManagedTensor` is
-    /// shared across threads (two threads that validate at once store the same word: the
-    /// pointer never changes, and the header cannot).
-    header: AtomicPtr<u8>,
+    /// The header's `dl_tensor` field (offset 32 of a `DLManagedTensorVersioned`, 0 of a legacy
+    /// `DLManagedTensor`), derived from the header pointer, whose provenance it keeps: the field
+    /// every access reads, reached with no branch on the kind of header. Tagged in its low bits
+    /// (a `DLTensor` holds pointers, so its address is a multiple of 4 at least): [`LEGACY`] for
+    /// a legacy header, [`VALIDATED`] once the layout has been validated. One word, so that a
+    /// `ManagedTensor` moves in one register (a pair of words, written as two and read back as
+    /// one 16-byte move, stalls the load); atomic, because the validation mark is set through
+    /// `&self` and `&ManagedTensor` is shared across threads (two threads that validate at once
+    /// store the same word: the pointer never changes, and the header cannot).
+    tensor: AtomicPtr<DLTensor>,
 }
 
-/// Tag of [`ManagedTensor::header`]: a legacy `DLManagedTensor`.
+/// Tag of [`ManagedTensor::tensor`]: the header is a legacy `DLManagedTensor`.
 const LEGACY: usize = 1;
-/// Tag of [`ManagedTensor::header`]: the layout has been validated.
+/// Tag of [`ManagedTensor::tensor`]: the layout has been validated.
 const VALIDATED: usize = 2;
 const TAGS: usize = LEGACY | VALIDATED;
 
-impl RawManagedTensor {
-    /// The tagged header pointer of a [`ManagedTensor`].
+/// Offset of `dl_tensor` in a versioned header (`dlpack.h`, `DLManagedTensorVersioned`).
+const VERSIONED_TENSOR: usize = core::mem::offset_of!(DLManagedTensorVersioned, dl_tensor);
+/// Offset of `dl_tensor` in a legacy header (`dlpack.h`, `DLManagedTensor`).
+const LEGACY_TENSOR: usize = core::mem::offset_of!(DLManagedTensor, dl_tensor);
+
+impl ManagedTensor {
+    /// Owns `raw`; `validated`: whether its layout is known to be valid.
     #[inline]
-    fn tagged(self, validated: bool) -> AtomicPtr<u8> {
-        let (p, legacy) = match self {
-            RawManagedTensor::Versioned(p) => (p.cast::<u8>(), 0),
-            RawManagedTensor::Legacy(p) => (p.cast::<u8>(), LEGACY),
+    fn new(raw: RawManagedTensor, validated: bool) -> Self {
+        let (header, offset, legacy) = match raw {
+            RawManagedTensor::Versioned(p) => (p.cast::<u8>(), VERSIONED_TENSOR, 0),
+            RawManagedTensor::Legacy(p) => (p.cast::<u8>(), LEGACY_TENSOR, LEGACY),
         };
-        // A header holds pointers, so a valid header address has its tag bits clear.
-        debug_assert_eq!(p.as_ptr().addr() & TAGS, 0, "misaligned header");
+        // SAFETY: `dl_tensor` lies `offset` bytes inside the header `header` points to, so the
+        // offset stays in the same allocation, and the pointer keeps the header's provenance.
+        let tensor = unsafe { header.add(offset) }.cast::<DLTensor>();
+        // A `DLTensor` holds pointers, so a valid one's address has its tag bits clear.
+        debug_assert_eq!(tensor.as_ptr().addr() & TAGS, 0, "misaligned header");
         let tags = legacy | if validated { VALIDATED } else { 0 };
-        AtomicPtr::new(p.as_ptr().map_addr(|a| a | tags))
+        Self {
+            tensor: AtomicPtr::new(tensor.as_ptr().map_addr(|a| a | tags)),
+        }
+    }
+
+    /// The tagged `dl_tensor` pointer. Relaxed: the pointer never changes, and the validation
+    /// mark publishes nothing but itself (it is derived from the header, which does not change).
+    #[inline]
+    fn word(&self) -> *mut DLTensor {
+        self.tensor.load(Ordering::Relaxed)
+    }
+
+    /// The `dl_tensor` pointer, untagged.
+    #[inline]
+    fn tensor_ptr(&self) -> NonNull<DLTensor> {
+        // SAFETY: the word is a valid (non-NULL) `DLTensor` address with tag bits added;
+        // clearing them gives that address back.
+        unsafe { NonNull::new_unchecked(self.word().map_addr(|a| a & !TAGS)) }
     }
 }
 
@@ -183,9 +211,7 @@ impl ManagedTensor {
                 version,
             });
         }
-        Ok(Self {
-            header: RawManagedTensor::Versioned(ptr).tagged(false),
-        })
+        Ok(Self::new(RawManagedTensor::Versioned(ptr), false))
     }
 
     /// Takes ownership of a legacy `DLManagedTensor`.
@@ -201,9 +227,7 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
-        Ok(Self {
-            header: RawManagedTensor::Legacy(ptr).tagged(false),
-        })
+        Ok(Self::new(RawManagedTensor::Legacy(ptr), false))
     }
 
     /// Wraps a tensor whose version is known to be 1.x (built by this crate).
@@ -214,9 +238,7 @@ impl ManagedTensor {
     /// defines no flag bits beyond DLPack 1.3's.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) unsafe fn from_raw_unchecked(raw: RawManagedTensor) -> Self {
-        Self {
-            header: raw.tagged(false),
-        }
+        Self::new(raw, false)
     }
 
     /// Wraps a tensor built by this crate's exporter, which validated its finished header:
@@ -228,9 +250,7 @@ impl ManagedTensor {
     /// finished header (with the version's `NullStrides` rule and the header's sub-byte flag).
     #[inline]
     pub(crate) unsafe fn from_raw_validated(raw: RawManagedTensor) -> Self {
-        Self {
-            header: raw.tagged(true),
-        }
+        Self::new(raw, true)
     }
 
     /// `manager_ctx` of the tensor.
@@ -297,13 +317,10 @@ impl ManagedTensor {
     /// The raw `DLTensor`, unvalidated. Prefer [`ManagedTensor::layout`].
     #[inline]
     pub fn dl_tensor(&self) -> &DLTensor {
-        match self.raw() {
-            // SAFETY: the pointer is valid while `self` owns it, and its layout is that of
-            // major version 1 (checked at construction).
-            RawManagedTensor::Versioned(p) => &unsafe { p.as_ref() }.dl_tensor,
-            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
-            RawManagedTensor::Legacy(p) => &unsafe { p.as_ref() }.dl_tensor,
-        }
+        // SAFETY: the pointer is the `dl_tensor` field of the header `self` owns, valid while
+        // it owns it (constructor contract); a versioned header has the layout of major version
+        // 1 (checked at construction).
+        unsafe { self.tensor_ptr().as_ref() }
     }
 
     /// Validates the layout (`dlpack.h`, `DLTensor` and `DLPackVersion`): NULL strides are read
@@ -368,9 +385,10 @@ impl ManagedTensor {
                 self.padded_subbyte(),
             )
         }?;
-        // Only this bit ever changes, and every thread that sets it stores the same word.
+        // A plain store, no read-modify-write: the pointer and `LEGACY` never change, so every
+        // thread that sets the mark stores the same word.
         let word = self.word();
-        self.header
+        self.tensor
             .store(word.map_addr(|a| a | VALIDATED), Ordering::Relaxed);
         Ok(())
     }
@@ -382,14 +400,6 @@ impl ManagedTensor {
         self.word().addr() & VALIDATED != 0
     }
 
-    /// The tagged header pointer.
-    #[inline]
-    fn word(&self) -> *mut u8 {
-        // Relaxed: the pointer never changes, and the validation mark publishes nothing but
-        // itself (it is derived from the header, which does not change).
-        self.header.load(Ordering::Relaxed)
-    }
-
     /// The raw pointer, still owned by `self`. The header it points to, and its `shape` and
     /// `strides` arrays, must not be modified while `self` owns the tensor: the validation of
     /// the layout is kept (see [`ManagedTensor::layout`]).
@@ -398,17 +408,20 @@ impl ManagedTensor {
         self.raw()
     }
 
-    /// The header pointer, untagged.
+    /// The header pointer.
     #[inline]
     fn raw(&self) -> RawManagedTensor {
         let word = self.word();
-        // SAFETY: the word is a valid (non-NULL) header's address with tag bits added; clearing
-        // them gives that address back.
-        let p = unsafe { NonNull::new_unchecked(word.map_addr(|a| a & !TAGS)) };
+        // SAFETY: the word is a valid (non-NULL) `DLTensor` address with tag bits added;
+        // clearing them gives that address back.
+        let bytes = unsafe { NonNull::new_unchecked(word.map_addr(|a| a & !TAGS)) }.cast::<u8>();
         if word.addr() & LEGACY != 0 {
-            RawManagedTensor::Legacy(p.cast())
+            // SAFETY: `tensor` is the header's `dl_tensor` field, `LEGACY_TENSOR` bytes into the
+            // header (`new`), with the header's provenance.
+            RawManagedTensor::Legacy(unsafe { bytes.sub(LEGACY_TENSOR) }.cast())
         } else {
-            RawManagedTensor::Versioned(p.cast())
+            // SAFETY: as above, `VERSIONED_TENSOR` bytes into a versioned header.
+            RawManagedTensor::Versioned(unsafe { bytes.sub(VERSIONED_TENSOR) }.cast())
         }
     }
 
