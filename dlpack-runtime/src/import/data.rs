@@ -15,16 +15,18 @@ use crate::managed::ManagedTensor;
 /// [`get`](Self::get), [`to_vec`](Self::to_vec)) additionally checks that the memory is
 /// host-accessible and aligned; mutable access checks that the tensor is writable.
 ///
-/// Everything but the index is established once, at import: the layout is validated (or its
-/// validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and whether
-/// it is host-accessible and aligned for `T` and C-contiguous is kept; a typed access rebuilds
-/// the layout from the header without validating it again and checks only its index (and, for
-/// `bool`, the bytes it reads).
+/// What does not depend on the index is established once, at import: the layout is validated
+/// (or its validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and
+/// whether it is host-accessible and aligned for `T` is kept; a typed access rebuilds the layout
+/// from the header without validating it again and checks only its index (and, for `bool`, the
+/// bytes it reads). Whole-tensor accesses ([`as_slice`](Self::as_slice),
+/// [`as_slice_mut`](Self::as_slice_mut)) check contiguity on the layout they rebuild: one pass
+/// over the axes, paid by the accesses that need it rather than by every import.
 pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
-    /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`],
-    /// [`C_CONTIGUOUS`]. The layout itself is rebuilt from the header when asked for (without
-    /// validating it again: `managed` keeps its validation), so an `ImportedData` is two words.
+    /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`]. The
+    /// layout itself is rebuilt from the header when asked for (without validating it again:
+    /// `managed` keeps its validation).
     flags: usize,
     _element: PhantomData<T>,
 }
@@ -42,20 +44,27 @@ const VALID: usize = 1;
 /// for `T` (the checks of [`TensorLayout::check_typed`] after the dtype, which the import
 /// checked). Set only with [`VALID`].
 const HOST_OK: usize = 2;
-/// Flag of [`ImportedData`]: the layout is compact row-major. Set only with [`VALID`].
-const C_CONTIGUOUS: usize = 4;
 
-/// The flags of an `ImportedData<T>` holding `managed`, whose dtype is `T::DTYPE`.
+/// The flags of an `ImportedData<T>` holding `managed`, whose dtype is `T::DTYPE`. Read from
+/// the header: no layout is built unless the first element is misaligned, which is allowed
+/// only for a tensor without elements.
 #[inline(always)]
 fn flags_of<T: Element>(managed: &ManagedTensor) -> usize {
-    let Ok(layout) = managed.layout() else {
+    if managed.validate().is_err() {
         return 0;
-    };
-    let numel = layout.numel();
-    let host_ok = raw_host_accessible(managed.dl_tensor().device.device_type)
-        && (numel == 0 || (layout.first_element_ptr() as usize) % align_of::<T>() == 0);
-    let c_contiguous = layout.is_contiguous(Contiguity::C);
-    VALID | if host_ok { HOST_OK } else { 0 } | if c_contiguous { C_CONTIGUOUS } else { 0 }
+    }
+    let t = managed.dl_tensor();
+    let first = (t.data as usize).wrapping_add(t.byte_offset as usize);
+    let host_ok = raw_host_accessible(t.device.device_type)
+        && (first % align_of::<T>() == 0 || is_empty(managed));
+    VALID | if host_ok { HOST_OK } else { 0 }
+}
+
+/// Whether the validated tensor `managed` has no elements.
+#[cold]
+#[inline(never)]
+fn is_empty(managed: &ManagedTensor) -> bool {
+    managed.layout().is_ok_and(|layout| layout.numel() == 0)
 }
 
 impl<T: Element> core::fmt::Debug for ImportedData<T> {
@@ -152,12 +161,6 @@ impl<T: Element> ImportedData<T> {
         Ok(unsafe { self.managed.validated_layout() })
     }
 
-    /// Whether the layout, validated, is compact row-major.
-    #[inline]
-    fn c_contiguous(&self) -> bool {
-        self.flags & C_CONTIGUOUS != 0
-    }
-
     /// Why [`Self::host_layout`] refused: the validation error, or that of the typed checks.
     #[cold]
     #[inline(never)]
@@ -198,7 +201,7 @@ impl<T: Element> ImportedData<T> {
     /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
         let layout = self.host_layout()?;
-        if !self.c_contiguous() {
+        if !layout.is_contiguous(Contiguity::C) {
             return Err(self.not_contiguous());
         }
         let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
@@ -224,7 +227,7 @@ impl<T: Element> ImportedData<T> {
             return Err(LayoutError::ReadOnly);
         }
         let layout = self.host_layout()?;
-        if !self.c_contiguous() {
+        if !layout.is_contiguous(Contiguity::C) {
             return Err(self.not_contiguous());
         }
         let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
