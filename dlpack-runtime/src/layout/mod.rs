@@ -116,7 +116,6 @@ pub struct TensorLayout<'a> {
     strides: *const i64,
     ndim: usize,
     byte_offset: usize,
-    numel: usize,
     _arrays: PhantomData<&'a [i64]>,
 }
 
@@ -172,7 +171,7 @@ impl core::fmt::Debug for TensorLayout<'_> {
             .field("shape", &self.shape())
             .field("strides", &self.raw_strides())
             .field("byte_offset", &self.byte_offset)
-            .field("numel", &self.numel)
+            .field("numel", &self.numel())
             .field("span", &self.span())
             .finish()
     }
@@ -203,8 +202,8 @@ pub unsafe fn validate<'a>(
     padded_subbyte: bool,
 ) -> Result<TensorLayout<'a>, LayoutError> {
     // SAFETY: forwarded from the caller.
-    let (layout, span) = unsafe { validate_unaddressed(t, null_strides, padded_subbyte) }?;
-    check_address(layout.data, layout.numel, span)?;
+    let (layout, span, numel) = unsafe { validate_unaddressed(t, null_strides, padded_subbyte) }?;
+    check_address(layout.data, numel, span)?;
     Ok(layout)
 }
 
@@ -226,12 +225,12 @@ pub(crate) unsafe fn check_header(
     padded_subbyte: bool,
 ) -> Result<(), LayoutError> {
     // SAFETY: forwarded from the caller.
-    let (layout, span) = unsafe { validate_unaddressed(t, null_strides, padded_subbyte) }?;
-    check_address(layout.data, layout.numel, span)
+    let (layout, span, numel) = unsafe { validate_unaddressed(t, null_strides, padded_subbyte) }?;
+    check_address(layout.data, numel, span)
 }
 
 /// [`validate`] without the checks on `data` itself (NULL with elements, address wrap), which
-/// returns the byte span it checked too.
+/// returns the byte span it checked and the element count too.
 ///
 /// # Safety
 ///
@@ -240,7 +239,7 @@ unsafe fn validate_unaddressed<'a>(
     t: &'a ffi::DLTensor,
     null_strides: NullStrides,
     padded_subbyte: bool,
-) -> Result<(TensorLayout<'a>, ByteSpan), LayoutError> {
+) -> Result<(TensorLayout<'a>, ByteSpan, usize), LayoutError> {
     if t.ndim < 0 {
         return Err(LayoutError::NegativeNdim { ndim: t.ndim });
     }
@@ -309,9 +308,8 @@ unsafe fn validate_unaddressed<'a>(
         Packed::dtype(t.dtype, element_bits as u32),
         shape,
         strides,
-        numel,
     );
-    Ok((layout, span))
+    Ok((layout, span, numel))
 }
 
 impl<'a> TensorLayout<'a> {
@@ -341,14 +339,12 @@ impl<'a> TensorLayout<'a> {
             // SAFETY: as for `shape`.
             Some(unsafe { core::slice::from_raw_parts(t.strides, ndim) })
         };
-        let numel = validated_numel(shape);
         let bits = t.dtype.bits as u32 * t.dtype.lanes as u32;
         Self::from_arrays(
             t,
             Packed::dtype(t.dtype, if padded_subbyte && bits < 8 { 8 } else { bits }),
             shape,
             strides,
-            numel,
         )
     }
 
@@ -360,7 +356,6 @@ impl<'a> TensorLayout<'a> {
         dtype: u64,
         shape: &'a [i64],
         strides: Option<&'a [i64]>,
-        numel: usize,
     ) -> Self {
         Self {
             data: t.data,
@@ -370,7 +365,6 @@ impl<'a> TensorLayout<'a> {
             strides: strides.map_or(core::ptr::null(), <[i64]>::as_ptr),
             ndim: shape.len(),
             byte_offset: t.byte_offset as usize,
-            numel,
             _arrays: PhantomData,
         }
     }
@@ -468,22 +462,26 @@ impl<'a> TensorLayout<'a> {
     }
 
     /// Number of elements (product of the extents; 1 for a 0-d tensor).
+    ///
+    /// Computed on each call (one pass over the extents), so that building a layout costs no
+    /// pass over its shape when nothing asks for the count.
     #[inline]
     pub fn numel(&self) -> usize {
-        self.numel
+        validated_numel(self.shape())
     }
 
     /// Bytes touched relative to `data`, `byte_offset` included.
     ///
     /// Computed on each call, with the arithmetic validation checked.
     pub fn span(&self) -> ByteSpan {
-        if self.numel == 0 {
+        let numel = self.numel();
+        if numel == 0 {
             return ByteSpan { start: 0, end: 0 };
         }
         let span = byte_span(
             self.shape(),
             self.raw_strides(),
-            self.numel,
+            numel,
             Packed::element_bits(self.dtype),
             self.byte_offset as u64,
         );
@@ -497,7 +495,7 @@ impl<'a> TensorLayout<'a> {
     /// ignored (their stride is arbitrary), and zero-size tensors are contiguous.
     #[inline]
     pub fn is_contiguous(&self, order: Contiguity) -> bool {
-        is_contiguous(self.shape(), self.raw_strides(), self.numel, order)
+        is_contiguous(self.shape(), self.raw_strides(), self.numel(), order)
     }
 
     /// Checks that the tensor can be read as a host slice or host elements of `T`: the dtype is
@@ -520,7 +518,7 @@ impl<'a> TensorLayout<'a> {
                 device: self.device(),
             });
         }
-        if self.numel > 0 {
+        if self.numel() > 0 {
             let address = self.first_element_ptr() as usize;
             let align = core::mem::align_of::<T>();
             if address % align != 0 {
@@ -626,7 +624,7 @@ impl<'a> TensorLayout<'a> {
     /// [`LayoutError::SubByteAccess`] for element sizes that are not whole bytes.
     pub fn for_each_offset(&self, mut f: impl FnMut(isize)) -> Result<(), LayoutError> {
         let size = self.element_bytes()? as isize;
-        if self.numel == 0 {
+        if self.numel() == 0 {
             return Ok(());
         }
         let (ndim, shape) = (self.ndim(), self.shape());
@@ -641,7 +639,7 @@ impl<'a> TensorLayout<'a> {
         }
         let mut index = [0i64; MAX_NDIM];
         let mut offset: isize = 0;
-        for _ in 0..self.numel {
+        for _ in 0..self.numel() {
             f(offset);
             // Odometer step, innermost axis fastest.
             for axis in (0..ndim).rev() {
