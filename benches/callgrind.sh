@@ -2,7 +2,7 @@
 # Instructions per operation of each contender, counted by callgrind (deterministic, so usable on
 # shared CPUs where times are noisy). Each case runs 100k and 200k iterations of the `profile`
 # example; the difference divided by 100k is the cost of one operation, start-up excluded.
-# Usage: benches/callgrind.sh   (needs valgrind; takes about a minute)
+# Usage: benches/callgrind.sh   (needs valgrind; takes about two minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 1; }
@@ -21,7 +21,7 @@ per_op() {
 }
 echo "| case | ours | dlpark | floor |"
 echo "|---|---|---|---|"
-for what in shared owned export; do
+for what in shared owned export ndim1 ndim2 ndim4 ndim8 ndim16 ndim32; do
     echo "| $what | $(per_op ours $what) | $(per_op dlpark $what) | $(per_op floor $what) |"
 done
 echo

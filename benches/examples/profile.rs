@@ -52,43 +52,57 @@ fn main() {
     let held = ours::export(shared());
     let view = ours::import::<2>(ours::export(shared()));
     let theirs = dlpark_side::export_shared(shared());
+    // The case is chosen once, and each arm runs its own loop: no dispatch per iteration, so
+    // every contender's count holds its operation and the same loop overhead.
+    let sum = match (who, what) {
+        ("ours", "shared") => run(runs, || ours::round_trip::<2>(ours::export(shared()))),
+        ("ours", "owned") => run(runs, || ours::round_trip::<2>(ours::export(owned()))),
+        ("ours", "export") => run(runs, || {
+            drop(black_box(ours::export(shared())));
+            1.0
+        }),
+        ("ours", "validate") => run(runs, || ours::validate(black_box(&held)) as f32),
+        ("ours", "layout") => run(runs, || {
+            black_box(&held).layout().expect("layout").numel() as f32
+        }),
+        ("ours", "get") => run(runs, || ours::read(black_box(&view))),
+        // SAFETY: the view holds a live tensor of six `f32`.
+        ("ours", "ptr") => run(runs, || unsafe { black_box(&view).data.as_ptr().read() }),
+        ("dlpark", "validate") => run(runs, || {
+            black_box(&theirs).validate().expect("valid").num_elements() as f32
+        }),
+        ("dlpark", "shared") => run(runs, || {
+            dlpark_side::round_trip::<2>(dlpark_side::export_shared(shared()))
+        }),
+        ("dlpark", "owned") => run(runs, || {
+            dlpark_side::round_trip::<2>(dlpark_side::export(owned()))
+        }),
+        ("dlpark", "export") => run(runs, || {
+            drop(black_box(dlpark_side::export_shared(shared())));
+            1.0
+        }),
+        ("floor", "shared") => run(runs, || {
+            floor::round_trip::<2>(floor::export_shared(shared()))
+        }),
+        ("floor", "owned") => run(runs, || floor::round_trip::<2>(floor::export(owned()))),
+        ("floor", "export") => run(runs, || {
+            let raw = black_box(floor::export_shared(shared()));
+            // SAFETY: `raw` was just exported, is owned here, and its deleter runs once.
+            unsafe { (raw.as_ref().deleter.expect("deleter"))(raw.as_ptr()) };
+            1.0
+        }),
+        _ => panic!("unknown contender or case: {who} {what}"),
+    };
+    println!("{sum}");
+}
+
+/// Runs `step` `runs` times and sums what it returns.
+fn run(runs: usize, mut step: impl FnMut() -> f32) -> f32 {
     let mut sum = 0.0f32;
     for _ in 0..runs {
-        sum += match (who, what) {
-            ("ours", "shared") => ours::round_trip::<2>(ours::export(shared())),
-            ("ours", "owned") => ours::round_trip::<2>(ours::export(owned())),
-            ("ours", "export") => {
-                drop(black_box(ours::export(shared())));
-                1.0
-            }
-            ("ours", "validate") => ours::validate(black_box(&held)) as f32,
-            ("ours", "layout") => black_box(&held).layout().expect("layout").numel() as f32,
-            ("ours", "get") => ours::read(black_box(&view)),
-            // SAFETY: the view holds a live tensor of six `f32`.
-            ("ours", "ptr") => unsafe { black_box(&view).data.as_ptr().read() },
-            ("dlpark", "validate") => {
-                black_box(&theirs).validate().expect("valid").num_elements() as f32
-            }
-            ("dlpark", "shared") => {
-                dlpark_side::round_trip::<2>(dlpark_side::export_shared(shared()))
-            }
-            ("dlpark", "owned") => dlpark_side::round_trip::<2>(dlpark_side::export(owned())),
-            ("dlpark", "export") => {
-                drop(black_box(dlpark_side::export_shared(shared())));
-                1.0
-            }
-            ("floor", "shared") => floor::round_trip::<2>(floor::export_shared(shared())),
-            ("floor", "owned") => floor::round_trip::<2>(floor::export(owned())),
-            ("floor", "export") => {
-                let raw = black_box(floor::export_shared(shared()));
-                // SAFETY: `raw` was just exported, is owned here, and its deleter runs once.
-                unsafe { (raw.as_ref().deleter.expect("deleter"))(raw.as_ptr()) };
-                1.0
-            }
-            _ => panic!("unknown contender or case: {who} {what}"),
-        };
+        sum += step();
     }
-    println!("{sum}");
+    sum
 }
 
 /// `runs` shared round trips of shape `[6, 1, ..., 1]` (`N` axes), as the `ndim` benchmark.
@@ -97,14 +111,14 @@ fn ndim<const N: usize>(who: &str, values: &Arc<Vec<f32>>, runs: usize) -> f32 {
         values: Arc::clone(values),
         shape: black_box(shape_of::<N>(6)),
     };
-    let mut sum = 0.0f32;
-    for _ in 0..runs {
-        sum += match who {
-            "ours" => ours::round_trip::<N>(ours::export(shared())),
-            "dlpark" => dlpark_side::round_trip::<N>(dlpark_side::export_shared(shared())),
-            "floor" => floor::round_trip::<N>(floor::export_shared(shared())),
-            _ => panic!("unknown contender: {who}"),
-        };
+    match who {
+        "ours" => run(runs, || ours::round_trip::<N>(ours::export(shared()))),
+        "dlpark" => run(runs, || {
+            dlpark_side::round_trip::<N>(dlpark_side::export_shared(shared()))
+        }),
+        "floor" => run(runs, || {
+            floor::round_trip::<N>(floor::export_shared(shared()))
+        }),
+        _ => panic!("unknown contender: {who}"),
     }
-    sum
 }
