@@ -300,11 +300,15 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                 __dlpack_managed: #krate::__private::ManagedTensor,
             ) -> ::core::result::Result<Self, #krate::__private::ImportError> {
                 #needs_export
-                let __dlpack_constraints = #krate::__private::ImportConstraints::new()
-                    #contiguity
-                    #(#constraints)*;
+                // A constant, so that the reference the out-of-line checks take is to static
+                // memory: nothing is written to the stack for them on the inlined path.
+                let __dlpack_constraints: &'static #krate::__private::ImportConstraints = &const {
+                    #krate::__private::ImportConstraints::new()
+                        #contiguity
+                        #(#constraints)*
+                };
                 let (#(#locals,)*) = {
-                    let __dlpack_layout = #krate::__private::import_layout(&__dlpack_managed, &__dlpack_constraints)?;
+                    let __dlpack_layout = #krate::__private::import_layout(&__dlpack_managed, __dlpack_constraints)?;
                     (#(#reads,)*)
                 };
                 let __dlpack_data = #import_data?;

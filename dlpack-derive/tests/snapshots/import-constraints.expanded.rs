@@ -25,14 +25,19 @@ const _: () = {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {
-            let __dlpack_constraints = ::dlpack_runtime::__private::ImportConstraints::new()
-                .dtype(<f32 as ::dlpack_runtime::__private::Element>::DTYPE)
-                .shape(
-                    &[::core::option::Option::None, ::core::option::Option::Some(3usize)],
-                )
-                .contiguous(::dlpack_runtime::__private::Contiguity::F)
-                .device(::dlpack_runtime::__private::DeviceType::Cuda)
-                .writable(true);
+            let __dlpack_constraints: &'static ::dlpack_runtime::__private::ImportConstraints = &const {
+                ::dlpack_runtime::__private::ImportConstraints::new()
+                    .dtype(<f32 as ::dlpack_runtime::__private::Element>::DTYPE)
+                    .shape(
+                        &[
+                            ::core::option::Option::None,
+                            ::core::option::Option::Some(3usize),
+                        ],
+                    )
+                    .contiguous(::dlpack_runtime::__private::Contiguity::F)
+                    .device(::dlpack_runtime::__private::DeviceType::Cuda)
+                    .writable(true)
+            };
             let (
                 __dlpack_shape,
                 __dlpack_strides,
@@ -42,7 +47,7 @@ const _: () = {
             ) = {
                 let __dlpack_layout = ::dlpack_runtime::__private::import_layout(
                     &__dlpack_managed,
-                    &__dlpack_constraints,
+                    __dlpack_constraints,
                 )?;
                 (
                     <Vec<

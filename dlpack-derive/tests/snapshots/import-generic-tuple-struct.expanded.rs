@@ -21,11 +21,13 @@ const _: () = {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {
-            let __dlpack_constraints = ::dlpack_runtime::__private::ImportConstraints::new();
+            let __dlpack_constraints: &'static ::dlpack_runtime::__private::ImportConstraints = &const {
+                ::dlpack_runtime::__private::ImportConstraints::new()
+            };
             let (__dlpack_shape, __dlpack_strides) = {
                 let __dlpack_layout = ::dlpack_runtime::__private::import_layout(
                     &__dlpack_managed,
-                    &__dlpack_constraints,
+                    __dlpack_constraints,
                 )?;
                 (
                     <Vec<

@@ -19,11 +19,13 @@ const _: () = {
         fn from_managed(
             __dlpack_managed: dl::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, dl::__private::ImportError> {
-            let __dlpack_constraints = dl::__private::ImportConstraints::new();
+            let __dlpack_constraints: &'static dl::__private::ImportConstraints = &const {
+                dl::__private::ImportConstraints::new()
+            };
             let (__dlpack_shape, __dlpack_strides) = {
                 let __dlpack_layout = dl::__private::import_layout(
                     &__dlpack_managed,
-                    &__dlpack_constraints,
+                    __dlpack_constraints,
                 )?;
                 (
                     <Vec<

@@ -21,12 +21,14 @@ const _: () = {
         fn from_managed(
             __dlpack_managed: ::dlpack_runtime::__private::ManagedTensor,
         ) -> ::core::result::Result<Self, ::dlpack_runtime::__private::ImportError> {
-            let __dlpack_constraints = ::dlpack_runtime::__private::ImportConstraints::new()
-                .contiguous(::dlpack_runtime::__private::Contiguity::C);
+            let __dlpack_constraints: &'static ::dlpack_runtime::__private::ImportConstraints = &const {
+                ::dlpack_runtime::__private::ImportConstraints::new()
+                    .contiguous(::dlpack_runtime::__private::Contiguity::C)
+            };
             let (__dlpack_shape, __dlpack_device, __dlpack_byte_offset) = {
                 let __dlpack_layout = ::dlpack_runtime::__private::import_layout(
                     &__dlpack_managed,
-                    &__dlpack_constraints,
+                    __dlpack_constraints,
                 )?;
                 (
                     <[usize; 2] as ::dlpack_runtime::__private::FromShape>::from_shape(

@@ -50,6 +50,19 @@ struct Dense<T: Element> {
     shape: Vec<usize>,
 }
 
+/// A constraint naming the type's parameter: each instance checks its own dtype.
+#[derive(DlpackImport)]
+#[dlpack(dtype = T, ndim = 2)]
+struct Typed<T: Element> {
+    #[dlpack(data)]
+    data: dlpack_runtime::ManagedTensor,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+    element: std::marker::PhantomData<T>,
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A 2x3 matrix stored column-major: element (i, j) at i + 2 * j.
     let column_major = Tensor::<f64, 2> {
@@ -99,6 +112,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         strides: None,
     };
     assert!(View::<i32>::from_dlpack(wrong).is_err());
+
+    let typed = || Tensor::<f32, 2> {
+        values: vec![0.0; 6],
+        shape: [2, 3],
+        strides: None,
+    };
+    let view = Typed::<f32>::from_dlpack(typed())?;
+    assert_eq!((view.shape, view.strides), (vec![2, 3], vec![3, 1]));
+    assert!(view.data.is_validated());
+    assert!(matches!(
+        Typed::<f64>::from_dlpack(typed()),
+        Err(ImportError::Dtype { .. })
+    ));
 
     let labeled = Labeled {
         buffer: vec![1u8, 2],
