@@ -91,7 +91,8 @@ pub enum RawManagedTensor {
 /// "Implementation"), and shared access only reads the header (and the atomic record of its
 /// validation).
 pub struct ManagedTensor {
-    /// The header's `dl_tensor` field (offset 32 of a `DLManagedTensorVersioned`, 0 of a legacy
+    /// The header's `dl_tensor` field (after `version`, `manager_ctx`, `deleter` and `flags` in a
+    /// `DLManagedTensorVersioned`: offset 32 on 64-bit targets; first in a legacy
     /// `DLManagedTensor`), derived from the header pointer, whose provenance it keeps: the field
     /// every access reads, reached with no branch on the kind of header. Tagged in its low bits
     /// (a `DLTensor` holds pointers, so its address is a multiple of 4 at least): [`LEGACY`] for
