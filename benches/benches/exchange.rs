@@ -238,11 +238,11 @@ fn main() {
 ///
 /// Each of the [`REPEATS`] repeats runs in a process of its own (this binary again, with
 /// [`CHILD`] set). Within one process the ratios agree to 1-2%, but from one process to the
-/// next they move by up to 20%: address-space randomization places the stack, the heap and the
-/// code differently in each, and some placements make the same loads and stores collide (with
-/// randomization turned off, `setarch -R`, every process measures the same ratios). Repeats in
-/// one process would all share one placement, and their worst would hide the others; the
-/// report gives the median and the worst process.
+/// next they can move by 20%: a shared VM may run a process in a faster or a slower state of
+/// the host (seen as two clusters of times, 25 ns or 41 ns for the floor's shared round trip),
+/// and the contenders gain unequally from the faster one. Repeats in one process would share
+/// its state, and their worst would hide the other's; the report gives the median and the
+/// worst process.
 mod paired {
     use super::*;
 
