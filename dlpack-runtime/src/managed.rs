@@ -110,6 +110,14 @@ const LEGACY: usize = 1;
 const VALIDATED: usize = 2;
 const TAGS: usize = LEGACY | VALIDATED;
 
+/// The `DLTensor` address of a [`ManagedTensor::tensor`] word, its tags cleared.
+#[inline]
+fn untagged(word: *mut DLTensor) -> NonNull<DLTensor> {
+    // SAFETY: every word is a valid (non-NULL) `DLTensor` address with tag bits added
+    // (`ManagedTensor::new`, `validate_now`); clearing them gives that address back.
+    unsafe { NonNull::new_unchecked(word.map_addr(|a| a & !TAGS)) }
+}
+
 /// Offset of `dl_tensor` in a versioned header (`dlpack.h`, `DLManagedTensorVersioned`).
 const VERSIONED_TENSOR: usize = core::mem::offset_of!(DLManagedTensorVersioned, dl_tensor);
 /// Offset of `dl_tensor` in a legacy header (`dlpack.h`, `DLManagedTensor`).
@@ -144,9 +152,7 @@ impl ManagedTensor {
     /// The `dl_tensor` pointer, untagged.
     #[inline]
     fn tensor_ptr(&self) -> NonNull<DLTensor> {
-        // SAFETY: the word is a valid (non-NULL) `DLTensor` address with tag bits added;
-        // clearing them gives that address back.
-        unsafe { NonNull::new_unchecked(self.word().map_addr(|a| a & !TAGS)) }
+        untagged(self.word())
     }
 }
 
@@ -412,10 +418,9 @@ impl ManagedTensor {
     /// The header pointer.
     #[inline]
     fn raw(&self) -> RawManagedTensor {
+        // One load for the pointer and its kind.
         let word = self.word();
-        // SAFETY: the word is a valid (non-NULL) `DLTensor` address with tag bits added;
-        // clearing them gives that address back.
-        let bytes = unsafe { NonNull::new_unchecked(word.map_addr(|a| a & !TAGS)) }.cast::<u8>();
+        let bytes = untagged(word).cast::<u8>();
         if word.addr() & LEGACY != 0 {
             // SAFETY: `tensor` is the header's `dl_tensor` field, `LEGACY_TENSOR` bytes into the
             // header (`new`), with the header's provenance.
