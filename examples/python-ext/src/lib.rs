@@ -10,6 +10,8 @@
 
 use dlpack_runtime::python::{self, export_once};
 use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
 /// A float32 tensor owned by Rust: row-major data and a shape.
@@ -109,12 +111,15 @@ fn ones<'py>(py: Python<'py>, shape: Vec<usize>) -> PyResult<Bound<'py, python::
 }
 
 /// A float32 matrix seen through strides (a transposed or column-reversed view of its
-/// row-major values): what `np.from_dlpack(x, copy=True)` copies into a compact array.
+/// row-major values): what `np.from_dlpack(x, copy=True)` copies into a compact array. Views
+/// made by `view` share the values.
 #[pyclass(frozen, module = "dlpack_example")]
 #[derive(DlpackExport)]
 struct Strided {
     #[dlpack(data)]
-    data: Vec<f32>,
+    data: Arc<Vec<f32>>,
+    /// `(rows, cols)` of the row-major values.
+    matrix: [usize; 2],
     #[dlpack(shape)]
     shape: [usize; 2],
     /// In elements.
@@ -132,7 +137,18 @@ impl Strided {
     /// `(cols, rows)`) or `"reversed"` (its columns in reverse order, `a[:, ::-1]`).
     #[new]
     fn new(rows: usize, cols: usize, layout: &str) -> PyResult<Self> {
-        let data = (0..rows * cols).map(|v| v as f32).collect();
+        let data = Arc::new((0..rows * cols).map(|v| v as f32).collect());
+        Self::of(data, [rows, cols], layout)
+    }
+
+    /// `s.view(layout)`: the same values seen as `layout`, without copying them.
+    fn view(&self, layout: &str) -> PyResult<Self> {
+        Self::of(self.data.clone(), self.matrix, layout)
+    }
+}
+
+impl Strided {
+    fn of(data: Arc<Vec<f32>>, [rows, cols]: [usize; 2], layout: &str) -> PyResult<Self> {
         let (c, r) = (cols as isize, rows);
         let (shape, strides, offset) = match layout {
             "c" => ([rows, cols], [c, 1], 0),
@@ -146,6 +162,7 @@ impl Strided {
         };
         Ok(Self {
             data,
+            matrix: [rows, cols],
             shape,
             strides,
             offset,

@@ -179,6 +179,17 @@ def test_strided_views_and_their_copies(layout, view):
     assert not np.shares_memory(copied, shared)
 
 
+def test_strided_views_share_their_values():
+    s = de.Strided(5, 7, "c")
+    base = np.from_dlpack(s)
+    for layout, view in [("c", base), ("t", base.T), ("reversed", base[:, ::-1])]:
+        seen = np.from_dlpack(s.view(layout))
+        np.testing.assert_array_equal(seen, view)
+        assert np.shares_memory(seen, base)
+    with pytest.raises(ValueError, match="expected"):
+        s.view("diagonal")
+
+
 def test_strided_refuses_an_unknown_layout():
     with pytest.raises(ValueError, match="expected"):
         de.Strided(2, 2, "diagonal")
