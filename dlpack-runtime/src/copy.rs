@@ -459,8 +459,8 @@ mod host {
         }
     }
 
-    /// [`transpose`] of a `rows x cols` part of a plane (`(rows, cols) = extents`), written to
-    /// `dst` with rows `dst_row` elements apart, in tiles of one cache line by one cache line.
+    /// [`transpose`] of a `rows x cols` part of a plane, written to `dst` with rows `dst_row`
+    /// elements apart, in tiles of one cache line by one cache line.
     ///
     /// Each tile is read a source line at a time (contiguous along `r`) into a buffer that stays
     /// in L1, then written a destination line at a time. Walking the plane directly instead
@@ -469,8 +469,8 @@ mod host {
     ///
     /// # Safety
     ///
-    /// As [`transpose`], for the part; `dst` row `r` is writable for `cols` elements at
-    /// `r * dst_row` elements.
+    /// Every element of the part is readable (source element `(r, c)` as in [`transpose`]);
+    /// for each `r < rows`, `dst` is writable for `cols` elements from element `r * dst_row`.
     unsafe fn lines<T: Copy>(
         src: *const u8,
         col_stride: isize,
@@ -573,9 +573,9 @@ mod host {
         const BUFFER: usize = 16 * 1024;
 
         /// Copies the largest part of the plane made of whole tiles, rows `0..tiled_rows` and
-        /// columns `0..tiled_cols`, and returns `(tiled_rows, tiled_cols)`; `(0, 0)` for a plane
-        /// smaller than a tile and for the element sizes without a lane width (16 bytes: a
-        /// vector holds one element).
+        /// columns `0..tiled_cols`, and returns `(tiled_rows, tiled_cols)`; `(0, 0)` when either
+        /// side of the plane is shorter than a tile's, and for the element sizes without a lane
+        /// width (16 bytes: a vector holds one element).
         ///
         /// # Safety
         ///
@@ -605,7 +605,7 @@ mod host {
         /// [`tiles`] for elements of `16 / N` bytes (`N` to a vector) and tiles of `E x E`
         /// elements (`E` a multiple of `N`, `E * E * 16 / N <= BUFFER`).
         ///
-        /// Each tile's source lines (`E` elements along a row of the plane's source) are copied
+        /// Each tile's source lines (`E` elements of one source column, contiguous) are copied
         /// into the buffer, then every `N x N` block of it is transposed in registers: `log2(N)`
         /// rounds of interleaving vector `i` with vector `i + N / 2`, which take lane `j` of
         /// vector `i` to lane `i` of vector `j`.
@@ -684,13 +684,14 @@ mod host {
             // SAFETY: row `i < N` of the source block (caller).
             let mut v: [__m128i; N] =
                 core::array::from_fn(|i| unsafe { _mm_loadu_si128(src.add(i * src_pitch).cast()) });
-            let mut width = 1;
-            while width < N {
+            // `log2(N)` rounds.
+            let mut round = 1;
+            while round < N {
                 v = core::array::from_fn(|j| {
                     let (a, b) = (v[j / 2], v[j / 2 + N / 2]);
                     if j % 2 == 0 { L::lo(a, b) } else { L::hi(a, b) }
                 });
-                width *= 2;
+                round *= 2;
             }
             for (j, row) in v.iter().enumerate() {
                 // SAFETY: row `j < N` of the destination block (caller).
@@ -699,7 +700,7 @@ mod host {
         }
     }
 
-    /// No vector shuffles on this target: every tile goes through [`super::lines`].
+    /// No vector path for this target: every tile goes through [`super::lines`].
     #[cfg(not(target_arch = "x86_64"))]
     mod simd {
         /// `(0, 0)`: no whole tiles copied.
@@ -787,7 +788,10 @@ mod tests {
         let lo = offsets.iter().copied().min().unwrap_or(0);
         let hi = offsets.iter().copied().max().unwrap_or(0) + size as isize;
         let len = (hi - lo).max(0) as usize;
-        let source: Vec<u8> = (0..len).map(|i| (i * 131 % 251) as u8).collect();
+        // Bytes without a short period, so that no two elements of a test agree by layout.
+        let source: Vec<u8> = (0..len as u64)
+            .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+            .collect();
         let first = (-lo) as usize;
         let expected: Vec<u8> = offsets
             .iter()
@@ -934,26 +938,34 @@ mod tests {
         // bottom; padded, negative and broadcast column strides; planes under an outer axis.
         for (size, side) in [(1usize, 128i64), (2, 64), (4, 64), (8, 32), (16, 4)] {
             if cfg!(miri) {
-                // Miri (slow) checks the tiling's reach: one tile with strips on both sides and
-                // a negative stride, for two element sizes (the others differ only in the
-                // interleaving instruction and the tile's side).
-                if size == 4 || size == 8 {
-                    check(&[side + 3, side + 2], &[1, -(side + 3)], size, usize::MAX);
+                // Miri (slow) checks the tiling's reach for one element size: two tiles each way
+                // with strips on both sides, and a negative stride (the other sizes differ only
+                // in the interleaving instruction and the tile's side).
+                if size == 8 {
+                    let (r, c) = (2 * side + 3, 2 * side + 2);
+                    check(&[r, c], &[1, -r], size, usize::MAX);
                 }
                 continue;
             }
-            let (r, c) = (2 * side + 13, side + 7);
+            let (r, c) = (2 * side + 13, 2 * side + 7);
             check(&[r, c], &[1, -r], size, usize::MAX);
             check(&[r, c], &[1, r], size, usize::MAX);
             check(&[r, c], &[1, r + 3], size, usize::MAX);
+            // Exact multiples of the tile's side: no strips.
+            check(&[side, 2 * side], &[1, side], size, usize::MAX);
+            // Broadcast and overlapping columns.
+            let (r, c) = (side + 5, side + 3);
             check(&[side, side], &[1, 0], size, usize::MAX);
+            check(&[r, c], &[1, 0], size, usize::MAX);
+            check(&[r, c], &[1, 3], size, usize::MAX);
+            // Planes under an outer axis, with and without strips.
             check(
                 &[2, side, 2 * side],
                 &[2 * side * side, 1, side],
                 size,
                 usize::MAX,
             );
-            check(&[side, 2 * side], &[1, side], size, usize::MAX);
+            check(&[2, r, c], &[r * c, 1, r], size, usize::MAX);
         }
     }
 

@@ -589,6 +589,33 @@ fn copy_true_makes_a_compact_flagged_copy() {
     );
 }
 
+#[test]
+fn copies_are_cache_line_aligned_at_every_size() {
+    // Lengths around the alignment and an empty tensor; each twice, so that the second copy
+    // may reuse the first one's freed memory (whose start the allocator aligns differently).
+    for len in [0usize, 1, 3, 15, 16, 17, 63, 64, 65, 1000, 4097] {
+        for _ in 0..2 {
+            let counter = Counter::new();
+            let buffer: Vec<i32> = (0..len as i32).rev().collect();
+            let mut t = Tensor::new(buffer, &[len], &counter);
+            // Reversed, so that the copy is a copy of elements, not a memcpy of the buffer.
+            t.strides = Some(vec![-1]);
+            t.offset = len.saturating_sub(1) * 4; // bytes
+            let managed = t
+                .into_dlpack_with(&ExportRequest::versioned().copy(Some(true)))
+                .unwrap();
+            let data = managed.dl_tensor().data;
+            // Zero-size tensors carry NULL data (`dlpack.h`, `DLTensor::data`).
+            assert_eq!(data.is_null(), len == 0);
+            assert_eq!(data as usize % 64, 0, "{len} elements at {data:p}");
+            assert_eq!(managed.dl_tensor().byte_offset, 0);
+            let view = Strided::<i32>::from_managed(managed).unwrap();
+            let expected: Vec<i32> = (0..len as i32).collect();
+            assert_eq!(view.data.as_slice().unwrap(), expected);
+        }
+    }
+}
+
 /// `copy=True` and `dl_device=(CPU, 0)` on CUDA memory (`__dlpack__`): a copy by the driver
 /// with the `cuda` feature, so an error without a driver; refused without the feature;
 /// `copy=False` is refused everywhere. The source is released exactly once on every path.

@@ -11,19 +11,27 @@ use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
 use crate::layout::{LayoutError, TensorLayout};
 use crate::managed::ManagedTensor;
 
-/// Host memory with 64-byte alignment, for copies.
-#[repr(C, align(64))]
-#[derive(Clone, Copy)]
-struct Align64([u8; 64]);
+/// Alignment of the memory of host copies, in bytes: a cache line.
+const ALIGN: usize = 64;
 
+/// Host memory for copies: `byte_len` bytes from `offset` into `storage`, where the address is
+/// a multiple of [`ALIGN`].
+///
+/// The storage is a plain byte allocation `ALIGN - 1` bytes longer than the data, aligned by
+/// hand, rather than an allocation with the alignment asked of the allocator: glibc serves
+/// those (`posix_memalign`) by splitting a larger chunk, and alternating them with other
+/// allocations of the same size, as a loop of copies does, fragmented its heap until pages
+/// were returned to the system and faulted back in on every few copies.
 struct CopiedBuffer {
-    chunks: Vec<Align64>,
+    storage: Vec<u8>,
+    offset: usize,
     byte_len: usize,
     dtype: DataType,
 }
 
-// SAFETY: `chunks` owns at least `byte_len` initialized host bytes, 64-byte aligned, which
-// is enough for every dtype; `as_mut_ptr` derives from `&mut self`.
+// SAFETY: `storage` holds `offset + byte_len` initialized bytes, and `storage[offset..]` starts
+// at a multiple of `ALIGN` (64), which is enough for every dtype; `as_mut_ptr` derives from
+// `&mut self`. `storage` is never resized, so the address does not move.
 unsafe impl ExportBuffer for CopiedBuffer {
     #[inline]
     fn dtype(&self) -> DataType {
@@ -35,11 +43,11 @@ unsafe impl ExportBuffer for CopiedBuffer {
     }
     #[inline]
     fn as_ptr(&self) -> *const c_void {
-        self.chunks.as_ptr().cast()
+        self.storage[self.offset..].as_ptr().cast()
     }
     #[inline]
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
-        Some(self.chunks.as_mut_ptr().cast())
+        Some(self.storage[self.offset..].as_mut_ptr().cast())
     }
 }
 
@@ -48,30 +56,36 @@ struct Copied {
     shape: Vec<usize>,
 }
 
-/// Zeroed host memory for `numel` elements of `element_bytes`, 64-byte aligned.
-/// Host memory for `numel` elements of `element_bytes`, 64-byte aligned: zeroed when `zeroed`,
-/// else allocated only (length 0, capacity for every byte).
-fn host_chunks(
+/// Host memory for `numel` elements of `element_bytes`, aligned to [`ALIGN`]: the storage (its
+/// length 0, its capacity `byte_len + ALIGN - 1`, none for 0 bytes), the offset of the aligned
+/// start in it, and `byte_len`. Zeroed when `zeroed` (length `offset + byte_len`).
+fn host_storage(
     numel: usize,
     element_bytes: usize,
     zeroed: bool,
-) -> Result<(Vec<Align64>, usize), ExportError> {
+) -> Result<(Vec<u8>, usize, usize), ExportError> {
     let too_large = LayoutError::CopyTooLarge {
         numel,
         element_bytes,
     };
     let byte_len = numel
         .checked_mul(element_bytes)
-        .filter(|&b| b <= isize::MAX as usize)
+        .filter(|&b| b <= isize::MAX as usize - ALIGN)
         .ok_or_else(|| too_large.clone())?;
-    let mut chunks = Vec::new();
-    chunks
-        .try_reserve_exact(byte_len.div_ceil(64))
-        .map_err(|_| too_large)?;
-    if zeroed {
-        chunks.resize(byte_len.div_ceil(64), Align64([0; 64]));
+    let mut storage = Vec::<u8>::new();
+    if byte_len == 0 {
+        // No allocation: a tensor without elements is exported with NULL `data`.
+        return Ok((storage, 0, 0));
     }
-    Ok((chunks, byte_len))
+    storage
+        .try_reserve_exact(byte_len + ALIGN - 1)
+        .map_err(|_| too_large)?;
+    let offset = storage.as_ptr().align_offset(ALIGN);
+    debug_assert!(offset < ALIGN);
+    if zeroed {
+        storage.resize(offset + byte_len, 0);
+    }
+    Ok((storage, offset, byte_len))
 }
 
 fn copied_parts(c: &mut Copied) -> ExportParts<'_> {
@@ -93,10 +107,11 @@ pub(crate) fn allocate_host(
         .iter()
         .try_fold(1usize, |acc, &e| acc.checked_mul(e))
         .unwrap_or(usize::MAX);
-    let (chunks, byte_len) = host_chunks(numel, size, true)?;
+    let (storage, offset, byte_len) = host_storage(numel, size, true)?;
     let owner = Copied {
         buffer: CopiedBuffer {
-            chunks,
+            storage,
+            offset,
             byte_len,
             dtype,
         },
@@ -120,27 +135,28 @@ pub(crate) fn copy_to_host(
     let Some(size) = dtype.element_bytes() else {
         return Err(LayoutError::SubByteAccess { dtype }.into());
     };
-    // Not zeroed: the copy writes every byte but the padding of the last chunk, zeroed here.
-    let (mut chunks, byte_len) = host_chunks(layout.numel(), size, false)?;
-    let len = byte_len.div_ceil(64);
+    // Not zeroed: the copy writes every byte after the leading padding, zeroed here.
+    let (mut storage, offset, byte_len) = host_storage(layout.numel(), size, false)?;
     let strides = layout.strides_vec();
     let plan = match engine_pitch {
         Some(pitch) => StridedCopy::new(layout.shape(), &strides, size, pitch),
         None => StridedCopy::for_host(layout.shape(), &strides, size),
     };
     debug_assert_eq!(plan.bytes(), byte_len);
-    if byte_len > 0 {
-        // SAFETY: the capacity holds `len >= 1` chunks; the last one is written whole.
-        unsafe { chunks.as_mut_ptr().add(len - 1).write(Align64([0; 64])) };
-        fill(chunks.as_mut_ptr().cast::<u8>(), &plan)?;
-        // SAFETY: `fill` succeeded, so the plan's `byte_len` bytes are written, and the padding
-        // after them (inside the last chunk) was zeroed: `len` chunks are initialized.
-        unsafe { chunks.set_len(len) };
-    }
+    let start = storage.as_mut_ptr();
+    // SAFETY: the capacity holds `offset + byte_len` bytes (`host_storage`): the padding is
+    // written here, the `byte_len` bytes after it by `fill`.
+    unsafe { start.write_bytes(0, offset) };
+    // SAFETY: as above; `offset <= capacity`.
+    fill(unsafe { start.add(offset) }, &plan)?;
+    // SAFETY: `fill` succeeded, so the plan's `byte_len` bytes after the padding are written:
+    // `offset + byte_len` bytes are initialized, within the capacity.
+    unsafe { storage.set_len(offset + byte_len) };
     let shape = layout.shape().iter().map(|&e| e as usize).collect();
     let copied = Copied {
         buffer: CopiedBuffer {
-            chunks,
+            storage,
+            offset,
             byte_len,
             dtype,
         },
