@@ -527,9 +527,9 @@ mod host {
     #[cfg(target_arch = "x86_64")]
     mod simd {
         use core::arch::x86_64::{
-            __m128i, _mm_loadu_si128, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpackhi_epi16,
-            _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8, _mm_unpacklo_epi16,
-            _mm_unpacklo_epi32, _mm_unpacklo_epi64,
+            __m128i, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm_storeu_si128,
+            _mm_unpackhi_epi8, _mm_unpackhi_epi16, _mm_unpackhi_epi32, _mm_unpackhi_epi64,
+            _mm_unpacklo_epi8, _mm_unpacklo_epi16, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
         };
         use core::mem::MaybeUninit;
 
@@ -608,7 +608,9 @@ mod host {
         /// Each tile's source lines (`E` elements of one source column, contiguous) are copied
         /// into the buffer, then every `N x N` block of it is transposed in registers: `log2(N)`
         /// rounds of interleaving vector `i` with vector `i + N / 2`, which take lane `j` of
-        /// vector `i` to lane `i` of vector `j`.
+        /// vector `i` to lane `i` of vector `j`. Meanwhile the next tile's source lines are
+        /// prefetched: each is a few cache lines of its own page, too short a run for the
+        /// hardware prefetcher to follow.
         ///
         /// # Safety
         ///
@@ -648,8 +650,38 @@ mod host {
                             }
                         }
                     }
+                    // The next tile's source lines, fetched while this one is written: a
+                    // share of them per block.
+                    let next = if c0 + E < tiled_cols {
+                        Some((r0, c0 + E))
+                    } else if r0 + E < tiled_rows {
+                        Some((r0 + E, 0))
+                    } else {
+                        None
+                    };
+                    let (lines_per_column, blocks) = (line / 64, (E / N) * (E / N));
+                    let mut block_index = 0;
                     for r in (0..E).step_by(N) {
                         for c in (0..E).step_by(N) {
+                            if let Some((nr, nc)) = next {
+                                let first = block_index * E * lines_per_column / blocks;
+                                let end = (block_index + 1) * E * lines_per_column / blocks;
+                                for k in first..end {
+                                    let (column, at) = (k / lines_per_column, k % lines_per_column);
+                                    // SAFETY: rows `nr..nr + E` of source column `nc + column`
+                                    // are elements of the plane (`nr + E <= tiled_rows`, `nc +
+                                    // column < tiled_cols`); `at * 64 < line`. A prefetch reads
+                                    // nothing.
+                                    unsafe {
+                                        let from = src.offset(
+                                            (nr * size) as isize
+                                                + (nc + column) as isize * col_stride,
+                                        );
+                                        _mm_prefetch::<_MM_HINT_T0>(from.add(at * 64).cast());
+                                    }
+                                }
+                            }
+                            block_index += 1;
                             // SAFETY: the `N x N` block at buffer row `c`, element `r`
                             // (written above), to rows `r0 + r..r0 + r + N`, columns `c0 + c..c0
                             // + c + N` of `dst`, inside its `rows * cols` elements (caller).
