@@ -8,10 +8,10 @@
 //! de.total(np.arange(10.0)[::2])      # Rust reads any DLPack producer in place
 //! ```
 
-use dlpack_runtime::python::{self, export_once};
-use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
 use std::sync::Arc;
 
+use dlpack_runtime::python::{self, export_once};
+use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
 use pyo3::prelude::*;
 
 /// A float32 tensor owned by Rust: row-major data and a shape.
