@@ -117,6 +117,7 @@ mod ndarray;
 #[cfg(feature = "python")]
 pub mod python;
 mod stream;
+mod words;
 
 pub use device::{Device, DeviceType};
 pub use dtype::{DataType, DataTypeCode, Element};

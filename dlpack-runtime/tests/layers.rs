@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first. A module belongs to the longest entry that prefixes its path; the
 /// crate root (`lib.rs`) sits above them all.
 const LAYERS: &[&str] = &[
+    "words",
     "ffi",
     "dtype",
     "device",

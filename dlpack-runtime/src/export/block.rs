@@ -165,9 +165,10 @@ impl<O> PendingOwner<O> {
     #[inline(always)]
     unsafe fn move_to(&mut self, dst: *mut ManuallyDrop<O>) {
         debug_assert!(!self.moved, "the owner moves once");
+        // Word by word: the caller wrote the owner moments ago (`crate::words`).
         // SAFETY: `dst` is writable and disjoint (caller); the value is not dropped here
         // afterwards (`moved`), so it has exactly one owner: the copy.
-        unsafe { ptr::copy_nonoverlapping(&self.owner, dst, 1) };
+        unsafe { crate::words::move_to(&self.owner, dst) };
         self.moved = true;
     }
 }

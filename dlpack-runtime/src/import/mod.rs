@@ -25,6 +25,7 @@ pub use iter::Elements;
 use crate::export::DlpackExport;
 use crate::layout::TensorLayout;
 use crate::managed::ManagedTensor;
+use crate::words::load;
 
 /// A DLPack consumer: a type that can be built from a managed tensor.
 ///
@@ -122,13 +123,15 @@ pub trait FromStrides: Sized {
 impl FromShape for Vec<usize> {
     #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
-        Ok(shape.iter().map(|&e| e as usize).collect())
+        // One load per extent: an export that just wrote them wrote them one by one
+        // (`crate::words`).
+        Ok(shape.iter().map(|e| load(e) as usize).collect())
     }
 }
 impl FromShape for Box<[usize]> {
     #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
-        Ok(shape.iter().map(|&e| e as usize).collect())
+        Vec::from_shape(shape).map(Vec::into_boxed_slice)
     }
 }
 impl<const N: usize> FromShape for [usize; N] {
@@ -140,7 +143,8 @@ impl<const N: usize> FromShape for [usize; N] {
                 expected: N,
             });
         }
-        Ok(core::array::from_fn(|axis| shape[axis] as usize))
+        // One load per extent, as for `Vec`.
+        Ok(core::array::from_fn(|axis| load(&shape[axis]) as usize))
     }
 }
 impl FromStrides for Vec<isize> {
@@ -149,7 +153,8 @@ impl FromStrides for Vec<isize> {
         Ok(match layout.raw_strides() {
             // Validated strides fit in `i64`; on 64-bit targets that is `isize` (on narrower ones
             // the cast truncates as `stride(axis) as isize` always did).
-            Some(strides) => strides.iter().map(|&s| s as isize).collect(),
+            // One load per stride, as for the shape.
+            Some(strides) => strides.iter().map(|s| load(s) as isize).collect(),
             None => (0..layout.ndim())
                 .map(|axis| layout.stride(axis) as isize)
                 .collect(),
@@ -180,7 +185,8 @@ impl<const N: usize> FromStrides for [isize; N] {
         Ok(match layout.raw_strides() {
             // `ndim == N`: in bounds. Validated strides fit in `i64`; on 64-bit targets that is
             // `isize` (on narrower ones the cast truncates as `stride(axis) as isize` always did).
-            Some(strides) => core::array::from_fn(|axis| strides[axis] as isize),
+            // One load per stride, as for the shape.
+            Some(strides) => core::array::from_fn(|axis| load(&strides[axis]) as isize),
             None => core::array::from_fn(|axis| layout.stride(axis) as isize),
         })
     }
