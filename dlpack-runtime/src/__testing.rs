@@ -4,6 +4,10 @@
 pub use crate::layout::{NullStrides, compact_strides, validate};
 pub use crate::stream::StreamId;
 
+/// Freed export blocks a thread keeps per size class for its next exports (the rest go back
+/// to the global allocator).
+pub const CACHED_BLOCKS_PER_CLASS: usize = crate::export::CACHED_BLOCKS_PER_CLASS;
+
 /// The CUDA driver tier's checks, for the driver conformance tests.
 #[cfg(feature = "cuda")]
 pub mod cuda {

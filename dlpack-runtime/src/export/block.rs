@@ -8,6 +8,7 @@ use core::mem::ManuallyDrop;
 use core::ptr::{self, NonNull};
 use std::alloc::{self, Layout};
 
+use super::block_cache;
 use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
 use crate::device::DeviceType;
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
@@ -95,7 +96,8 @@ impl Header for DLManagedTensor {
 /// Fields every block has right after its header, independent of the owner type.
 #[repr(C)]
 struct BlockPrefix {
-    /// Size of the whole allocation in bytes (its alignment is [`block_align`]).
+    /// Size of the whole allocation in bytes: with [`block_align`], the layout that
+    /// `block_cache::allocation_layout` maps to the allocation's layout.
     size: usize,
     /// Whether the export is read-only (recorded for legacy headers, which have no flags).
     read_only: bool,
@@ -206,16 +208,18 @@ where
     }
     let (block_layout, arrays_offset) = block_layout::<H, O>(2 * ndim)?;
     debug_assert_eq!(block_layout.align(), block_align::<H, O>());
-    // SAFETY: the layout is non-zero-sized: it contains the header.
-    let raw = unsafe { alloc::alloc(block_layout) };
+    // At least that size and alignment: the layout of the block's class in the thread's cache.
+    let block_layout = block_cache::allocation_layout(block_layout);
+    // SAFETY: the layout comes from `allocation_layout`.
+    let raw = unsafe { block_cache::allocate(block_layout) };
     let Some(block) = NonNull::new(raw.cast::<Block<H, O>>()) else {
         alloc::handle_alloc_error(block_layout)
     };
-    // SAFETY: `block` is freshly allocated with the size and alignment of `Block<H, O>` (the
-    // allocation extends that layout), so disjoint from `owner`; the prefix and the owner are
-    // written in place, field by field, and the owner moves once (`build` is its only mover).
-    // The header stays uninitialized until `fill` writes it: nothing reads it before
-    // (`free_block` reads only the prefix and the owner).
+    // SAFETY: `block` is a fresh or kept, unused allocation of at least the size and alignment
+    // of `Block<H, O>` (the allocation extends that layout), so disjoint from `owner`; the
+    // prefix and the owner are written in place, field by field, and the owner moves once
+    // (`build` is its only mover). The header stays uninitialized until `fill` writes it:
+    // nothing reads it before (`free_block` reads only the prefix and the owner).
     unsafe {
         let b = block.as_ptr();
         ptr::addr_of_mut!((*b).prefix).write(BlockPrefix {
@@ -557,12 +561,16 @@ unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
     if dropped.is_err() {
         report("the exported owner panicked while being dropped; its memory is freed regardless");
     }
-    // SAFETY: `build` allocated the block with exactly this size and alignment (the size is
-    // recorded in the prefix, the alignment depends on `H` and `O` only).
+    // SAFETY: `build` allocated the block with `block_cache::allocate`, with the layout that
+    // `allocation_layout` makes of the size it recorded in the prefix and the alignment of
+    // `Block<H, O>` (which depends on `H` and `O` only); nothing uses the block afterwards.
     unsafe {
-        alloc::dealloc(
+        block_cache::free(
             b.cast(),
-            Layout::from_size_align_unchecked(size, block_align::<H, O>()),
+            block_cache::allocation_layout(Layout::from_size_align_unchecked(
+                size,
+                block_align::<H, O>(),
+            )),
         )
     };
 }
