@@ -1,6 +1,7 @@
 //! Heap allocations per export, per import and per drop, counted exactly with a counting global
 //! allocator: each operation runs `RUNS` times in a row outside criterion, and the count is
-//! divided by `RUNS`. Prints the allocation table of `BENCHMARKS.md`.
+//! divided by `RUNS`; then `RUNS` whole round trips, one after the other. Prints the allocation
+//! table of `BENCHMARKS.md`.
 
 use std::sync::Arc;
 
@@ -20,6 +21,8 @@ struct Row {
     import: Counts,
     read: Counts,
     drop: Counts,
+    /// Whole round trips (export, import, read, drop) one after the other.
+    looped: Counts,
 }
 
 fn per_op(count: usize) -> String {
@@ -31,7 +34,9 @@ fn per_op(count: usize) -> String {
 }
 
 /// Runs `export` on `RUNS` producers, then `import`, `read` and drop, each phase counted
-/// separately. Inputs and outputs live in vectors allocated before each phase.
+/// separately; then `RUNS` whole round trips one after the other, each dropped before the next
+/// (where an exporter can reuse what the previous drop freed). Inputs and outputs live in
+/// vectors allocated before each phase.
 fn phases<P, M, V>(
     name: &'static str,
     make: impl Fn() -> P,
@@ -42,34 +47,54 @@ fn phases<P, M, V>(
     let mut producers: Vec<P> = (0..RUNS).map(|_| make()).collect();
     let mut exported: Vec<M> = Vec::with_capacity(RUNS);
     let mut views: Vec<V> = Vec::with_capacity(RUNS);
-    let ((), export) = measure(|| exported.extend(producers.drain(..).map(&export)));
-    let ((), import) = measure(|| views.extend(exported.drain(..).map(&import)));
-    let (sum, read) = measure(|| views.iter().map(&read).sum::<f32>());
+    let ((), export_counts) = measure(|| exported.extend(producers.drain(..).map(&export)));
+    let ((), import_counts) = measure(|| views.extend(exported.drain(..).map(&import)));
+    let (sum, read_counts) = measure(|| views.iter().map(&read).sum::<f32>());
     assert_eq!(sum, RUNS as f32, "every read sees the first element, 1.0");
-    let ((), drop) = measure(|| views.clear());
+    let ((), drop_counts) = measure(|| views.clear());
+    let mut producers: Vec<P> = (0..RUNS).map(|_| make()).collect();
+    let (sum, looped) = measure(|| {
+        producers
+            .drain(..)
+            .map(|producer| read(&import(export(producer))))
+            .sum::<f32>()
+    });
+    assert_eq!(
+        sum, RUNS as f32,
+        "every round trip reads the first element, 1.0"
+    );
     Row {
         name,
-        export,
-        import,
-        read,
-        drop,
+        export: export_counts,
+        import: import_counts,
+        read: read_counts,
+        drop: drop_counts,
+        looped,
     }
 }
 
 fn print(title: &str, rows: &[Row]) {
     println!("\n### {title}\n");
-    println!("| contender | allocations per export | per import | per read | frees per drop |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| contender | allocations per export | per import | per read | frees per drop | round trips in a loop: allocations, frees per round trip |"
+    );
+    println!("|---|---|---|---|---|---|");
     for r in rows {
-        let reallocs = r.export.reallocs + r.import.reallocs + r.read.reallocs + r.drop.reallocs;
+        let reallocs = r.export.reallocs
+            + r.import.reallocs
+            + r.read.reallocs
+            + r.drop.reallocs
+            + r.looped.reallocs;
         assert_eq!(reallocs, 0, "{}: unexpected reallocations", r.name);
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {}, {} |",
             r.name,
             per_op(r.export.allocs),
             per_op(r.import.allocs),
             per_op(r.read.allocs),
             per_op(r.drop.deallocs),
+            per_op(r.looped.allocs),
+            per_op(r.looped.deallocs),
         );
     }
 }
