@@ -39,6 +39,22 @@ fn per_op(count: usize) -> String {
 /// vectors allocated before each phase.
 fn phases<P, M, V>(
     name: &'static str,
+    make: impl Fn() -> P + Send,
+    export: impl Fn(P) -> M + Send,
+    import: impl Fn(M) -> V + Send,
+    read: impl Fn(&V) -> f32 + Send,
+) -> Row {
+    // A thread of its own for each contender: blocks an earlier one freed and its thread kept
+    // are not counted as this one's.
+    std::thread::scope(|s| {
+        s.spawn(|| counted_phases(name, make, export, import, read))
+            .join()
+            .expect("the phases ran")
+    })
+}
+
+fn counted_phases<P, M, V>(
+    name: &'static str,
     make: impl Fn() -> P,
     export: impl Fn(P) -> M,
     import: impl Fn(M) -> V,

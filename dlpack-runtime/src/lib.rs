@@ -75,9 +75,10 @@
 //!   holder is a [`ManagedTensor`], whose `Drop` calls the deleter, on every path: success,
 //!   refusal by validation, refusal of a version. Exported tensors live in one heap block
 //!   (header, shape, strides, owner); their deleter drops the owner and frees the block, and
-//!   never unwinds across `extern "C"`. A freed block of up to 512 bytes is kept by the
-//!   thread that freed it for its next export of that size (at most 4 per size, given back to
-//!   the allocator when the thread exits), so an export in a loop allocates nothing.
+//!   never unwinds across `extern "C"`. A freed block of up to 512 bytes (whose owner needs
+//!   no more than 16-byte alignment) is kept by the thread that freed it for its next export of
+//!   that size (at most 4 per size, given back to the allocator when the thread exits), so a
+//!   thread that exports and drops in turn allocates nothing.
 //! - **What is checked.** Imports validate the layout ([`layout::validate`]): rank, extents,
 //!   strides by version, overflow of every extent computation, NULL data, dtype width; typed
 //!   access adds dtype, host accessibility, alignment, read-only and `bool` bit patterns.

@@ -71,6 +71,9 @@ mod tests {
         check([1usize, 2, 3]);
         check((1u8, 2u16, 3u32));
         check([7u8; 3]);
+        // Padding inside whole words, and a 16-byte alignment.
+        check((1u64, 2u8));
+        check(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10_u128);
         check([9usize; 16]);
         check([9usize; 17]);
         let boxed = Box::new(5u32);

@@ -969,3 +969,85 @@ fn byte_offsets_that_split_elements_are_refused() {
     );
     assert_eq!(counter.get(), 1);
 }
+
+/// An owner that needs 64-byte alignment: its export's block is aligned to 64 bytes, more than
+/// the block cache's classes are, so the block bypasses the cache.
+#[repr(align(64))]
+struct Aligned64;
+
+/// A producer whose block has the alignment of [`Aligned64`].
+#[derive(DlpackExport)]
+struct OverAligned {
+    #[dlpack(data)]
+    data: Vec<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _aligned: Aligned64,
+    _guard: DropGuard,
+}
+
+/// A producer of `u128` extra state, aligned to 16 bytes: the widest alignment the block cache
+/// keeps.
+#[derive(DlpackExport)]
+struct Aligned16 {
+    #[dlpack(data)]
+    data: Vec<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    _state: u128,
+    _guard: DropGuard,
+}
+
+#[test]
+fn blocks_of_every_size_and_alignment_round_trip_on_one_thread_or_two() {
+    fn check(managed: ManagedTensor, shape: &[usize], counter: &Counter, expected_drops: usize) {
+        let view = Strided::<f32>::from_managed(managed).unwrap();
+        assert_eq!(view.shape, shape);
+        assert_eq!(view.data.get(&vec![0; shape.len()]).unwrap(), 1.0);
+        assert_eq!(counter.get(), expected_drops - 1);
+        drop(view);
+        assert_eq!(counter.get(), expected_drops, "the deleter ran once");
+    }
+    // Cached sizes (1 and 8 axes), a block too large for the cache (40 axes: 640 bytes of
+    // shape and strides), each with an owner of 8-, 16- and 64-byte alignment, versioned or
+    // one of them legacy (`ExportRequest::new()`: no `max_version`); every third dropped on
+    // another thread, which keeps or frees the block.
+    let counter = Counter::new();
+    let mut drops = 0;
+    for round in 0..3 {
+        for ndim in [1, 8, 40] {
+            let mut shape = vec![1; ndim];
+            shape[0] = 6;
+            let exports = [
+                Tensor::new(vec![1.0f32; 6], &shape, &counter).into_dlpack(),
+                Aligned16 {
+                    data: vec![1.0; 6],
+                    shape: shape.clone(),
+                    _state: u128::MAX,
+                    _guard: counter.guard(),
+                }
+                .into_dlpack(),
+                OverAligned {
+                    data: vec![1.0; 6],
+                    shape: shape.clone(),
+                    _aligned: Aligned64,
+                    _guard: counter.guard(),
+                }
+                .into_dlpack_with(&ExportRequest::new()),
+            ];
+            for (which, managed) in exports.into_iter().enumerate() {
+                let managed = managed.unwrap();
+                drops += 1;
+                if (round + which) % 3 == 0 {
+                    let (shape, counter) = (&shape, &counter);
+                    std::thread::scope(|s| {
+                        s.spawn(move || check(managed, shape, counter, drops));
+                    });
+                } else {
+                    check(managed, &shape, &counter, drops);
+                }
+            }
+        }
+    }
+    assert_eq!(counter.get(), 27);
+}

@@ -24,7 +24,7 @@ const CLASS_BYTES: usize = 64;
 const CLASSES: usize = 8;
 /// Largest cached block, in bytes.
 const MAX_BYTES: usize = CLASSES * CLASS_BYTES;
-/// Alignment of cached blocks, in bytes: what the platform's `malloc` gives anyway.
+/// Alignment of cached blocks, in bytes: what `malloc` gives anyway on 64-bit targets.
 const ALIGN: usize = 16;
 /// Blocks a thread keeps per class.
 pub(crate) const DEPTH: usize = 4;
@@ -48,13 +48,12 @@ impl Drop for Cache {
     fn drop(&mut self) {
         for (class, len) in self.len.iter().enumerate() {
             for block in &self.blocks[class][..usize::from(len.get())] {
+                #[cfg(test)]
+                tests::freed_at_exit(block.get());
                 // SAFETY: a kept block was allocated with its class's layout by the global
                 // allocator and is owned by this cache alone.
                 unsafe { alloc::dealloc(block.get(), class_layout(class)) };
-                #[cfg(test)]
-                tests::FREED_AT_EXIT.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
             }
-            len.set(0);
         }
     }
 }
@@ -94,9 +93,14 @@ pub(super) fn allocation_layout(layout: Layout) -> Layout {
 ///
 /// # Safety
 ///
-/// `layout` was returned by [`allocation_layout`] (so its size is not zero).
+/// `layout` was returned by [`allocation_layout`], and its size is not zero.
 #[inline(always)]
 pub(super) unsafe fn allocate(layout: Layout) -> *mut u8 {
+    debug_assert_eq!(
+        layout,
+        allocation_layout(layout),
+        "not an allocation layout"
+    );
     if let Some(class) = class_of(layout) {
         let kept = CACHE.try_with(|cache| match cache.len[class].get() {
             0 => ptr::null_mut(),
@@ -124,6 +128,11 @@ pub(super) unsafe fn allocate(layout: Layout) -> *mut u8 {
 /// `block` was returned by [`allocate`] with `layout`, and nothing uses it afterwards.
 #[inline(always)]
 pub(super) unsafe fn free(block: *mut u8, layout: Layout) {
+    debug_assert_eq!(
+        layout,
+        allocation_layout(layout),
+        "not an allocation layout"
+    );
     if let Some(class) = class_of(layout) {
         let kept = CACHE.try_with(|cache| {
             let len = cache.len[class].get();
@@ -147,10 +156,22 @@ pub(super) unsafe fn free(block: *mut u8, layout: Layout) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
 
-    /// Blocks freed by exiting threads' caches, all threads together.
-    pub(super) static FREED_AT_EXIT: AtomicUsize = AtomicUsize::new(0);
+    /// Addresses of the blocks exiting threads' caches gave back, all threads together.
+    static FREED_AT_EXIT: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+    pub(super) fn freed_at_exit(block: *mut u8) {
+        FREED_AT_EXIT
+            .lock()
+            .expect("not poisoned")
+            .push(block.addr());
+    }
+
+    /// A block moved to another thread.
+    struct Block(*mut u8);
+    // SAFETY: a block is plain memory, owned by whoever holds it.
+    unsafe impl Send for Block {}
 
     fn layout(size: usize, align: usize) -> Layout {
         Layout::from_size_align(size, align).expect("a layout")
@@ -223,22 +244,29 @@ mod tests {
     fn blocks_freed_on_another_thread_are_kept_there_and_freed_when_it_exits() {
         let class = allocation_layout(layout(200, 16));
         // SAFETY: as above.
-        let block = unsafe { allocate(class) } as usize;
-        let before = FREED_AT_EXIT.load(Ordering::Relaxed);
+        let block = Block(unsafe { allocate(class) });
+        let address = block.0.addr();
         let reused = std::thread::spawn(move || {
+            let block = block;
             // SAFETY: the block moved to this thread; freed once, then reused and freed again.
             unsafe {
-                free(block as *mut u8, class);
+                free(block.0, class);
                 let again = allocate(class);
                 free(again, class);
-                again as usize
+                again.addr()
             }
         })
         .join()
         .expect("the thread ran");
-        assert_eq!(reused, block, "the freeing thread reused the block it kept");
+        assert_eq!(
+            reused, address,
+            "the freeing thread reused the block it kept"
+        );
         assert!(
-            FREED_AT_EXIT.load(Ordering::Relaxed) > before,
+            FREED_AT_EXIT
+                .lock()
+                .expect("not poisoned")
+                .contains(&address),
             "the exiting thread gave its kept block back"
         );
     }
