@@ -2,13 +2,14 @@
 //! (a producer's loop, a Python function taking a tensor per call) reuses the same few blocks
 //! instead of asking the global allocator for one per export and giving it back at the drop.
 //!
-//! A block of at most [`MAX_BYTES`] bytes with an alignment of at most [`ALIGN`] bytes (every
-//! block of up to about twenty axes whose owner needs no wider alignment than 16 bytes) belongs
-//! to a *class*: it is allocated with its size rounded up to a multiple of [`CLASS_BYTES`] and
-//! an alignment of [`ALIGN`]. When such a block is freed, the freeing thread keeps it for its
-//! next export of that class, unless it already keeps [`DEPTH`] of them; its kept blocks are
-//! given back to the global allocator when the thread exits. Other blocks come from the global
-//! allocator and go back to it directly, as do all blocks freed while the thread exits.
+//! A block of at most [`MAX_BYTES`] bytes with an alignment of at most [`ALIGN`] bytes (a block
+//! of up to 25 axes with an owner of one word, fewer with larger owners, whose owner needs no
+//! wider alignment than 16 bytes) belongs to a *class*: it is allocated with its size rounded
+//! up to a multiple of [`CLASS_BYTES`] and an alignment of [`ALIGN`]. When such a block is
+//! freed, the freeing thread keeps it for its next export of that class, unless it already
+//! keeps [`DEPTH`] of them; its kept blocks are given back to the global allocator when the
+//! thread exits. Other blocks come from the global allocator and go back to it directly, as do
+//! all blocks freed while the thread exits.
 //!
 //! A thread thus holds at most `DEPTH * (64 + 128 + ... + 512)` bytes, 9 KiB, of blocks, and
 //! only after dropping tensors. Freeing on another thread than the exporting one (deleters run

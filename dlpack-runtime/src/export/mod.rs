@@ -7,11 +7,12 @@
 //! then moves the owner into **one heap block** that holds the `DLManagedTensorVersioned` (or
 //! legacy `DLManagedTensor`) header, the `shape` and `strides` arrays and the owner itself; the
 //! `extern "C"` deleter drops the owner and frees exactly that block, and never unwinds. Blocks
-//! of up to 512 bytes (about 20 axes) whose owner needs no more than 16-byte alignment are
-//! freed into a cache of the freeing thread, which keeps at most 4 of each size (in steps of 64
-//! bytes) for its next exports and gives them back to the allocator when it exits: a thread
-//! that exports and drops in turn allocates nothing. Where one thread exports and another drops,
-//! the exporting thread allocates every block and the dropping one keeps at most 9 KiB of them.
+//! of up to 512 bytes (25 axes with an owner of one word, fewer with larger owners) whose owner
+//! needs no more than 16-byte alignment are freed into a cache of the freeing thread, which
+//! keeps at most 4 of each size (in steps of 64 bytes) for its next exports and gives them back
+//! to the allocator when it exits: a thread that exports and drops in turn allocates nothing.
+//! Where one thread exports and another drops, the exporting thread allocates every block and
+//! the dropping one keeps at most 9 KiB of them.
 //!
 //! Before anything is handed out, the described layout is validated with the same rules a
 //! consumer applies ([`crate::layout::validate`], in the same pass that writes the `shape` and
