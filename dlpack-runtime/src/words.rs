@@ -7,8 +7,8 @@
 //! vector, as the compiler merges adjacent copies) cannot take its value from that store while
 //! the store is still in flight: x86-64 processors then wait until the store has reached the
 //! cache, on the order of ten cycles per load (a small export's own work is a few dozen).
-//! Word-sized loads take the value straight from the matching store. Volatile accesses keep the compiler
-//! from merging them back into wider ones.
+//! Word-sized loads take the value straight from the matching store. Volatile accesses keep
+//! the compiler from merging them back into wider ones.
 
 use core::mem::{MaybeUninit, align_of, size_of};
 use core::ptr;
@@ -21,7 +21,7 @@ pub(crate) fn load<T: Copy>(value: &T) -> T {
 }
 
 /// The owners [`move_to`] copies word by word: whole words, word-aligned, at most 16 of them
-/// (larger ones are copied by `memcpy`, which is as fast either way).
+/// (larger ones, and others, are copied by `memcpy`).
 const fn in_words<T>() -> bool {
     size_of::<T>() % size_of::<usize>() == 0
         && align_of::<T>() >= align_of::<usize>()
