@@ -103,6 +103,7 @@
 
 // Layers, lowest first; a module uses only the layers below it (checked by
 // `tests/layers.rs`).
+pub mod borrow;
 #[cfg(feature = "candle")]
 pub mod candle;
 mod copy;
@@ -122,6 +123,7 @@ pub mod python;
 mod stream;
 mod words;
 
+pub use borrow::BorrowError;
 pub use device::{Device, DeviceType};
 pub use dtype::{DataType, DataTypeCode, Element};
 pub use export::{

@@ -108,7 +108,11 @@ pub struct ManagedTensor {
 const LEGACY: usize = 1;
 /// Tag of [`ManagedTensor::tensor`]: the layout has been validated.
 const VALIDATED: usize = 2;
-const TAGS: usize = LEGACY | VALIDATED;
+/// Tag of [`ManagedTensor::tensor`]: this crate's exporter built the tensor over memory that no
+/// other tensor can reach (see [`ManagedTensor::is_unaliased`]). A third tag bit, where a
+/// `DLTensor` is aligned to 8 bytes (it holds a `u64`); elsewhere the tag is never set.
+const UNALIASED: usize = if align_of::<DLTensor>() >= 8 { 4 } else { 0 };
+const TAGS: usize = LEGACY | VALIDATED | UNALIASED;
 
 /// The `DLTensor` address of a [`ManagedTensor::tensor`] word, its tags cleared.
 #[inline]
@@ -124,9 +128,10 @@ const VERSIONED_TENSOR: usize = core::mem::offset_of!(DLManagedTensorVersioned, 
 const LEGACY_TENSOR: usize = core::mem::offset_of!(DLManagedTensor, dl_tensor);
 
 impl ManagedTensor {
-    /// Owns `raw`; `validated`: whether its layout is known to be valid.
+    /// Owns `raw`; `validated`: whether its layout is known to be valid; `unaliased`: whether
+    /// no other tensor can reach its memory.
     #[inline]
-    fn new(raw: RawManagedTensor, validated: bool) -> Self {
+    fn new(raw: RawManagedTensor, validated: bool, unaliased: bool) -> Self {
         let (header, offset, legacy) = match raw {
             RawManagedTensor::Versioned(p) => (p.cast::<u8>(), VERSIONED_TENSOR, 0),
             RawManagedTensor::Legacy(p) => (p.cast::<u8>(), LEGACY_TENSOR, LEGACY),
@@ -136,7 +141,8 @@ impl ManagedTensor {
         let tensor = unsafe { header.add(offset) }.cast::<DLTensor>();
         // A `DLTensor` holds pointers, so a valid one's address has its tag bits clear.
         debug_assert_eq!(tensor.as_ptr().addr() & TAGS, 0, "misaligned header");
-        let tags = legacy | if validated { VALIDATED } else { 0 };
+        let tags =
+            legacy | if validated { VALIDATED } else { 0 } | if unaliased { UNALIASED } else { 0 };
         Self {
             tensor: AtomicPtr::new(tensor.as_ptr().map_addr(|a| a | tags)),
         }
@@ -218,7 +224,7 @@ impl ManagedTensor {
                 version,
             });
         }
-        Ok(Self::new(RawManagedTensor::Versioned(ptr), false))
+        Ok(Self::new(RawManagedTensor::Versioned(ptr), false, false))
     }
 
     /// Takes ownership of a legacy `DLManagedTensor`.
@@ -234,7 +240,7 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
-        Ok(Self::new(RawManagedTensor::Legacy(ptr), false))
+        Ok(Self::new(RawManagedTensor::Legacy(ptr), false, false))
     }
 
     /// Wraps a tensor whose version is known to be 1.x (built by this crate).
@@ -245,19 +251,40 @@ impl ManagedTensor {
     /// defines no flag bits beyond DLPack 1.3's.
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) unsafe fn from_raw_unchecked(raw: RawManagedTensor) -> Self {
-        Self::new(raw, false)
+        Self::new(raw, false, false)
     }
 
     /// Wraps a tensor built by this crate's exporter, which validated its finished header:
-    /// [`ManagedTensor::layout`] then validates nothing again.
+    /// [`ManagedTensor::layout`] then validates nothing again. `unaliased` marks memory no
+    /// other tensor can reach (see [`ManagedTensor::is_unaliased`]).
     ///
     /// # Safety
     ///
     /// As for [`ManagedTensor::from_raw_unchecked`], and [`layout::validate`] accepts the
     /// finished header (with the version's `NullStrides` rule and the header's sub-byte flag).
+    /// With `unaliased`: while the tensor lives, nothing but it reaches the bytes its layout
+    /// describes, except readers of a read-only tensor's bytes, which nothing writes
+    /// ([`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)).
     #[inline]
-    pub(crate) unsafe fn from_raw_validated(raw: RawManagedTensor) -> Self {
-        Self::new(raw, true)
+    pub(crate) unsafe fn from_raw_validated(raw: RawManagedTensor, unaliased: bool) -> Self {
+        Self::new(raw, true, unaliased)
+    }
+
+    /// Whether this crate's exporter built the tensor over memory that nothing else reaches
+    /// while it lives (an owned `Vec` moved into the export, say), or, for a read-only tensor,
+    /// that nothing writes: accesses to it need no borrow of the registry ([`crate::borrow`]),
+    /// since no other import can describe the same bytes. False for every tensor from FFI or
+    /// Python, and for relays of imports that are not themselves unaliased.
+    #[inline]
+    pub(crate) fn is_unaliased(&self) -> bool {
+        UNALIASED != 0 && self.word().addr() & UNALIASED != 0
+    }
+
+    /// A key of the tensor unique among live tensors: the address of its `DLTensor`, which
+    /// nothing else owns while `self` does, and which stays put when `self` moves.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self.tensor_ptr().as_ptr().addr()
     }
 
     /// `manager_ctx` of the tensor.

@@ -33,6 +33,7 @@ use core::ffi::c_void;
 
 use ::ndarray::{Array, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, ShapeBuilder};
 
+use crate::borrow::Access;
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::export::ExportError;
@@ -101,9 +102,12 @@ fn overlaps(shape: &[usize], strides: &[usize]) -> bool {
 }
 
 impl<T: Element> ImportedData<T> {
-    fn checked_for_array(&self) -> Result<TensorLayout<'_>, LayoutError> {
+    /// The layout, checked for a view of `T` and borrowed as `access` (see
+    /// [`ImportedData`]'s borrows).
+    fn checked_for_array(&self, access: Access) -> Result<TensorLayout<'_>, LayoutError> {
         let layout = self.layout()?;
         layout.check_typed::<T>()?;
+        self.borrow(&layout, access)?;
         if !T::ALL_BIT_PATTERNS_VALID {
             // `to_vec` reads every element through its bit-pattern check.
             self.check_all_elements(&layout)?;
@@ -112,15 +116,17 @@ impl<T: Element> ImportedData<T> {
     }
 
     /// A zero-copy `ndarray` view of a host tensor, for any valid layout (negative and zero
-    /// strides included). `bool` data is checked element by element first.
+    /// strides included). `bool` data is checked element by element first. Borrows the memory
+    /// shared, as [`ImportedData::as_slice`] does.
     ///
     /// # Errors
     ///
     /// The host-access errors of [`ImportedData::get`] ([`LayoutError::DtypeMismatch`],
-    /// [`LayoutError::NotHostAccessible`], [`LayoutError::Misaligned`]) and
-    /// [`LayoutError::InvalidValue`].
+    /// [`LayoutError::NotHostAccessible`], [`LayoutError::Misaligned`]),
+    /// [`LayoutError::InvalidValue`], and [`LayoutError::Borrow`] when another import holds an
+    /// exclusive borrow of some of the same bytes.
     pub fn as_array(&self) -> Result<ArrayViewD<'_, T>, LayoutError> {
-        let layout = self.checked_for_array()?;
+        let layout = self.checked_for_array(Access::Shared)?;
         let n = normalize::<T>(&layout);
         if layout.numel() == 0 {
             return Ok(ArrayViewD::from_shape(IxDyn(&n.shape), &[])
@@ -131,7 +137,8 @@ impl<T: Element> ImportedData<T> {
         // every element is a valid `T` (checked for types with invalid patterns); `low` is the
         // lowest element address and the strides are non-negative, so every offset ndarray
         // forms stays within that span; the element count fits in `isize`. Shared view: no
-        // mutable alias exists while `&self` is borrowed.
+        // mutable alias exists while `&self` is borrowed, and the memory is borrowed shared (no
+        // other import writes it).
         let mut view = unsafe {
             ArrayViewD::from_shape_ptr(
                 IxDyn(&n.shape).strides(IxDyn(&n.strides)),
@@ -145,17 +152,19 @@ impl<T: Element> ImportedData<T> {
     }
 
     /// A zero-copy mutable `ndarray` view of a writable host tensor whose elements do not
-    /// overlap.
+    /// overlap. Borrows the memory exclusively, as [`ImportedData::as_slice_mut`] does.
     ///
     /// # Errors
     ///
     /// [`LayoutError::ReadOnly`]; [`LayoutError::Overlapping`] for layouts where two indices
-    /// reach the same element (stride 0, say); otherwise as [`ImportedData::as_array`].
+    /// reach the same element (stride 0, say); [`LayoutError::Borrow`] when another import holds
+    /// any borrow of some of the same bytes; otherwise as [`ImportedData::as_array`].
     pub fn as_array_mut(&mut self) -> Result<ArrayViewMutD<'_, T>, LayoutError> {
         if self.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.checked_for_array()?;
+        let layout = self.layout()?;
+        layout.check_typed::<T>()?;
         let n = normalize::<T>(&layout);
         if overlaps(&n.shape, &n.strides) {
             return Err(LayoutError::Overlapping {
@@ -163,12 +172,15 @@ impl<T: Element> ImportedData<T> {
                 strides: layout.strides_vec(),
             });
         }
+        // Borrowed only once the view can be made: a refused view takes no borrow.
+        let layout = self.checked_for_array(Access::Exclusive)?;
         if layout.numel() == 0 {
             return Ok(ArrayViewMutD::from_shape(IxDyn(&n.shape), &mut [])
                 .unwrap_or_else(|_| unreachable!("zero-size shape")));
         }
         // SAFETY: as in `as_array`; in addition the tensor is writable (flag checked), its
-        // elements do not overlap (checked), and `&mut self` excludes other access from Rust.
+        // elements do not overlap (checked), it is borrowed exclusively (no other import reads
+        // or writes it), and `&mut self` excludes other access from this import.
         let mut view = unsafe {
             ArrayViewMutD::from_shape_ptr(
                 IxDyn(&n.shape).strides(IxDyn(&n.strides)),
@@ -210,6 +222,10 @@ fn array_span<T, D: Dimension>(array: &Array<T, D>) -> (usize, usize) {
 unsafe impl<T: Element, D: Dimension> ExportBuffer for Array<T, D> {
     fn dtype(&self) -> DataType {
         T::DTYPE
+    }
+    fn is_unaliased(&self) -> bool {
+        // An owned array owns its elements outright.
+        true
     }
     fn device(&self) -> Device {
         Device::CPU

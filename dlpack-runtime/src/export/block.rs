@@ -35,13 +35,13 @@ pub(super) trait Header: Sized {
         manager_ctx: *mut c_void,
         read_only: bool,
     ) -> Self;
-    /// Wraps a finished block.
+    /// Wraps a finished block; `unaliased`: no other tensor reaches its memory.
     ///
     /// # Safety
     ///
     /// `ptr` is a finished block built by [`build`], owned by nobody else, whose header
-    /// validates.
-    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor;
+    /// validates; `unaliased` as [`ManagedTensor::from_raw_validated`] requires.
+    unsafe fn into_managed(ptr: NonNull<Self>, unaliased: bool) -> ManagedTensor;
 }
 
 impl Header for DLManagedTensorVersioned {
@@ -66,10 +66,10 @@ impl Header for DLManagedTensorVersioned {
         }
     }
     #[inline]
-    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+    unsafe fn into_managed(ptr: NonNull<Self>, unaliased: bool) -> ManagedTensor {
         // SAFETY: a finished block has version 1.3, known flags and our deleter, and its header
-        // validates (caller).
-        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Versioned(ptr)) }
+        // validates; `unaliased` as required (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Versioned(ptr), unaliased) }
     }
 }
 
@@ -86,10 +86,10 @@ impl Header for DLManagedTensor {
         }
     }
     #[inline]
-    unsafe fn into_managed(ptr: NonNull<Self>) -> ManagedTensor {
+    unsafe fn into_managed(ptr: NonNull<Self>, unaliased: bool) -> ManagedTensor {
         // SAFETY: a finished block is a valid legacy tensor with our deleter, and its header
-        // validates (caller).
-        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Legacy(ptr)) }
+        // validates; `unaliased` as required (caller).
+        unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Legacy(ptr), unaliased) }
     }
 }
 
@@ -234,11 +234,13 @@ where
     let guard = BlockGuard::<H, O>(block);
     // SAFETY: the block's prefix and owner are initialized and exclusively ours; `arrays` has
     // `2 * ndim` slots.
-    unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of, sync) }?;
+    let unaliased = unsafe { fill::<H, O, F>(block, arrays, ndim, parts_of, sync) }?;
     core::mem::forget(guard);
     // SAFETY: `fill` succeeded, so the block is finished (header written) and owned by nobody
-    // else, and its finished header validates.
-    Ok(unsafe { H::into_managed(block.cast::<H>()) })
+    // else, and its finished header validates. `unaliased` is the buffer's word that nothing
+    // else reaches its bytes (`ExportBuffer::is_unaliased`, part of that unsafe trait's
+    // contract), and the owner moved into the block, where nothing but this tensor reaches it.
+    Ok(unsafe { H::into_managed(block.cast::<H>(), unaliased) })
 }
 
 /// [`build`] for an owner that is not a parameter of the caller: asks its rank first.
@@ -271,7 +273,8 @@ impl<H, O> Drop for BlockGuard<H, O> {
 }
 
 /// Describes the owner inside `block` and writes the finished header, validated as
-/// [`layout::validate`] would validate it, in the same pass that writes it.
+/// [`layout::validate`] would validate it, in the same pass that writes it. Returns whether the
+/// buffer's memory is unaliased ([`ExportBuffer::is_unaliased`](super::ExportBuffer::is_unaliased)).
 ///
 /// # Safety
 ///
@@ -284,7 +287,7 @@ unsafe fn fill<H, O, F>(
     ndim: usize,
     parts_of: &F,
     sync: &mut StreamWork<'_>,
-) -> Result<(), ExportError>
+) -> Result<bool, ExportError>
 where
     H: Header,
     O: Send + 'static,
@@ -303,6 +306,7 @@ where
         .into());
     }
     let (device, byte_len) = (parts.facts.device, parts.facts.byte_len);
+    let unaliased = parts.facts.unaliased;
     // A dtype field overrides the buffer's (type-erased storage); the layout is checked against
     // the buffer's length in bytes all the same.
     let dtype = parts.dtype();
@@ -477,7 +481,7 @@ where
         Ok((numel, span)),
         "the exporter's validation is that of the finished header"
     );
-    Ok(())
+    Ok(unaliased)
 }
 
 /// The refusal of a layout that reaches outside the buffer: [`LayoutError::StridesInBytes`]

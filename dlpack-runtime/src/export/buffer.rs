@@ -28,7 +28,9 @@ use crate::dtype::{DataType, Element};
 ///   (a host address for host-accessible devices);
 /// - [`as_mut_ptr`](Self::as_mut_ptr), when it returns `Some`, points to the same bytes,
 ///   readable and writable, and no other alias is used while the export lives;
-/// - the bytes hold values of [`dtype`](Self::dtype), and the pointer is aligned for it.
+/// - the bytes hold values of [`dtype`](Self::dtype), and the pointer is aligned for it;
+/// - when [`is_unaliased`](Self::is_unaliased) returns `true`, nothing but `self` (and exports
+///   of it) reaches the bytes, and nothing writes them while `self` is shared.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an exportable buffer",
     label = "not an `ExportBuffer`",
@@ -49,6 +51,22 @@ pub unsafe trait ExportBuffer {
     /// Base pointer for writable export, or `None` when the memory is shared and must be
     /// exported read-only.
     fn as_mut_ptr(&mut self) -> Option<*mut c_void>;
+    /// Whether nothing but this buffer reaches its bytes: no other buffer, tensor, reference or
+    /// foreign code reads or writes them while `self` lives, except through `self` (and through
+    /// clones of a shared owner such as an `Arc`, which only read while it is shared). `true`
+    /// for memory a Rust value owns outright (`Vec<T>`, `Box<[T]>`, `Arc<[T]>`, an owned
+    /// `ndarray::Array`, a fresh copy); `false`, the default, for memory that something else
+    /// may also describe: an imported tensor lent on (unless it is itself unaliased), foreign
+    /// or mapped memory.
+    ///
+    /// Imports of a tensor exported from an unaliased buffer skip the borrow registry of
+    /// [`ImportedData`](crate::ImportedData): no other import can describe the same bytes, so
+    /// no borrow can conflict. Returning `true` for memory something else reaches is unsound
+    /// (it is part of this trait's contract).
+    #[inline]
+    fn is_unaliased(&self) -> bool {
+        false
+    }
     /// The stream the buffer's own pending work is ordered on (a cudarc `CudaSlice`'s stream),
     /// if any; the export orders the consumer after it as after `#[dlpack(stream)]` fields.
     #[cfg(feature = "cuda")]
@@ -64,6 +82,10 @@ unsafe impl<T: Element> ExportBuffer for Vec<T> {
     #[inline]
     fn dtype(&self) -> DataType {
         T::DTYPE
+    }
+    #[inline]
+    fn is_unaliased(&self) -> bool {
+        true
     }
     #[inline]
     fn byte_len(&self) -> usize {
@@ -86,6 +108,10 @@ unsafe impl<T: Element> ExportBuffer for Box<[T]> {
         T::DTYPE
     }
     #[inline]
+    fn is_unaliased(&self) -> bool {
+        true
+    }
+    #[inline]
     fn byte_len(&self) -> usize {
         core::mem::size_of_val::<[T]>(self)
     }
@@ -105,6 +131,10 @@ unsafe impl<T: Element> ExportBuffer for Arc<[T]> {
     #[inline]
     fn dtype(&self) -> DataType {
         T::DTYPE
+    }
+    #[inline]
+    fn is_unaliased(&self) -> bool {
+        true
     }
     #[inline]
     fn byte_len(&self) -> usize {

@@ -38,6 +38,11 @@ unsafe impl ExportBuffer for CopiedBuffer {
         self.dtype
     }
     #[inline]
+    fn is_unaliased(&self) -> bool {
+        // Fresh memory, reached by nothing but the copy's export.
+        true
+    }
+    #[inline]
     fn byte_len(&self) -> usize {
         self.byte_len
     }

@@ -137,17 +137,20 @@ pub(super) struct BufferFacts {
     pub(super) device: Device,
     /// [`ExportBuffer::as_mut_ptr`] of a unique borrow; `None` for a shared one.
     pub(super) mut_ptr: Option<*mut core::ffi::c_void>,
+    /// [`ExportBuffer::is_unaliased`].
+    pub(super) unaliased: bool,
 }
 
 impl BufferFacts {
     #[inline(always)]
     fn of(access: &mut BufferAccess<'_>) -> Self {
         let buffer = access.buffer();
-        let (ptr, byte_len, dtype, device) = (
+        let (ptr, byte_len, dtype, device, unaliased) = (
             buffer.as_ptr(),
             buffer.byte_len(),
             buffer.dtype(),
             buffer.device(),
+            buffer.is_unaliased(),
         );
         // The writable pointer is asked last, and when there is one it serves as the read-only
         // pointer too: taking it borrows the memory uniquely, which invalidates pointers taken
@@ -162,6 +165,7 @@ impl BufferFacts {
             dtype,
             device,
             mut_ptr,
+            unaliased,
         }
     }
 }

@@ -1,8 +1,11 @@
 //! [`ImportedData`]: imported memory of one element type, read in place.
 
 use core::marker::PhantomData;
+use core::mem::ManuallyDrop;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{ImportBuffer, ImportError};
+use crate::borrow::{self, Access, Footprint};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
@@ -15,6 +18,32 @@ use crate::managed::ManagedTensor;
 /// [`get`](Self::get), [`to_vec`](Self::to_vec)) additionally checks that the memory is
 /// host-accessible and aligned; mutable access checks that the tensor is writable.
 ///
+/// # Borrows
+///
+/// Two imports can describe the same memory (one NumPy array passed twice, say), and a
+/// `&mut [T]` from one beside a reference from the other would be undefined behaviour. So every
+/// host access *borrows* the bytes the layout reaches, in one registry for the whole process
+/// (shared by every copy of this crate; see the [`borrow`](crate::borrow) module): reads
+/// ([`as_slice`](Self::as_slice), [`get`](Self::get), [`iter`](Self::iter),
+/// [`to_vec`](Self::to_vec), `as_array`) borrow them shared, writes
+/// ([`as_slice_mut`](Self::as_slice_mut), [`set`](Self::set), `as_array_mut`) exclusively.
+/// A borrow that overlaps another import's exclusive borrow, or an exclusive one that overlaps
+/// any other, fails with [`LayoutError::Borrow`] (a `BufferError` in Python) naming both byte
+/// ranges; it never panics or blocks. Overlap is exact: `x[::2]` and `x[1::2]` are disjoint.
+///
+/// The borrow is held by the import from its first access until it is dropped, given back with
+/// [`release_borrow`](Self::release_borrow), or turned into its managed tensor. An import that
+/// is never accessed never borrows, and a tensor this crate exported from memory that nothing
+/// else reaches (an owned `Vec` moved into the export, see
+/// [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)) needs no borrow at all:
+/// no other import can describe its bytes.
+///
+/// The registry sees Rust's borrows through this crate only. Python code, NumPy, or native code
+/// writing the memory while Rust holds a borrow is out of reach of any checker, as it is for
+/// rust-numpy: do not call back into code that writes the producer's array while a slice of it
+/// is borrowed. The `unsafe` variants [`as_slice_unchecked`](Self::as_slice_unchecked) and
+/// [`as_slice_mut_unchecked`](Self::as_slice_mut_unchecked) skip the registry.
+///
 /// What does not depend on the index is established once, at import: the layout is validated
 /// (or its validation by this crate's exporter is reused, see [`ManagedTensor::layout`]), and
 /// whether it is host-accessible and aligned for `T` is kept; a typed access rebuilds the layout
@@ -24,10 +53,11 @@ use crate::managed::ManagedTensor;
 /// over the axes, paid by the accesses that need it rather than by every import.
 pub struct ImportedData<T: Element> {
     managed: ManagedTensor,
-    /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`]. The
-    /// layout itself is rebuilt from the header when asked for (without validating it again:
-    /// `managed` keeps its validation).
-    flags: usize,
+    /// What the import established about the layout of `managed`: [`VALID`], [`HOST_OK`],
+    /// [`UNALIASED`]; and the borrow it holds: [`SHARED`], [`EXCLUSIVE`]. The layout itself is
+    /// rebuilt from the header when asked for (without validating it again: `managed` keeps its
+    /// validation). Atomic: a shared borrow is taken through `&self`.
+    flags: AtomicUsize,
     _element: PhantomData<T>,
 }
 
@@ -44,6 +74,18 @@ const VALID: usize = 1;
 /// for `T` (the checks of [`TensorLayout::check_typed`] after the dtype, which the import
 /// checked). Set only with [`VALID`].
 const HOST_OK: usize = 2;
+/// Flag of [`ImportedData`]: accesses need no borrow, since no other import can reach the
+/// bytes: the managed tensor is unaliased ([`ManagedTensor::is_unaliased`]), or the layout
+/// reaches no byte.
+const UNALIASED: usize = 4;
+/// Flag of [`ImportedData`]: the import holds a shared borrow in the registry.
+const SHARED: usize = 8;
+/// Flag of [`ImportedData`]: the import holds an exclusive borrow in the registry.
+const EXCLUSIVE: usize = 16;
+/// The flags under which a shared access needs no new borrow.
+const READ_COVERED: usize = UNALIASED | SHARED | EXCLUSIVE;
+/// The flags under which an exclusive access needs no new borrow.
+const WRITE_COVERED: usize = UNALIASED | EXCLUSIVE;
 
 /// The flags of an `ImportedData<T>` holding `managed`, whose dtype is `T::DTYPE`. Read from
 /// the header: no layout is built unless the first element is misaligned, which is allowed
@@ -57,7 +99,7 @@ fn flags_of<T: Element>(managed: &ManagedTensor) -> usize {
     let first = (t.data as usize).wrapping_add(t.byte_offset as usize);
     let host_ok = raw_host_accessible(t.device.device_type)
         && (first % align_of::<T>() == 0 || is_empty(managed));
-    VALID | if host_ok { HOST_OK } else { 0 }
+    VALID | if host_ok { HOST_OK } else { 0 } | if managed.is_unaliased() { UNALIASED } else { 0 }
 }
 
 /// Whether the validated tensor `managed` has no elements.
@@ -86,7 +128,7 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
         let flags = flags_of::<T>(&managed);
         Ok(Self {
             managed,
-            flags,
+            flags: AtomicUsize::new(flags),
             _element: PhantomData,
         })
     }
@@ -112,9 +154,86 @@ impl<T: Element> ImportedData<T> {
         &self.managed
     }
 
-    /// Gives back the managed tensor.
-    pub fn into_managed(self) -> ManagedTensor {
-        self.managed
+    /// Gives back the managed tensor, releasing the borrow this import holds.
+    pub fn into_managed(mut self) -> ManagedTensor {
+        self.release_borrow();
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped, so `managed` is moved out of it exactly once, and
+        // nothing else of it needs dropping (the flags and the marker are plain data).
+        unsafe { core::ptr::read(&this.managed) }
+    }
+
+    /// Gives back the borrow this import holds in the registry, if any: other imports of the
+    /// same memory can then borrow it as they like. `&mut self` guarantees that no slice,
+    /// element iterator or array view of this import is alive. The next access borrows again.
+    ///
+    /// Dropping the import, or [`into_managed`](Self::into_managed), releases it too.
+    pub fn release_borrow(&mut self) {
+        let flags = self.flags.get_mut();
+        if *flags & (SHARED | EXCLUSIVE) != 0 {
+            borrow::release(self.managed.id());
+            *flags &= !(SHARED | EXCLUSIVE);
+        }
+    }
+
+    /// The borrow this import holds: `None` when it holds none, or needs none (its memory is
+    /// unaliased, see [Borrows](Self#borrows)).
+    pub fn borrow_held(&self) -> Option<Access> {
+        let flags = self.flags.load(Ordering::Acquire);
+        if flags & EXCLUSIVE != 0 {
+            Some(Access::Exclusive)
+        } else if flags & SHARED != 0 {
+            Some(Access::Shared)
+        } else {
+            None
+        }
+    }
+
+    /// Borrows the bytes of `layout` (this import's validated host layout) as `access`, unless
+    /// the import holds a borrow that covers it or needs none.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::Borrow`] when another import's borrow conflicts.
+    #[inline]
+    pub(crate) fn borrow(
+        &self,
+        layout: &TensorLayout<'_>,
+        access: Access,
+    ) -> Result<(), LayoutError> {
+        let covered = match access {
+            Access::Shared => READ_COVERED,
+            Access::Exclusive => WRITE_COVERED,
+        };
+        if self.flags.load(Ordering::Acquire) & covered != 0 {
+            return Ok(());
+        }
+        self.borrow_now(layout, access)
+    }
+
+    /// [`Self::borrow`] through the registry.
+    #[cold]
+    #[inline(never)]
+    fn borrow_now(&self, layout: &TensorLayout<'_>, access: Access) -> Result<(), LayoutError> {
+        let size = size_of::<T>();
+        // In bytes. The validated layout's reach fits in `isize`; a stride of an axis of
+        // extent 1 may be anything, and the footprint ignores those axes.
+        let strides: Vec<i64> = (0..layout.ndim())
+            .map(|axis| layout.stride(axis).saturating_mul(size as i64))
+            .collect();
+        let first = layout.first_element_ptr().addr();
+        let Some(footprint) = Footprint::new(first, layout.shape(), &strides, size) else {
+            // No byte reached: nothing to borrow, now or later.
+            self.flags.fetch_or(UNALIASED, Ordering::Release);
+            return Ok(());
+        };
+        borrow::acquire(self.managed.id(), &footprint, access)?;
+        let held = match access {
+            Access::Shared => SHARED,
+            Access::Exclusive => EXCLUSIVE,
+        };
+        self.flags.fetch_or(held, Ordering::Release);
+        Ok(())
     }
 
     /// The validated layout.
@@ -153,7 +272,7 @@ impl<T: Element> ImportedData<T> {
     /// The validated layout, when the tensor is readable as host elements of `T`.
     #[inline]
     pub(crate) fn host_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
-        if self.flags & HOST_OK == 0 {
+        if self.flags.load(Ordering::Relaxed) & HOST_OK == 0 {
             return Err(self.access_error());
         }
         // SAFETY: `HOST_OK` is set only with `VALID`, so the import validated `managed`, which
@@ -187,8 +306,18 @@ impl<T: Element> ImportedData<T> {
         }
     }
 
+    /// The validated layout, when it is C-contiguous host memory readable as `T`.
+    fn contiguous_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
+        let layout = self.host_layout()?;
+        if !layout.is_contiguous(Contiguity::C) {
+            return Err(self.not_contiguous());
+        }
+        Ok(layout)
+    }
+
     /// The elements as a slice, for a C-contiguous tensor in host-accessible memory. `bool`
-    /// elements are checked to be 0 or 1 (one pass over the data).
+    /// elements are checked to be 0 or 1 (one pass over the data). Borrows the memory shared
+    /// (see [Borrows](Self#borrows)).
     ///
     /// The memory is shared with its producer. While the slice is borrowed, nothing may write
     /// to it: do not call back into code that writes the producer's array (Python code writing
@@ -198,46 +327,76 @@ impl<T: Element> ImportedData<T> {
     /// # Errors
     ///
     /// [`LayoutError::NotContiguous`], [`LayoutError::NotHostAccessible`],
-    /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`].
+    /// [`LayoutError::Misaligned`], [`LayoutError::InvalidValue`]; [`LayoutError::Borrow`] when
+    /// another import holds an exclusive borrow of some of the same bytes.
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
-        let layout = self.host_layout()?;
-        if !layout.is_contiguous(Contiguity::C) {
-            return Err(self.not_contiguous());
-        }
-        let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
-        if numel == 0 {
-            return Ok(&[]);
-        }
-        check_bit_patterns::<T>(ptr, numel)?;
-        // SAFETY: the layout is validated and C-contiguous, so `numel` elements of `T` start at
-        // `ptr` (aligned: `host_ok`) in host-accessible memory the producer keeps alive while
-        // `self` owns the managed tensor; every element holds a valid `T` (checked above), and
-        // no `&mut` to them exists while `&self` is borrowed.
-        Ok(unsafe { core::slice::from_raw_parts(ptr, numel) })
+        let layout = self.contiguous_layout()?;
+        self.borrow(&layout, Access::Shared)?;
+        // SAFETY: the import's contiguous host layout, borrowed shared: no import writes the
+        // bytes while `self` holds the borrow, which outlives the slice (it ends only with
+        // `&mut self` or the drop of `self`).
+        unsafe { slice_of(&layout) }
     }
 
-    /// The elements as a mutable slice, for a writable C-contiguous tensor in host memory.
+    /// [`as_slice`](Self::as_slice) without the borrow registry: the slice is not counted as a
+    /// borrow, and other imports' exclusive borrows are not looked at.
     ///
     /// # Errors
     ///
-    /// [`LayoutError::ReadOnly`] for a read-only or legacy tensor, otherwise as
+    /// As [`as_slice`](Self::as_slice), except [`LayoutError::Borrow`].
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives, nothing writes the bytes it covers: no `&mut` from another
+    /// import of the same memory (through `as_slice_mut`, `set`, `as_array_mut` or their
+    /// unchecked variants) is used, nor does other code write them.
+    pub unsafe fn as_slice_unchecked(&self) -> Result<&[T], LayoutError> {
+        let layout = self.contiguous_layout()?;
+        // SAFETY: the import's contiguous host layout; no writer while the slice lives
+        // (caller).
+        unsafe { slice_of(&layout) }
+    }
+
+    /// The elements as a mutable slice, for a writable C-contiguous tensor in host memory.
+    /// Borrows the memory exclusively (see [Borrows](Self#borrows)).
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::ReadOnly`] for a read-only or legacy tensor; [`LayoutError::Borrow`] when
+    /// another import holds a borrow of some of the same bytes; otherwise as
     /// [`ImportedData::as_slice`].
     pub fn as_slice_mut(&mut self) -> Result<&mut [T], LayoutError> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
-        let layout = self.host_layout()?;
-        if !layout.is_contiguous(Contiguity::C) {
-            return Err(self.not_contiguous());
+        let layout = self.contiguous_layout()?;
+        self.borrow(&layout, Access::Exclusive)?;
+        // SAFETY: the import's contiguous host layout of a writable tensor, borrowed
+        // exclusively: no other import reads or writes the bytes while `self` holds the
+        // borrow, and `&mut self` excludes every other reference from this import.
+        unsafe { slice_mut_of(&layout) }
+    }
+
+    /// [`as_slice_mut`](Self::as_slice_mut) without the borrow registry: the slice is not
+    /// counted as a borrow, and other imports' borrows are not looked at.
+    ///
+    /// # Errors
+    ///
+    /// As [`as_slice_mut`](Self::as_slice_mut), except [`LayoutError::Borrow`].
+    ///
+    /// # Safety
+    ///
+    /// While the slice lives, nothing else reads or writes the bytes it covers: no reference
+    /// from another import of the same memory is used (checked or unchecked), nor does other
+    /// code touch them.
+    pub unsafe fn as_slice_mut_unchecked(&mut self) -> Result<&mut [T], LayoutError> {
+        if self.managed.is_read_only() {
+            return Err(LayoutError::ReadOnly);
         }
-        let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
-        if numel == 0 {
-            return Ok(&mut []);
-        }
-        check_bit_patterns::<T>(ptr, numel)?;
-        // SAFETY: as in `as_slice`; the tensor is writable (flag checked) and `&mut self`
-        // guarantees no other reference from this side.
-        Ok(unsafe { core::slice::from_raw_parts_mut(ptr, numel) })
+        let layout = self.contiguous_layout()?;
+        // SAFETY: the import's contiguous host layout of a writable tensor; exclusive access
+        // (caller, and `&mut self` for this import).
+        unsafe { slice_mut_of(&layout) }
     }
 
     /// Reads the element at `index` (one coordinate per axis), for any valid layout.
@@ -245,13 +404,17 @@ impl<T: Element> ImportedData<T> {
     /// # Errors
     ///
     /// [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`], the host-access errors,
-    /// and [`LayoutError::InvalidValue`] for a bad `bool` byte.
+    /// [`LayoutError::InvalidValue`] for a bad `bool` byte, and [`LayoutError::Borrow`] when
+    /// another import holds an exclusive borrow of some of the same bytes (a read borrows the
+    /// whole tensor shared, see [Borrows](Self#borrows)).
     #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
         let layout = self.host_layout()?;
         let (offset, linear) = layout.locate(index, size_of::<T>())?;
+        self.borrow(&layout, Access::Shared)?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
-        // `locate`), aligned and host-accessible (`host_ok`).
+        // `locate`), aligned and host-accessible (`host_ok`), borrowed shared (no import
+        // writes it).
         unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), linear) }
     }
 
@@ -259,15 +422,19 @@ impl<T: Element> ImportedData<T> {
     ///
     /// # Errors
     ///
-    /// [`LayoutError::ReadOnly`], otherwise as [`ImportedData::get`].
+    /// [`LayoutError::ReadOnly`]; [`LayoutError::Borrow`] when another import holds any
+    /// borrow of some of the same bytes (a write borrows the whole tensor exclusively);
+    /// otherwise as [`ImportedData::get`].
     pub fn set(&mut self, index: &[usize], value: T) -> Result<(), LayoutError> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
         let layout = self.host_layout()?;
         let (offset, _) = layout.locate(index, size_of::<T>())?;
-        // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor; `&mut self`
-        // excludes other access from this side.
+        self.borrow(&layout, Access::Exclusive)?;
+        // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor, borrowed
+        // exclusively (no other import reads or writes it); `&mut self` excludes other access
+        // from this import.
         unsafe {
             layout
                 .first_element_ptr()
@@ -316,8 +483,8 @@ impl<T: Element> ImportedData<T> {
     /// # Errors
     ///
     /// The host-access errors ([`LayoutError::NotHostAccessible`], [`LayoutError::Misaligned`],
-    /// the validation error of an invalid layout), and [`LayoutError::InvalidValue`] for a bad
-    /// `bool` byte.
+    /// the validation error of an invalid layout), [`LayoutError::InvalidValue`] for a bad
+    /// `bool` byte, and [`LayoutError::Borrow`] as for [`ImportedData::get`].
     pub fn iter(&self) -> Result<super::Elements<'_, T>, LayoutError> {
         super::Elements::new(self)
     }
@@ -327,11 +494,13 @@ impl<T: Element> ImportedData<T> {
     ///
     /// # Errors
     ///
-    /// The host-access errors, [`LayoutError::InvalidValue`] for a bad `bool` byte, and
+    /// The host-access errors, [`LayoutError::InvalidValue`] for a bad `bool` byte,
     /// [`LayoutError::CopyTooLarge`] when the copy cannot be allocated (a broadcast with stride 0
-    /// can describe far more elements than its memory holds).
+    /// can describe far more elements than its memory holds), and [`LayoutError::Borrow`] as
+    /// for [`ImportedData::get`].
     pub fn to_vec(&self) -> Result<Vec<T>, LayoutError> {
         let layout = self.host_layout()?;
+        self.borrow(&layout, Access::Shared)?;
         let base = layout.first_element_ptr();
         let numel = layout.numel();
         let too_large = || LayoutError::CopyTooLarge {
@@ -396,6 +565,54 @@ impl<T: Element> ImportedData<T> {
         })?;
         failure.map_or(Ok(()), Err)
     }
+}
+
+impl<T: Element> Drop for ImportedData<T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Before `managed` drops (fields drop after this), so the borrow ends before the
+        // producer's deleter can free the memory or the header address be reused.
+        if *self.flags.get_mut() & (SHARED | EXCLUSIVE) != 0 {
+            borrow::release(self.managed.id());
+        }
+    }
+}
+
+/// The elements of `layout`, a C-contiguous layout of host memory readable as `T`.
+///
+/// # Safety
+///
+/// `layout` is an import's validated, host-accessible, aligned layout, C-contiguous, whose
+/// memory lives for `'a`, and nothing writes its bytes during `'a`.
+unsafe fn slice_of<'a, T: Element>(layout: &TensorLayout<'a>) -> Result<&'a [T], LayoutError> {
+    let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
+    if numel == 0 {
+        return Ok(&[]);
+    }
+    check_bit_patterns::<T>(ptr, numel)?;
+    // SAFETY: the layout is validated and C-contiguous, so `numel` elements of `T` start at
+    // `ptr` (aligned) in host-accessible memory alive for `'a`; every element holds a valid `T`
+    // (checked above), and nothing writes them during `'a` (caller).
+    Ok(unsafe { core::slice::from_raw_parts(ptr, numel) })
+}
+
+/// The elements of `layout`, mutably.
+///
+/// # Safety
+///
+/// As for [`slice_of`], for a writable tensor, and nothing else reads or writes its bytes
+/// during `'a`.
+unsafe fn slice_mut_of<'a, T: Element>(
+    layout: &TensorLayout<'a>,
+) -> Result<&'a mut [T], LayoutError> {
+    let (ptr, numel) = (layout.first_element_ptr().cast::<T>(), layout.numel());
+    if numel == 0 {
+        return Ok(&mut []);
+    }
+    check_bit_patterns::<T>(ptr, numel)?;
+    // SAFETY: as in `slice_of`; the tensor is writable and access to its bytes is exclusive
+    // during `'a` (caller).
+    Ok(unsafe { core::slice::from_raw_parts_mut(ptr, numel) })
 }
 
 /// Reads one element, checking its bit pattern.

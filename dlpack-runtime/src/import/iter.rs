@@ -11,8 +11,9 @@ use crate::layout::LayoutError;
 /// The elements of an [`ImportedData<T>`], by value, in logical row-major order (the last axis
 /// fastest), whatever the strides (negative and zero included): made by
 /// [`ImportedData::iter`]. Each element is read from the producer's memory when it is reached,
-/// without a copy of the tensor; like [`ImportedData::as_slice`], it assumes that nothing writes
-/// that memory while the iterator lives.
+/// without a copy of the tensor; like [`ImportedData::as_slice`], it borrows the memory shared
+/// (no other import writes it while the iterator lives) and assumes that no code outside Rust
+/// writes it either.
 pub struct Elements<'a, T: Element> {
     /// Element `(0, ..., 0)`.
     first: *const u8,
@@ -31,6 +32,7 @@ impl<'a, T: Element> Elements<'a, T> {
     /// The iterator over `data`'s elements, whose bit patterns have all been checked.
     pub(super) fn new(data: &'a ImportedData<T>) -> Result<Self, LayoutError> {
         let layout = data.host_layout()?;
+        data.borrow(&layout, crate::borrow::Access::Shared)?;
         data.check_all_elements(&layout)?;
         let size = core::mem::size_of::<T>() as isize;
         let axes: Vec<(usize, isize)> = (0..layout.ndim())

@@ -62,6 +62,11 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
     fn dtype(&self) -> DataType {
         T::DTYPE
     }
+    fn is_unaliased(&self) -> bool {
+        // Lent on by value or shared, an unaliased import keeps its memory unaliased: nothing
+        // but it (and what it is lent to) reaches the bytes.
+        self.managed().is_unaliased()
+    }
     fn device(&self) -> Device {
         Device::from_raw(self.managed().dl_tensor().device)
     }
@@ -83,6 +88,9 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
 unsafe impl ExportBuffer for ManagedTensor {
     fn dtype(&self) -> DataType {
         DataType::from_raw(self.dl_tensor().dtype)
+    }
+    fn is_unaliased(&self) -> bool {
+        ManagedTensor::is_unaliased(self)
     }
     fn device(&self) -> Device {
         Device::from_raw(self.dl_tensor().device)

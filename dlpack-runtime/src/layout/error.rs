@@ -1,6 +1,7 @@
 //! [`LayoutError`]: a layout that cannot be read safely, or a typed access it does not allow.
 
 use super::Contiguity;
+use crate::borrow::BorrowError;
 use crate::device::Device;
 use crate::dtype::DataType;
 
@@ -121,6 +122,10 @@ pub enum LayoutError {
         "tensor is read-only (DLPACK_FLAG_BITMASK_READ_ONLY, or a legacy capsule), expected writable memory"
     )]
     ReadOnly,
+    /// The access would alias another import's borrow of the same memory (see
+    /// [`ImportedData`](crate::ImportedData)'s borrows).
+    #[error(transparent)]
+    Borrow(#[from] BorrowError),
     /// An element index of the wrong rank.
     #[error("index has {found} coordinates, expected {expected}")]
     IndexRank {

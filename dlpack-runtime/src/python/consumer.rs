@@ -462,9 +462,13 @@ fn via_exchange_api(
     if own {
         if let Some(out) = core::ptr::NonNull::new(out) {
             // SAFETY: an owned managed tensor (as below), made by this crate's exporter (the
-            // table is one of ours): version 1.3, known flags, and a header it validated.
+            // table is one of ours): version 1.3, known flags, and a header it validated. Not
+            // marked unaliased: a Python object's memory may be reached by other imports.
             return Ok(unsafe {
-                ManagedTensor::from_raw_validated(crate::managed::RawManagedTensor::Versioned(out))
+                ManagedTensor::from_raw_validated(
+                    crate::managed::RawManagedTensor::Versioned(out),
+                    false,
+                )
             });
         }
     }

@@ -94,6 +94,7 @@
 //! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
 //! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`] | `BufferError` |
 //! | [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`] (typed access: `get`, `set`) | `IndexError` |
+//! | [`LayoutError::Borrow`] (another import of the same memory holds a conflicting borrow) | `BufferError` |
 //! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | a capsule that was already consumed | `ValueError` |

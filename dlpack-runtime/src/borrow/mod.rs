@@ -1,0 +1,138 @@
+//! Borrows of imported memory: one process-wide registry, keyed by memory, that keeps safe code
+//! from holding a `&mut` to bytes that anything else it can reach also references.
+//!
+//! Two imports of one NumPy array (two `from_dlpack(x)` calls, or `f(x, x)` for a function taking
+//! two writable views) are two [`ImportedData`](crate::ImportedData) values over the same bytes.
+//! Each one alone is sound, but a `&mut [T]` from one beside any reference from the other is
+//! undefined behaviour (release builds assume the two do not alias). So every access that hands
+//! out references to imported host memory, or reads and writes it, first *borrows* the bytes it
+//! reaches here: shared for reads, exclusive for writes. A borrow that overlaps an exclusive one,
+//! or an exclusive borrow that overlaps any other, is refused with a [`BorrowError`].
+//!
+//! - **Keyed by memory**, not by Python object or capsule (each `__dlpack__` call makes a new
+//!   capsule): the bytes a layout reaches, exactly. Interleaved views (`x[::2]` and `x[1::2]`)
+//!   do not overlap, `x` and `x[1:]` do. Whether two strided layouts share a byte is a bounded
+//!   linear Diophantine problem (as NumPy's `np.shares_memory` poses it); it is solved exactly
+//!   by a search with a work budget, and a search that exhausts its budget (only adversarial
+//!   layouts do) counts as an overlap: a borrow may be refused, never wrongly allowed.
+//!   Host-accessible memory of every device type (`kDLCPU`, `kDLCUDAHost`, `kDLCUDAManaged`,
+//!   ...) is one address space: a pinned buffer can be seen under more than one device type.
+//! - **Held by the import**: the first access of an import takes its borrow, which lasts until
+//!   the import is dropped or its borrow released
+//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). An import that is
+//!   never accessed never touches the registry, and neither does an import of memory that no
+//!   other import can reach (a tensor this crate exported from an owned `Vec`, see
+//!   [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)).
+//! - **One per process**: every copy of this crate in the process (several extension modules,
+//!   each linking its own) uses one registry, found through a versioned C-ABI table. With the
+//!   `python` feature the first copy to borrow publishes its table as a capsule in `sys.modules`
+//!   (module `_dlpack_runtime_shared`, attribute `BORROW_CHECKING_API`), where the others find
+//!   it; without Python, or when a copy first borrows before the interpreter starts, that copy
+//!   uses its own table for the rest of the process.
+//!
+//! A borrow costs a lock of the registry and a scan of its live borrows, once per import; the
+//! accesses after it check one flag of the import.
+//!
+//! # What no registry sees
+//!
+//! Only borrows made through this crate are registered. Python code, NumPy, or native code that
+//! writes the memory while Rust holds a borrow is out of reach of any checker (as it is for
+//! rust-numpy): do not call back into code that writes a producer's array while holding a slice
+//! of it. rust-numpy's own registry (`PyReadonlyArray`, `PyReadwriteArray`) is a separate one:
+//! a rust-numpy borrow and one of this crate's over the same array do not see each other.
+
+pub(crate) mod overlap;
+mod process;
+mod registry;
+
+use core::fmt;
+
+pub(crate) use overlap::Footprint;
+
+/// How memory is borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Shared: read through `&[T]`, `&T` or by value; any number may overlap.
+    Shared,
+    /// Exclusive: written (through `&mut [T]` or in place); overlaps nothing.
+    Exclusive,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Access::Shared => "shared",
+            Access::Exclusive => "exclusive",
+        })
+    }
+}
+
+/// A borrowed range of host memory, for error messages: the bytes `[start, end)` (addresses)
+/// that a layout reaches, from its lowest byte to one past its highest. A strided layout need
+/// not reach every byte in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BorrowedRange {
+    /// Address of the lowest byte reached.
+    pub start: usize,
+    /// One past the highest byte reached.
+    pub end: usize,
+    /// How the bytes are borrowed.
+    pub access: Access,
+}
+
+impl fmt::Display for BorrowedRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bytes [{:#x}, {:#x}) ({} bytes, {})",
+            self.start,
+            self.end,
+            self.end - self.start,
+            self.access
+        )
+    }
+}
+
+/// Imported memory that cannot be borrowed as asked.
+///
+/// Returned (inside [`LayoutError::Borrow`](crate::LayoutError::Borrow)) by the accessors of
+/// [`ImportedData`](crate::ImportedData): in Python it is a `BufferError`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BorrowError {
+    /// Another import holds a borrow of some of the same bytes, and one of the two is exclusive.
+    #[error(
+        "cannot borrow {requested} of host memory: another import of the same memory holds {held}, expected no overlap with an exclusive borrow (drop that import or call its `release_borrow` first)"
+    )]
+    Conflict {
+        /// The borrow asked for.
+        requested: BorrowedRange,
+        /// The borrow that overlaps it.
+        held: BorrowedRange,
+    },
+    /// The process's registry cannot be used: another library published a table of the same
+    /// name that is not one (`reason` says how), or the registry failed.
+    #[error("the borrow registry is unavailable: {reason}")]
+    Unavailable {
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
+
+/// Borrows the bytes of `footprint` for the import `owner` (a unique, stable address of the
+/// import, such as its managed tensor's header), as `access`. A borrow `owner` already holds
+/// is kept, or upgraded from shared to exclusive; a borrow is released by [`release`].
+pub(crate) fn acquire(
+    owner: usize,
+    footprint: &Footprint,
+    access: Access,
+) -> Result<(), BorrowError> {
+    registry::acquire(process::table()?, owner, footprint, access)
+}
+
+/// Releases the borrow of `owner`, if it holds one.
+pub(crate) fn release(owner: usize) {
+    if let Ok(table) = process::table() {
+        registry::release(table, owner);
+    }
+}
