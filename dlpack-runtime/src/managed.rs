@@ -287,6 +287,17 @@ impl ManagedTensor {
         self.tensor_ptr().as_ptr().addr()
     }
 
+    /// The address of the tensor's deleter, 0 for none: which producer made it.
+    pub(crate) fn deleter_address(&self) -> usize {
+        let deleter = match self.raw() {
+            // SAFETY: the pointer is valid while `self` owns it (constructor contract).
+            RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.deleter.map(|d| d as usize),
+            // SAFETY: as above.
+            RawManagedTensor::Legacy(p) => unsafe { p.as_ref() }.deleter.map(|d| d as usize),
+        };
+        deleter.unwrap_or(0)
+    }
+
     /// `manager_ctx` of the tensor.
     pub(crate) fn dl_tensor_ctx(&self) -> *mut core::ffi::c_void {
         match self.raw() {

@@ -35,16 +35,35 @@
 //!
 //! # What no registry sees
 //!
-//! Only borrows made through this crate are registered. Python code, NumPy, or native code that
-//! writes the memory while Rust holds a borrow is out of reach of any checker (as it is for
-//! rust-numpy): do not call back into code that writes a producer's array while holding a slice
-//! of it. rust-numpy's own registry (`PyReadonlyArray`, `PyReadwriteArray`) is a separate one:
-//! a rust-numpy borrow and one of this crate's over the same array do not see each other.
+//! Only borrows made through this crate, and rust-numpy's (below), are registered. Python code,
+//! NumPy, or native code that writes the memory while Rust holds a borrow is out of reach of any
+//! checker (as it is for rust-numpy): do not call back into code that writes a producer's array
+//! while holding a slice of it.
+//!
+//! # rust-numpy
+//!
+//! With the `python` feature, a borrow of memory that NumPy exported is also taken in
+//! rust-numpy's registry (the `numpy` crate's `PyReadonlyArray` and `PyReadwriteArray`), when an
+//! extension built on it has published one: a `PyReadwriteArray` held elsewhere refuses this
+//! crate's borrows of the same array, and this crate's exclusive borrow refuses its
+//! `readwrite()`. It is taken on a private view of the exporting array (found through NumPy's
+//! `manager_ctx`, once a probe export confirmed that NumPy keeps the array there), since
+//! rust-numpy reads the array's shape and strides again when the borrow is released. rust-numpy
+//! compares borrows of one base array only, by range and stride gcd: it can refuse disjoint
+//! views that this crate allows.
+//!
+//! rust-numpy publishes its registry when an extension built on it first borrows an array: a
+//! borrow this crate took before that is not mirrored (it is checked against this crate's
+//! borrows only), while every borrow taken after it is. Mirroring needs the GIL, taken (when
+//! not held) for borrows of NumPy memory only.
 
 pub(crate) mod overlap;
 mod process;
 mod registry;
+#[cfg(feature = "python")]
+mod rust_numpy;
 
+use core::ffi::c_void;
 use core::fmt;
 
 pub(crate) use overlap::Footprint;
@@ -110,6 +129,15 @@ pub enum BorrowError {
         /// The borrow that overlaps it.
         held: BorrowedRange,
     },
+    /// rust-numpy's registry refused the borrow of a NumPy array's memory (see
+    /// [rust-numpy](self#rust-numpy)).
+    #[error("cannot borrow {requested} of host memory: {reason}")]
+    RustNumpy {
+        /// The borrow asked for.
+        requested: BorrowedRange,
+        /// Why, in words.
+        reason: &'static str,
+    },
     /// The process's registry cannot be used: another library published a table of the same
     /// name that is not one (`reason` says how), or the registry failed.
     #[error("the borrow registry is unavailable: {reason}")]
@@ -119,15 +147,55 @@ pub enum BorrowError {
     },
 }
 
+/// Where an import's memory came from: its header's deleter and `manager_ctx`, by which a
+/// NumPy array's memory is recognized (see [rust-numpy](self#rust-numpy)).
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // read by the rust-numpy bridge only
+pub(crate) struct Origin {
+    /// The address of the deleter (0 for none).
+    pub(crate) deleter: usize,
+    /// `manager_ctx`.
+    pub(crate) manager_ctx: *mut c_void,
+}
+
 /// Borrows the bytes of `footprint` for the import `owner` (a unique, stable address of the
-/// import, such as its managed tensor's header), as `access`. A borrow `owner` already holds
-/// is kept, or upgraded from shared to exclusive; a borrow is released by [`release`].
+/// import, such as its managed tensor's header), as `access`; `held` is the borrow `owner`
+/// holds already, if any. A held borrow is kept, or upgraded from shared to exclusive; a borrow
+/// is released by [`release`].
 pub(crate) fn acquire(
     owner: usize,
     footprint: &Footprint,
     access: Access,
+    origin: Origin,
+    held: Option<Access>,
 ) -> Result<(), BorrowError> {
-    registry::acquire(process::table()?, owner, footprint, access)
+    let table = process::table()?;
+    #[cfg(feature = "python")]
+    let mirrored = match rust_numpy::mirror(owner, origin, access) {
+        Ok(mirrored) => mirrored,
+        Err(refusal) => {
+            let (start, end) = footprint.span();
+            let requested = BorrowedRange { start, end, access };
+            let reason = match refusal {
+                rust_numpy::Refusal::Conflict => {
+                    "rust-numpy holds a conflicting borrow of the same NumPy array (a PyReadwriteArray, or a PyReadonlyArray against an exclusive borrow)"
+                }
+                rust_numpy::Refusal::NotWriteable => {
+                    "the NumPy array is not writeable (rust-numpy refuses a mutable borrow of it)"
+                }
+                rust_numpy::Refusal::Failed => "rust-numpy's registry gave an unexpected answer",
+            };
+            return Err(BorrowError::RustNumpy { requested, reason });
+        }
+    };
+    #[cfg(not(feature = "python"))]
+    let _ = held;
+    let result = registry::acquire(table, owner, footprint, access);
+    #[cfg(feature = "python")]
+    if result.is_err() && mirrored {
+        rust_numpy::undo(owner, held);
+    }
+    result
 }
 
 /// Releases the borrow of `owner`, if it holds one.
@@ -135,4 +203,6 @@ pub(crate) fn release(owner: usize) {
     if let Ok(table) = process::table() {
         registry::release(table, owner);
     }
+    #[cfg(feature = "python")]
+    rust_numpy::release(owner);
 }

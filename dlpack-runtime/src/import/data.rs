@@ -5,7 +5,7 @@ use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{ImportBuffer, ImportError};
-use crate::borrow::{self, Access, Footprint};
+use crate::borrow::{self, Access, Footprint, Origin};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
@@ -227,7 +227,17 @@ impl<T: Element> ImportedData<T> {
             self.flags.fetch_or(UNALIASED, Ordering::Release);
             return Ok(());
         };
-        borrow::acquire(self.managed.id(), &footprint, access)?;
+        let origin = Origin {
+            deleter: self.managed.deleter_address(),
+            manager_ctx: self.managed.dl_tensor_ctx(),
+        };
+        borrow::acquire(
+            self.managed.id(),
+            &footprint,
+            access,
+            origin,
+            self.borrow_held(),
+        )?;
         let held = match access {
             Access::Shared => SHARED,
             Access::Exclusive => EXCLUSIVE,
