@@ -39,9 +39,13 @@ DLPACK_TESTS_EXPECT_DRIVER=absent \
         --lib --test cuda --test exchange --test python_protocol \
         -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
         c_exchange_api_of_cuda_memory
-echo "==> example extension module (feature cuda): maturin develop into .venv, then pytest"
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --features cuda --manifest-path examples/python-ext/Cargo.toml
-.venv/bin/python -m pytest -q examples/python-ext/tests
+echo "==> example extension module (feature cuda, release) and its borrow peer: maturin develop into .venv, then pytest"
+# Release builds: the borrow tests (tests/test_borrows.py) call functions that a release build
+# would miscompile if two imports of one array could both hand out `&mut [f32]`. The peer is a
+# second extension module with its own copy of dlpack-runtime (one borrow registry per process).
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda --manifest-path examples/python-ext/Cargo.toml
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path tests/python-peer/Cargo.toml
+timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests
 echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
@@ -50,7 +54,7 @@ echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect" \
-        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges
+        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges --test borrows
 else
     echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
 fi
@@ -67,7 +71,7 @@ elif ! rustup toolchain install "$miri_toolchain" --profile minimal --component 
 else
     PROPTEST_CASES=4 MIRIFLAGS="${MIRIFLAGS:+$MIRIFLAGS }-Zmiri-disable-isolation" \
         cargo +"$miri_toolchain" miri test --locked -p dlpack-runtime --lib \
-            -p dlpack-tests --test exchange --test derive_roles --test ndarray_views --test properties --test imported_data_edges \
+            -p dlpack-tests --test exchange --test derive_roles --test ndarray_views --test properties --test imported_data_edges --test borrows \
             -- --skip i64_span_agrees_with_exact_span --skip huge_broadcasts_give_errors_not_aborts
 fi
 echo "==> cargo test (no default features)"

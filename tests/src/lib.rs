@@ -247,6 +247,130 @@ unsafe extern "C" fn delete_legacy(p: *mut DLManagedTensor) {
     drop(unsafe { Box::from_raw(p.cast::<LegacyBlock>()) });
 }
 
+/// One foreign buffer lent many times, as NumPy lends one array to every `__dlpack__` call:
+/// each [`SharedBuffer::view`] is a managed tensor over the same memory (kept alive until the
+/// buffer and every view are gone). Views reach the memory only through raw pointers derived
+/// from one allocation, so Miri sees them as aliases of one another.
+#[derive(Clone)]
+pub struct SharedBuffer(Arc<RawWords>);
+
+struct RawWords {
+    ptr: *mut u64,
+    len: usize,
+}
+
+// SAFETY: `RawWords` owns its allocation (freed once, in `drop`); the memory is reached
+// through raw pointers only, by views whose accesses the code under test orders.
+unsafe impl Send for RawWords {}
+// SAFETY: as above; shared access hands out raw pointers only.
+unsafe impl Sync for RawWords {}
+
+impl Drop for RawWords {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` and `len` come from `Box::into_raw` of a boxed slice (`SharedBuffer::new`),
+        // freed here once.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
+    }
+}
+
+impl SharedBuffer {
+    /// A buffer of `bytes` (copied into 8-byte aligned storage).
+    pub fn new(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8).max(1)].into_boxed_slice();
+        // SAFETY: `words` has at least `bytes.len()` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                words.as_mut_ptr().cast::<u8>(),
+                bytes.len(),
+            )
+        };
+        let len = words.len();
+        Self(Arc::new(RawWords {
+            ptr: Box::into_raw(words).cast::<u64>(),
+            len,
+        }))
+    }
+
+    /// Address of the buffer's first byte.
+    pub fn address(&self) -> usize {
+        self.0.ptr as usize
+    }
+
+    /// Reads the `T` at byte `offset` (in bounds, aligned).
+    pub fn read<T: Copy>(&self, offset: usize) -> T {
+        assert!(offset + std::mem::size_of::<T>() <= self.0.len * 8);
+        // SAFETY: in bounds (checked) of the live allocation; callers pass aligned offsets.
+        unsafe { self.0.ptr.cast::<u8>().add(offset).cast::<T>().read() }
+    }
+
+    /// A versioned managed tensor over the buffer: `data` is the buffer's start, elements of
+    /// `dtype` with `shape` and `strides` (elements) from `byte_offset`, flags `flags`. Its
+    /// deleter drops a guard of `counter`.
+    pub fn view(
+        &self,
+        dtype: DataType,
+        shape: &[i64],
+        strides: &[i64],
+        byte_offset: u64,
+        flags: u64,
+        counter: &Counter,
+    ) -> *mut DLManagedTensorVersioned {
+        let mut block = Box::new(SharedViewBlock {
+            header: DLManagedTensorVersioned {
+                version: DLPackVersion { major: 1, minor: 3 },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_shared_view),
+                flags,
+                dl_tensor: empty_tensor(),
+            },
+            buffer: self.clone(),
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            _guard: counter.guard(),
+        });
+        block.header.dl_tensor = DLTensor {
+            data: self.0.ptr.cast(),
+            device: Device::CPU.to_raw(),
+            ndim: shape.len() as i32,
+            dtype: dtype.to_raw(),
+            shape: block.shape.as_mut_ptr(),
+            strides: block.strides.as_mut_ptr(),
+            byte_offset,
+        };
+        Box::into_raw(block).cast()
+    }
+
+    /// [`SharedBuffer::view`] taken as a [`dlpack_runtime::ManagedTensor`].
+    pub fn managed(
+        &self,
+        dtype: DataType,
+        shape: &[i64],
+        strides: &[i64],
+        byte_offset: u64,
+        counter: &Counter,
+    ) -> dlpack_runtime::ManagedTensor {
+        let p = self.view(dtype, shape, strides, byte_offset, 0, counter);
+        // SAFETY: `view` returns a valid, owned managed tensor.
+        unsafe { dlpack_runtime::ManagedTensor::from_raw_versioned(p) }.expect("version 1.3")
+    }
+}
+
+#[repr(C)]
+struct SharedViewBlock {
+    header: DLManagedTensorVersioned,
+    buffer: SharedBuffer,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    _guard: DropGuard,
+}
+
+unsafe extern "C" fn delete_shared_view(p: *mut DLManagedTensorVersioned) {
+    // SAFETY: `p` came from `Box::into_raw` of a `SharedViewBlock` whose header is at offset 0;
+    // the deleter contract says it is called once.
+    drop(unsafe { Box::from_raw(p.cast::<SharedViewBlock>()) });
+}
+
 /// Bytes of a slice of plain values (native endianness).
 pub fn bytes_of<T: Copy>(values: &[T]) -> Vec<u8> {
     let len = std::mem::size_of_val(values);

@@ -191,6 +191,98 @@ fn consume(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(view.shape.len())
 }
 
+/// A writable float32 view of host memory: what `alias` takes twice.
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu")]
+struct ViewMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// Writes 1.0 through `a` and 2.0 through `b`, then reads `a[0]`: if the two aliased, an
+/// optimizer trusting `&mut` would return 1.0 with 2.0 in memory. The borrows of imported
+/// memory keep them from aliasing.
+#[inline(never)]
+fn write_both(a: &mut [f32], b: &mut [f32]) -> f32 {
+    a[0] = 1.0;
+    b[0] = 2.0;
+    a[0]
+}
+
+/// `alias(a, b)`: both tensors' slices at once, mutably; `BufferError` when they share memory
+/// (`alias(x, x)`, `alias(x, x[1:])`).
+#[pyfunction]
+fn alias(mut a: ViewMut, mut b: ViewMut) -> PyResult<f32> {
+    debug_assert!(!a.shape.is_empty() && !b.shape.is_empty());
+    Ok(write_both(a.data.as_slice_mut()?, b.data.as_slice_mut()?))
+}
+
+/// `alias_in_one(x, y)`: as `alias`, with both imports made inside the function.
+#[pyfunction]
+fn alias_in_one(x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>) -> PyResult<f32> {
+    let mut a: ViewMut = python::from_dlpack(x)?;
+    let mut b: ViewMut = python::from_dlpack(y)?;
+    Ok(write_both(a.data.as_slice_mut()?, b.data.as_slice_mut()?))
+}
+
+/// A writable float32 view with any strides.
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu")]
+struct StridedMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    /// In elements.
+    #[dlpack(strides)]
+    strides: [isize; 1],
+}
+
+/// `write_interleaved(a, b, va, vb)`: writes `va` into every element of the vector `a` and `vb`
+/// into every element of `b`, alternating, both borrowed exclusively at once (`a = x[::2]`,
+/// `b = x[1::2]` share no element).
+#[pyfunction]
+fn write_interleaved(mut a: StridedMut, mut b: StridedMut, va: f32, vb: f32) -> PyResult<()> {
+    debug_assert!(a.strides[0] != 0 || a.shape[0] <= 1);
+    for i in 0..a.shape[0].max(b.shape[0]) {
+        if i < a.shape[0] {
+            a.data.set(&[i], va)?;
+        }
+        if i < b.shape[0] {
+            b.data.set(&[i], vb)?;
+        }
+    }
+    Ok(())
+}
+
+/// A tensor's memory held borrowed from Python: `hold(x, mutable)`. The borrow lasts until
+/// `release()` (or until the holder is collected).
+#[pyclass(frozen, module = "dlpack_example")]
+struct Held(std::sync::Mutex<Option<ImportedData<f32>>>);
+
+#[pymethods]
+impl Held {
+    /// Gives the borrow back.
+    fn release(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// `hold(x, mutable)`: imports the float32 tensor `x` and borrows its memory, exclusively when
+/// `mutable`; `BufferError` when another import holds a conflicting borrow.
+#[pyfunction]
+fn hold(x: &Bound<'_, PyAny>, mutable: bool) -> PyResult<Held> {
+    let mut view: ViewMut = python::from_dlpack(x)?;
+    if mutable {
+        view.data.as_slice_mut()?;
+    } else {
+        view.data.as_slice()?;
+    }
+    Ok(Held(std::sync::Mutex::new(Some(view.data))))
+}
+
 #[cfg(feature = "cuda")]
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
@@ -356,6 +448,11 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fill, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;
     m.add_function(wrap_pyfunction!(consume, m)?)?;
+    m.add_function(wrap_pyfunction!(alias, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_in_one, m)?)?;
+    m.add_function(wrap_pyfunction!(write_interleaved, m)?)?;
+    m.add_class::<Held>()?;
+    m.add_function(wrap_pyfunction!(hold, m)?)?;
     #[cfg(feature = "cuda")]
     {
         m.add_function(wrap_pyfunction!(gpu::cuda_arange, m)?)?;

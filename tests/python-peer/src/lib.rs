@@ -1,0 +1,80 @@
+//! `dlpack_borrow_peer`: a second extension module, built on its own with its own copy of
+//! `dlpack-runtime`, so that the tests of the example extension can show that borrows of
+//! imported memory are checked across extension modules (one registry per process), and with
+//! rust-numpy's borrows (`PyReadonlyArray`, `PyReadwriteArray`).
+
+use std::sync::Mutex;
+
+use dlpack_runtime::{DlpackImport, ImportedData, python};
+use numpy::{PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::prelude::*;
+
+/// A writable float32 view of host memory.
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu")]
+struct ViewMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A tensor's memory held borrowed: made by `hold`, given back by `release()`.
+#[pyclass(frozen, module = "dlpack_borrow_peer")]
+struct Held(Mutex<Option<ImportedData<f32>>>);
+
+#[pymethods]
+impl Held {
+    /// Gives the borrow back.
+    fn release(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// `hold(x, mutable)`: imports the float32 tensor `x` and borrows its memory (exclusively when
+/// `mutable`); `BufferError` when another import, of this module or any other, holds a
+/// conflicting borrow.
+#[pyfunction]
+fn hold(x: &Bound<'_, PyAny>, mutable: bool) -> PyResult<Held> {
+    let mut view: ViewMut = python::from_dlpack(x)?;
+    debug_assert!(!view.shape.is_empty());
+    if mutable {
+        view.data.as_slice_mut()?;
+    } else {
+        view.data.as_slice()?;
+    }
+    Ok(Held(Mutex::new(Some(view.data))))
+}
+
+/// `write(x, value)`: writes `value` into every element of `x` through a mutable slice.
+#[pyfunction]
+fn write(x: &Bound<'_, PyAny>, value: f32) -> PyResult<()> {
+    let mut view: ViewMut = python::from_dlpack(x)?;
+    view.data.as_slice_mut()?.fill(value);
+    Ok(())
+}
+
+/// `readwrite_while(x, f)`: holds rust-numpy's `PyReadwriteArray` of `x` while it calls
+/// `f()`, writes 1.0 into `x[0]`, and returns what `f` returned.
+#[pyfunction]
+fn readwrite_while(mut x: PyReadwriteArray1<'_, f32>, f: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let result = f.call0()?;
+    x.as_slice_mut()?[0] = 1.0;
+    Ok(result.unbind())
+}
+
+/// `readonly_sum(x)`: the sum of `x` through rust-numpy's `PyReadonlyArray`.
+#[pyfunction]
+fn readonly_sum(x: PyReadonlyArray1<'_, f32>) -> PyResult<f32> {
+    Ok(x.as_array().sum())
+}
+
+#[pymodule]
+fn dlpack_borrow_peer(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(readwrite_while, m)?)?;
+    m.add_function(wrap_pyfunction!(readonly_sum, m)?)?;
+    m.add_class::<Held>()?;
+    m.add_function(wrap_pyfunction!(hold, m)?)?;
+    m.add_function(wrap_pyfunction!(write, m)?)?;
+    Ok(())
+}

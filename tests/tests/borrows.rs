@@ -1,0 +1,362 @@
+//! Borrows of imported memory: two imports of one buffer never hand out aliasing references.
+//!
+//! The buffer is lent twice as NumPy lends one array to two `__dlpack__` calls
+//! ([`SharedBuffer`]): two managed tensors over the same bytes. Each access of an import
+//! borrows its bytes in the process's registry; a conflicting access gets
+//! [`LayoutError::Borrow`] where it would otherwise make undefined behaviour (run under Miri).
+
+use std::sync::{Arc, Barrier};
+
+use dlpack_runtime::borrow::{Access, BorrowedRange};
+use dlpack_runtime::{
+    BorrowError, DataType, DlpackExport, DlpackImport, ImportedData, LayoutError, ManagedTensor,
+};
+use dlpack_tests::{Counter, READ_ONLY, SharedBuffer, bytes_of};
+
+#[derive(DlpackImport)]
+struct View {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A consumer of any strided float32 layout.
+#[derive(DlpackImport)]
+struct Strided {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+}
+
+/// A float32 buffer holding 0, 1, ..., `n - 1`.
+fn buffer(n: usize) -> SharedBuffer {
+    let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
+    SharedBuffer::new(&bytes_of(&values))
+}
+
+/// An import of float32 elements of `buffer`: `shape`, `strides` in elements, from element
+/// `first`.
+fn import(
+    buffer: &SharedBuffer,
+    shape: &[i64],
+    strides: &[i64],
+    first: u64,
+    counter: &Counter,
+) -> ImportedData<f32> {
+    let managed = buffer.managed(DataType::F32, shape, strides, 4 * first, counter);
+    let view = Strided::from_managed(managed).expect("import");
+    assert_eq!(
+        (view.shape.len(), view.strides.len()),
+        (shape.len(), strides.len())
+    );
+    view.data
+}
+
+/// The function of the release-mode miscompile: with `a` and `b` aliasing, an optimizer that
+/// trusts `&mut` returns 1.0 while memory holds 2.0.
+#[inline(never)]
+fn write_both(a: &mut [f32], b: &mut [f32]) -> f32 {
+    a[0] = 1.0;
+    b[0] = 2.0;
+    a[0]
+}
+
+fn conflict(err: LayoutError) -> (BorrowedRange, BorrowedRange) {
+    match err {
+        LayoutError::Borrow(BorrowError::Conflict { requested, held }) => (requested, held),
+        other => panic!("expected a borrow conflict, got {other:?}"),
+    }
+}
+
+#[test]
+fn one_buffer_imported_twice_is_never_written_through_two_slices() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let mut a = import(&x, &[4], &[1], 0, &counter);
+    let mut b = import(&x, &[4], &[1], 0, &counter);
+    let first = a.as_slice_mut().expect("the first exclusive borrow");
+    let (requested, held) = conflict(b.as_slice_mut().expect_err("the second"));
+    let range = |access| BorrowedRange {
+        start: x.address(),
+        end: x.address() + 16,
+        access,
+    };
+    assert_eq!(requested, range(Access::Exclusive));
+    assert_eq!(held, range(Access::Exclusive));
+    first[0] = 5.0;
+    // Reads conflict too, and so does every other accessor.
+    assert!(matches!(b.as_slice(), Err(LayoutError::Borrow(_))));
+    assert!(matches!(b.get(&[3]), Err(LayoutError::Borrow(_))));
+    assert!(matches!(b.set(&[3], 1.0), Err(LayoutError::Borrow(_))));
+    assert!(matches!(b.to_vec(), Err(LayoutError::Borrow(_))));
+    assert!(b.iter().is_err());
+    assert!(matches!(b.as_array(), Err(LayoutError::Borrow(_))));
+    assert!(matches!(b.as_array_mut(), Err(LayoutError::Borrow(_))));
+    assert_eq!(b.borrow_held(), None, "a refused borrow holds nothing");
+    assert_eq!(a.borrow_held(), Some(Access::Exclusive));
+    drop(a);
+    // Once `a` is gone, `b` borrows; with two distinct buffers both slices are fine.
+    let y = buffer(4);
+    let mut c = import(&y, &[4], &[1], 0, &counter);
+    let read = write_both(b.as_slice_mut().unwrap(), c.as_slice_mut().unwrap());
+    assert_eq!(read, 1.0);
+    assert_eq!((x.read::<f32>(0), y.read::<f32>(0)), (1.0, 2.0));
+    drop((b, c));
+    assert_eq!(counter.get(), 3, "every deleter ran once");
+}
+
+#[test]
+fn conflicts_are_decided_by_the_bytes_each_layout_reaches() {
+    // (a: shape, strides, first element; b: the same; whether they share a byte), over eight
+    // float32 values.
+    type Layout = (&'static [i64], &'static [i64], u64);
+    let cases: [(Layout, Layout, bool); 10] = [
+        ((&[8], &[1], 0), (&[8], &[1], 0), true),   // x, x
+        ((&[8], &[1], 0), (&[7], &[1], 1), true),   // x, x[1:]
+        ((&[4], &[1], 0), (&[4], &[1], 4), false),  // x[:4], x[4:]
+        ((&[4], &[2], 0), (&[4], &[2], 1), false),  // x[::2], x[1::2]
+        ((&[8], &[-1], 7), (&[1], &[1], 0), true),  // x[::-1], x[:1]
+        ((&[4], &[-2], 7), (&[4], &[2], 0), false), // x[::-2], x[::2]
+        ((&[5], &[0], 3), (&[1], &[1], 3), true),   // broadcast of x[3], x[3:4]
+        ((&[5], &[0], 3), (&[4], &[1], 4), false),  // broadcast of x[3], x[4:]
+        ((&[2, 2], &[4, 1], 0), (&[2, 2], &[4, 1], 2), false), // columns :2 and 2: of 2x4
+        ((&[2, 3], &[4, 1], 0), (&[2, 2], &[4, 1], 2), true), // columns :3 and 2:
+    ];
+    for ((sa, ta, fa), (sb, tb, fb), overlap) in cases {
+        let counter = Counter::new();
+        let x = buffer(8);
+        let mut a = import(&x, sa, ta, fa, &counter);
+        let mut b = import(&x, sb, tb, fb, &counter);
+        let last = |shape: &[i64]| shape.iter().map(|&e| e as usize - 1).collect::<Vec<_>>();
+        // Exclusive borrows through the strided writer `set`, then a shared one through `get`.
+        a.set(&last(sa), -1.0).expect("the first write");
+        let second = b.set(&last(sb), -2.0);
+        assert_eq!(
+            second.is_err(),
+            overlap,
+            "{sa:?} {ta:?} {fa} / {sb:?} {tb:?} {fb}"
+        );
+        assert_eq!(b.get(&last(sb)).is_err(), overlap);
+        if !overlap {
+            // Both written at once, each where its layout says.
+            assert_eq!(a.get(&last(sa)).unwrap(), -1.0);
+            assert_eq!(b.get(&last(sb)).unwrap(), -2.0);
+        }
+        drop((a, b));
+        assert_eq!(counter.get(), 2);
+    }
+}
+
+#[test]
+fn shared_borrows_coexist_and_upgrade_only_alone() {
+    let counter = Counter::new();
+    let x = buffer(6);
+    let mut a = import(&x, &[6], &[1], 0, &counter);
+    let mut b = import(&x, &[2, 3], &[3, 1], 0, &counter);
+    assert_eq!(a.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_eq!(b.to_vec().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+    assert_eq!(a.borrow_held(), Some(Access::Shared));
+    // Upgrading `a` conflicts with `b`'s shared borrow; `a` keeps its shared one.
+    let (requested, held) = conflict(a.as_slice_mut().unwrap_err());
+    assert_eq!(
+        (requested.access, held.access),
+        (Access::Exclusive, Access::Shared)
+    );
+    assert_eq!(a.borrow_held(), Some(Access::Shared));
+    assert_eq!(a.get(&[5]).unwrap(), 5.0);
+    b.release_borrow();
+    assert_eq!(b.borrow_held(), None);
+    a.as_slice_mut().unwrap()[5] = 50.0;
+    assert_eq!(a.borrow_held(), Some(Access::Exclusive));
+    assert!(b.get(&[1, 2]).is_err());
+    // `into_managed` gives the borrow back too.
+    let managed: ManagedTensor = a.into_managed();
+    assert_eq!(b.get(&[1, 2]).unwrap(), 50.0);
+    drop((managed, b));
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn read_only_imports_borrow_shared() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let read_only = x.view(DataType::F32, &[4], &[1], 0, READ_ONLY, &counter);
+    // SAFETY: `view` returns a valid, owned managed tensor.
+    let managed = unsafe { ManagedTensor::from_raw_versioned(read_only) }.unwrap();
+    let a = View::from_managed(managed).unwrap().data;
+    let mut b = import(&x, &[4], &[1], 0, &counter);
+    assert_eq!(a.as_slice().unwrap()[3], 3.0);
+    assert_eq!(a.borrow_held(), Some(Access::Shared));
+    assert!(matches!(b.as_slice_mut(), Err(LayoutError::Borrow(_))));
+    drop(a);
+    b.as_slice_mut().unwrap()[3] = 30.0;
+    drop(b);
+    assert_eq!(x.read::<f32>(12), 30.0);
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn borrows_end_when_the_import_is_dropped_on_another_thread() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let mut a = import(&x, &[4], &[1], 0, &counter);
+    let mut b = import(&x, &[4], &[1], 0, &counter);
+    a.as_slice_mut().unwrap()[1] = 10.0;
+    std::thread::spawn(move || drop(a)).join().unwrap();
+    assert_eq!(b.as_slice_mut().unwrap()[1], 10.0);
+    drop(b);
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn one_of_several_threads_wins_an_exclusive_borrow() {
+    let threads = 4;
+    let x = buffer(4);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (x, barrier) = (x.clone(), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                let counter = Counter::new();
+                let mut a = import(&x, &[4], &[1], 0, &counter);
+                let won = a.as_slice_mut().is_ok();
+                // Everyone has tried before anyone lets go.
+                barrier.wait();
+                drop(a);
+                assert_eq!(counter.get(), 1);
+                won
+            })
+        })
+        .collect();
+    let winners = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|&won| won)
+        .count();
+    assert_eq!(winners, 1);
+}
+
+#[test]
+fn empty_tensors_borrow_nothing() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let mut a = import(&x, &[0], &[1], 0, &counter);
+    let mut b = import(&x, &[0], &[1], 0, &counter);
+    assert!(a.as_slice_mut().unwrap().is_empty());
+    assert!(b.as_slice_mut().unwrap().is_empty());
+    assert_eq!((a.borrow_held(), b.borrow_held()), (None, None));
+    // Nor does an empty import stand in the way of a full one.
+    let mut c = import(&x, &[4], &[1], 0, &counter);
+    c.as_slice_mut().unwrap()[0] = 1.0;
+    drop((a, b, c));
+    assert_eq!(counter.get(), 3);
+}
+
+#[test]
+fn unchecked_slices_take_no_borrow() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let a = import(&x, &[4], &[1], 0, &counter);
+    let mut b = import(&x, &[4], &[1], 0, &counter);
+    // SAFETY: nothing writes the buffer while `read` lives.
+    let read = unsafe { a.as_slice_unchecked() }.unwrap().to_vec();
+    assert_eq!(read, [0.0, 1.0, 2.0, 3.0]);
+    assert_eq!(a.borrow_held(), None);
+    // So `b` is not refused; the obligation was the caller's.
+    b.as_slice_mut().unwrap()[2] = 20.0;
+    drop(b);
+    let mut a = a;
+    // SAFETY: no other import of the buffer is alive.
+    unsafe { a.as_slice_mut_unchecked() }.unwrap()[3] = 30.0;
+    assert_eq!((x.read::<f32>(8), x.read::<f32>(12)), (20.0, 30.0));
+    drop(a);
+    assert_eq!(counter.get(), 2);
+}
+
+#[derive(DlpackExport)]
+struct Owned {
+    #[dlpack(data)]
+    values: Vec<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+/// A tensor of one's own holding an import, lent on by value.
+#[derive(DlpackExport)]
+struct Relay {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+#[test]
+fn memory_no_other_import_reaches_needs_no_borrow() {
+    // An owned vector moved into its export: no other tensor can describe its bytes.
+    let owned = Owned {
+        values: vec![1.0, 2.0, 3.0],
+        shape: [3],
+    };
+    let view = View::from_dlpack(owned).unwrap();
+    assert_eq!(view.shape, [3]);
+    let mut a = view.data;
+    a.as_slice_mut().unwrap()[0] = 10.0;
+    assert_eq!(a.get(&[0]).unwrap(), 10.0);
+    assert_eq!(a.borrow_held(), None);
+    // Lent on, it stays so.
+    let mut relayed = View::from_dlpack(Relay {
+        data: a,
+        shape: [3],
+    })
+    .unwrap()
+    .data;
+    relayed.as_slice_mut().unwrap()[1] = 20.0;
+    assert_eq!(relayed.borrow_held(), None);
+    assert_eq!(relayed.to_vec().unwrap(), [10.0, 20.0, 3.0]);
+
+    // A relay of memory other imports reach borrows like any import.
+    let counter = Counter::new();
+    let x = buffer(3);
+    let held = import(&x, &[3], &[1], 0, &counter);
+    assert_eq!(held.get(&[0]).unwrap(), 0.0);
+    let lent = import(&x, &[3], &[1], 0, &counter);
+    let mut relayed = View::from_dlpack(Relay {
+        data: lent,
+        shape: [3],
+    })
+    .unwrap()
+    .data;
+    assert!(matches!(
+        relayed.as_slice_mut(),
+        Err(LayoutError::Borrow(_))
+    ));
+    drop(held);
+    relayed.as_slice_mut().unwrap()[2] = 7.0;
+    assert_eq!(relayed.borrow_held(), Some(Access::Exclusive));
+    drop(relayed);
+    assert_eq!(x.read::<f32>(8), 7.0);
+    assert_eq!(counter.get(), 2);
+}
+
+#[test]
+fn conflicts_name_both_byte_ranges() {
+    let counter = Counter::new();
+    let x = buffer(8);
+    let a = import(&x, &[4], &[1], 0, &counter);
+    let mut b = import(&x, &[4], &[1], 2, &counter);
+    a.as_slice().unwrap();
+    let message = b.as_slice_mut().unwrap_err().to_string();
+    let base = x.address();
+    let expected = format!(
+        "cannot borrow bytes [{:#x}, {:#x}) (16 bytes, exclusive) of host memory: another import of the same memory holds bytes [{:#x}, {:#x}) (16 bytes, shared), expected no overlap with an exclusive borrow (drop that import or call its `release_borrow` first)",
+        base + 8,
+        base + 24,
+        base,
+        base + 16
+    );
+    assert_eq!(message, expected);
+}
