@@ -360,3 +360,43 @@ fn conflicts_name_both_byte_ranges() {
     );
     assert_eq!(message, expected);
 }
+
+#[test]
+fn copies_of_a_relay_borrow_its_memory_while_they_read_it() {
+    use dlpack_runtime::ExportRequest;
+
+    let counter = Counter::new();
+    let x = buffer(4);
+    let mut writer = import(&x, &[4], &[1], 0, &counter);
+    let lent = import(&x, &[4], &[1], 0, &counter);
+    let mut request = ExportRequest::versioned();
+    request.copy = Some(true);
+    writer.as_slice_mut().unwrap()[0] = 9.0;
+    // The copy would read what `writer`'s slice may be writing: refused.
+    let err = Relay {
+        data: lent,
+        shape: [4],
+    }
+    .into_dlpack_with(&request)
+    .expect_err("a copy over an exclusive borrow");
+    assert!(
+        err.to_string().contains("cannot borrow"),
+        "a borrow error: {err}"
+    );
+    drop(writer);
+    let lent = import(&x, &[4], &[1], 0, &counter);
+    let copy = Relay {
+        data: lent,
+        shape: [4],
+    }
+    .into_dlpack_with(&request)
+    .expect("a copy once nothing writes");
+    assert!(copy.is_copied());
+    let copied = View::from_managed(copy).unwrap();
+    assert_eq!(copied.data.to_vec().unwrap(), [9.0, 1.0, 2.0, 3.0]);
+    // The copy's borrow ended with it: the buffer can be written again.
+    let mut again = import(&x, &[4], &[1], 0, &counter);
+    again.as_slice_mut().unwrap()[1] = 10.0;
+    drop((copied, again));
+    assert_eq!(counter.get(), 4);
+}

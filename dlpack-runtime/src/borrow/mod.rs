@@ -189,13 +189,42 @@ pub(crate) fn acquire(
         }
     };
     #[cfg(not(feature = "python"))]
-    let _ = held;
+    let _ = (origin, held);
     let result = registry::acquire(table, owner, footprint, access);
     #[cfg(feature = "python")]
     if result.is_err() && mirrored {
         rust_numpy::undo(owner, held);
     }
     result
+}
+
+/// A shared borrow held for the time of one read of memory that no import holds (a copy made
+/// by this crate's exporter): released when dropped.
+#[must_use = "the borrow ends when the guard is dropped"]
+pub(crate) struct ReadBorrow(Option<usize>);
+
+impl ReadBorrow {
+    /// Borrows `footprint` shared for `owner` (the address of the managed tensor read, unique
+    /// while it lives), or nothing for a layout that reaches no byte (`None`).
+    pub(crate) fn new(
+        owner: usize,
+        footprint: Option<Footprint>,
+        origin: Origin,
+    ) -> Result<Self, BorrowError> {
+        let Some(footprint) = footprint else {
+            return Ok(Self(None));
+        };
+        acquire(owner, &footprint, Access::Shared, origin, None)?;
+        Ok(Self(Some(owner)))
+    }
+}
+
+impl Drop for ReadBorrow {
+    fn drop(&mut self) {
+        if let Some(owner) = self.0 {
+            release(owner);
+        }
+    }
 }
 
 /// Releases the borrow of `owner`, if it holds one.

@@ -5,6 +5,7 @@ use core::ffi::c_void;
 
 use super::block::build_owned;
 use super::{ExportBuffer, ExportError, ExportParts};
+use crate::borrow::{Footprint, Origin, ReadBorrow};
 use crate::copy::StridedCopy;
 use crate::dtype::DataType;
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
@@ -201,6 +202,14 @@ pub(crate) fn copy_of(
             device: layout.device(),
         });
     }
+    // The copy reads the source while it runs: borrowed shared for that time, so that no
+    // import of the same memory writes it meanwhile (see `crate::borrow`), unless no other
+    // import can reach it.
+    let _read = if source.is_unaliased() {
+        None
+    } else {
+        Some(read_borrow(source, &layout)?)
+    };
     let src = layout.first_element_ptr();
     copy_to_host(&layout, versioned, None, |dst, plan| {
         // SAFETY: `src` is element (0, ..., 0) of the validated layout the plan was made from,
@@ -209,4 +218,26 @@ pub(crate) fn copy_of(
         unsafe { plan.run_on_host(src, dst) };
         Ok(())
     })
+}
+
+/// A shared borrow of the bytes `layout` (the validated host layout of `source`) reaches, for
+/// the time of a copy.
+fn read_borrow(
+    source: &ManagedTensor,
+    layout: &TensorLayout<'_>,
+) -> Result<ReadBorrow, ExportError> {
+    let dtype = layout.dtype();
+    let Some(size) = dtype.element_bytes() else {
+        return Err(LayoutError::SubByteAccess { dtype }.into());
+    };
+    let strides: Vec<i64> = (0..layout.ndim())
+        .map(|axis| layout.stride(axis).saturating_mul(size as i64))
+        .collect();
+    let first = layout.first_element_ptr().addr();
+    let footprint = Footprint::new(first, layout.shape(), &strides, size);
+    let origin = Origin {
+        deleter: source.deleter_address(),
+        manager_ctx: source.dl_tensor_ctx(),
+    };
+    ReadBorrow::new(source.id(), footprint, origin).map_err(|e| LayoutError::Borrow(e).into())
 }

@@ -77,6 +77,9 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
         lent_bytes(self.managed()).0.cast_const().cast()
     }
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
+        // Lent on by value: whatever this import borrowed before is over (`&mut self`: no
+        // reference of it is alive), and its consumers borrow for themselves.
+        self.release_borrow();
         if self.is_read_only() {
             return None;
         }
