@@ -27,6 +27,17 @@ pub enum HeaderError {
     /// The managed tensor is NULL.
     #[error("managed tensor pointer is NULL, expected a DLManagedTensor(Versioned)")]
     NullTensor,
+    /// The managed tensor's address is not aligned for its struct (8 bytes on 64-bit targets):
+    /// no field of it can be read in place. Its deleter (read unaligned) has been called.
+    #[error(
+        "managed tensor at address {address:#x} is not aligned to {align} bytes, expected a DLManagedTensor(Versioned) as C lays it out"
+    )]
+    Misaligned {
+        /// The address.
+        address: usize,
+        /// The alignment the struct needs.
+        align: usize,
+    },
     /// `version.major` is not 1; the tensor was handed back to its deleter unread.
     #[error("DLPack version {}.{} is not supported, expected major version 1", found.major, found.minor)]
     UnsupportedVersion {
@@ -139,8 +150,9 @@ impl ManagedTensor {
         // SAFETY: `dl_tensor` lies `offset` bytes inside the header `header` points to, so the
         // offset stays in the same allocation, and the pointer keeps the header's provenance.
         let tensor = unsafe { header.add(offset) }.cast::<DLTensor>();
-        // A `DLTensor` holds pointers, so a valid one's address has its tag bits clear.
-        debug_assert_eq!(tensor.as_ptr().addr() & TAGS, 0, "misaligned header");
+        // A `DLTensor` holds a `u64` and pointers, and the header's alignment was checked
+        // (`from_raw_*`, or this crate's exporter): its tag bits are clear.
+        assert_eq!(tensor.as_ptr().addr() & TAGS, 0, "misaligned header");
         let tags =
             legacy | if validated { VALIDATED } else { 0 } | if unaliased { UNALIASED } else { 0 };
         Self {
@@ -188,6 +200,8 @@ impl ManagedTensor {
     /// when `version.major != 1`: the deleter (at the layout-stable offset 16) has then already
     /// been called and no other field was read. [`HeaderError::UnknownFlags`] when `flags` has
     /// bits DLPack 1.3 does not define; the deleter has then been called too.
+    /// [`HeaderError::Misaligned`] for an address not aligned for the struct; its deleter,
+    /// read unaligned, has then been called.
     ///
     /// # Safety
     ///
@@ -200,8 +214,23 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
-        // SAFETY: `ptr` is valid (caller). `version` sits at offset 0 of every major version,
-        // so reading it is legal whatever the major is.
+        let align = align_of::<DLManagedTensorVersioned>();
+        if ptr.as_ptr().addr() % align != 0 {
+            // SAFETY: `ptr` points to a managed tensor (caller), misaligned: its deleter, at
+            // the layout-stable offset 16, is read unaligned and called once, here.
+            unsafe {
+                let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
+                if let Some(deleter) = deleter {
+                    deleter(ptr.as_ptr());
+                }
+            }
+            return Err(HeaderError::Misaligned {
+                address: ptr.as_ptr().addr(),
+                align,
+            });
+        }
+        // SAFETY: `ptr` is valid (caller) and aligned (checked). `version` sits at offset 0 of
+        // every major version, so reading it is legal whatever the major is.
         let version = unsafe { (*ptr.as_ptr()).version };
         if version.major != ffi::DLPACK_MAJOR_VERSION {
             // SAFETY: the deleter's offset (16) is stable across majors (`dlpack.h`,
@@ -231,7 +260,8 @@ impl ManagedTensor {
     ///
     /// # Errors
     ///
-    /// [`HeaderError::NullTensor`] for NULL.
+    /// [`HeaderError::NullTensor`] for NULL; [`HeaderError::Misaligned`] for an address not
+    /// aligned for the struct (its deleter, read unaligned, has then been called).
     ///
     /// # Safety
     ///
@@ -240,6 +270,20 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
+        let align = align_of::<DLManagedTensor>();
+        if ptr.as_ptr().addr() % align != 0 {
+            // SAFETY: as in `from_raw_versioned`, for a legacy tensor.
+            unsafe {
+                let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
+                if let Some(deleter) = deleter {
+                    deleter(ptr.as_ptr());
+                }
+            }
+            return Err(HeaderError::Misaligned {
+                address: ptr.as_ptr().addr(),
+                align,
+            });
+        }
         Ok(Self::new(RawManagedTensor::Legacy(ptr), false, false))
     }
 
@@ -492,6 +536,9 @@ impl ManagedTensor {
 
 impl Drop for ManagedTensor {
     fn drop(&mut self) {
+        // What an export lending this tensor on recorded outside this crate's registry ends
+        // with it (`crate::borrow::lend`); one load when nothing was lent so.
+        crate::borrow::release_loans(self.id());
         match self.raw() {
             // SAFETY: `self` owns the tensor and this is the only place that calls the deleter;
             // `into_raw` forgets `self`, so drop never runs after ownership is released.

@@ -352,7 +352,7 @@ fn conflicts_name_both_byte_ranges() {
     let message = b.as_slice_mut().unwrap_err().to_string();
     let base = x.address();
     let expected = format!(
-        "cannot borrow bytes [{:#x}, {:#x}) (16 bytes, exclusive) of host memory: another import of the same memory holds bytes [{:#x}, {:#x}) (16 bytes, shared), expected no overlap with an exclusive borrow (drop that import or call its `release_borrow` first)",
+        "cannot borrow bytes [{:#x}, {:#x}) (16 bytes, exclusive) of host memory: another import of the same memory holds bytes [{:#x}, {:#x}) (16 bytes, shared), expected no overlap with an exclusive borrow (a borrow lasts until its import is dropped or gives it back)",
         base + 8,
         base + 24,
         base,
@@ -399,4 +399,44 @@ fn copies_of_a_relay_borrow_its_memory_while_they_read_it() {
     again.as_slice_mut().unwrap()[1] = 10.0;
     drop((copied, again));
     assert_eq!(counter.get(), 4);
+}
+
+/// A relay kept in an `Arc`: lent on read-only through `&self`.
+#[derive(DlpackExport)]
+struct SharedRelay {
+    #[dlpack(data)]
+    data: Arc<ImportedData<f32>>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+#[test]
+fn an_import_lent_on_read_only_keeps_a_shared_borrow_only() {
+    let counter = Counter::new();
+    let x = buffer(4);
+    let mut a = import(&x, &[4], &[1], 0, &counter);
+    a.as_slice_mut().unwrap()[0] = 8.0;
+    assert_eq!(a.borrow_held(), Some(Access::Exclusive));
+    let a = Arc::new(a);
+    let reader = import(&x, &[4], &[1], 0, &counter);
+    assert!(reader.get(&[0]).is_err(), "exclusive before the loan");
+    let lent = View::from_dlpack(SharedRelay {
+        data: Arc::clone(&a),
+        shape: [4],
+    })
+    .unwrap();
+    assert!(lent.data.is_read_only());
+    assert_eq!(
+        a.borrow_held(),
+        Some(Access::Shared),
+        "downgraded by the loan"
+    );
+    assert_eq!(lent.data.get(&[0]).unwrap(), 8.0);
+    assert_eq!(reader.get(&[0]).unwrap(), 8.0);
+    let mut writer = import(&x, &[4], &[1], 0, &counter);
+    assert!(writer.as_slice_mut().is_err(), "still shared");
+    drop((lent, reader, a));
+    writer.as_slice_mut().unwrap()[3] = 1.0;
+    drop(writer);
+    assert_eq!(counter.get(), 3);
 }

@@ -481,3 +481,59 @@ fn zero_d_tensors_of_both_kinds_are_one_element() {
         "one word, as before"
     );
 }
+
+static MISALIGNED_DELETES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+unsafe extern "C" fn count_versioned(_: *mut DLManagedTensorVersioned) {
+    MISALIGNED_DELETES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+unsafe extern "C" fn count_legacy(_: *mut DLManagedTensor) {
+    MISALIGNED_DELETES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn misaligned_headers_are_refused_and_their_deleter_runs_once() {
+    use std::sync::atomic::Ordering;
+    let f = Foreign::new(&bytes_of(&[1.0f32]), DataType::F32, &[1]);
+    let counter = Counter::new();
+    // A well-formed header copied to an address 4 bytes off its alignment.
+    let good = f.clone().versioned(&counter);
+    let mut bytes = vec![0u64; size_of::<DLManagedTensorVersioned>() / 8 + 2];
+    let at = bytes.as_mut_ptr().cast::<u8>().wrapping_add(4);
+    // SAFETY: `good` is a valid header; `at` has room for one (two spare words), unaligned.
+    unsafe {
+        let mut header = good.read();
+        header.deleter = Some(count_versioned);
+        at.cast::<DLManagedTensorVersioned>()
+            .write_unaligned(header);
+    }
+    let before = MISALIGNED_DELETES.load(Ordering::SeqCst);
+    // SAFETY: a managed tensor (misaligned) whose deleter only counts.
+    let err = unsafe { ManagedTensor::from_raw_versioned(at.cast()) }.unwrap_err();
+    assert_eq!(
+        err,
+        HeaderError::Misaligned {
+            address: at as usize,
+            align: align_of::<DLManagedTensorVersioned>()
+        }
+    );
+    assert_eq!(MISALIGNED_DELETES.load(Ordering::SeqCst), before + 1);
+    // SAFETY: `good` is still owned here; its own deleter frees it.
+    drop(unsafe { ManagedTensor::from_raw_versioned(good) }.unwrap());
+
+    let good = f.legacy(&counter);
+    // SAFETY: as above, for a legacy header.
+    unsafe {
+        let mut header = good.read();
+        header.deleter = Some(count_legacy);
+        at.cast::<DLManagedTensor>().write_unaligned(header);
+    }
+    // SAFETY: as above.
+    let err = unsafe { ManagedTensor::from_raw_legacy(at.cast()) }.unwrap_err();
+    assert!(matches!(err, HeaderError::Misaligned { .. }));
+    assert_eq!(MISALIGNED_DELETES.load(Ordering::SeqCst), before + 2);
+    // SAFETY: as above.
+    drop(unsafe { ManagedTensor::from_raw_legacy(good) }.unwrap());
+    assert_eq!(counter.get(), 2);
+}

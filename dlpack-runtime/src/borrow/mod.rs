@@ -48,14 +48,27 @@
 //! crate's borrows of the same array, and this crate's exclusive borrow refuses its
 //! `readwrite()`. It is taken on a private view of the exporting array (found through NumPy's
 //! `manager_ctx`, once a probe export confirmed that NumPy keeps the array there), since
-//! rust-numpy reads the array's shape and strides again when the borrow is released. rust-numpy
-//! compares borrows of one base array only, by range and stride gcd: it can refuse disjoint
-//! views that this crate allows.
+//! rust-numpy reads the array's shape and strides again when the borrow is released. An import
+//! lent on by an export (kept in a tensor type of one's own) records the loan there too, for as
+//! long as it lives.
 //!
-//! rust-numpy publishes its registry when an extension built on it first borrows an array: a
-//! borrow this crate took before that is not mirrored (it is checked against this crate's
-//! borrows only), while every borrow taken after it is. Mirroring needs the GIL, taken (when
-//! not held) for borrows of NumPy memory only.
+//! rust-numpy compares borrows of one base array only, by range and stride gcd: it can refuse
+//! disjoint views that this crate allows, and it does not see two arrays over the same memory
+//! through different base objects (`np.from_dlpack(x)` and `x`): a `PyReadwriteArray` of one
+//! and a borrow of ours of the other are both granted there (this crate's own registry, keyed by
+//! memory, still refuses two of its own). rust-numpy publishes its registry when an extension
+//! built on it first borrows an array: a borrow this crate took before that is not mirrored.
+//! Mirroring needs the GIL: a borrow of NumPy memory on a thread without it waits for it (do not
+//! wait for such a thread while holding the GIL); memory that is not NumPy's never does.
+//!
+//! # Limits
+//!
+//! - The registry is found in `sys.modules`: a program that deletes
+//!   `sys.modules['_dlpack_runtime_shared']` splits it for the copies that look after that.
+//! - Memory mapped twice (two `np.memmap` of one file) is two address ranges to the registry.
+//! - A borrow costs a lock of the registry, a scan of its live borrows (with an overlap test for
+//!   those whose byte ranges meet) and, for NumPy memory once rust-numpy is loaded, the GIL and
+//!   a call into rust-numpy; once per import and access kind.
 
 pub(crate) mod overlap;
 mod process;
@@ -121,7 +134,7 @@ impl fmt::Display for BorrowedRange {
 pub enum BorrowError {
     /// Another import holds a borrow of some of the same bytes, and one of the two is exclusive.
     #[error(
-        "cannot borrow {requested} of host memory: another import of the same memory holds {held}, expected no overlap with an exclusive borrow (drop that import or call its `release_borrow` first)"
+        "cannot borrow {requested} of host memory: another import of the same memory holds {held}, expected no overlap with an exclusive borrow (a borrow lasts until its import is dropped or gives it back)"
     )]
     Conflict {
         /// The borrow asked for.
@@ -159,43 +172,85 @@ pub(crate) struct Origin {
 }
 
 /// Borrows the bytes of `footprint` for the import `owner` (a unique, stable address of the
-/// import, such as its managed tensor's header), as `access`; `held` is the borrow `owner`
-/// holds already, if any. A held borrow is kept, or upgraded from shared to exclusive; a borrow
-/// is released by [`release`].
+/// import, such as its managed tensor's header), as `access`. A held borrow is kept, or
+/// upgraded from shared to exclusive; a borrow is released by [`release`].
 pub(crate) fn acquire(
     owner: usize,
     footprint: &Footprint,
     access: Access,
     origin: Origin,
-    held: Option<Access>,
+) -> Result<(), BorrowError> {
+    acquire_as(owner, footprint, access, origin, false)
+}
+
+/// Turns the exclusive borrow `owner` holds of `footprint` into a shared one (which always
+/// succeeds in this crate's registry).
+pub(crate) fn downgrade(
+    owner: usize,
+    footprint: &Footprint,
+    origin: Origin,
+) -> Result<(), BorrowError> {
+    acquire_as(owner, footprint, Access::Shared, origin, true)
+}
+
+fn acquire_as(
+    owner: usize,
+    footprint: &Footprint,
+    access: Access,
+    origin: Origin,
+    replace: bool,
 ) -> Result<(), BorrowError> {
     let table = process::table()?;
+    let then = || registry::acquire(table, owner, footprint, access, replace);
     #[cfg(feature = "python")]
-    let mirrored = match rust_numpy::mirror(owner, origin, access) {
-        Ok(mirrored) => mirrored,
-        Err(refusal) => {
-            let (start, end) = footprint.span();
-            let requested = BorrowedRange { start, end, access };
-            let reason = match refusal {
-                rust_numpy::Refusal::Conflict => {
-                    "rust-numpy holds a conflicting borrow of the same NumPy array (a PyReadwriteArray, or a PyReadonlyArray against an exclusive borrow)"
-                }
-                rust_numpy::Refusal::NotWriteable => {
-                    "the NumPy array is not writeable (rust-numpy refuses a mutable borrow of it)"
-                }
-                rust_numpy::Refusal::Failed => "rust-numpy's registry gave an unexpected answer",
-            };
-            return Err(BorrowError::RustNumpy { requested, reason });
-        }
-    };
-    #[cfg(not(feature = "python"))]
-    let _ = (origin, held);
-    let result = registry::acquire(table, owner, footprint, access);
-    #[cfg(feature = "python")]
-    if result.is_err() && mirrored {
-        rust_numpy::undo(owner, held);
+    if rust_numpy::is_numpy(origin) {
+        let (start, end) = footprint.span();
+        let requested = BorrowedRange { start, end, access };
+        return rust_numpy::acquire(owner, origin, requested, replace, then);
     }
-    result
+    let _ = origin;
+    then()
+}
+
+/// Records that `owner`'s memory (`footprint`) is lent by an export, as `access`, where
+/// borrows are tracked outside this crate's registry (rust-numpy's, for NumPy memory), until
+/// `owner`'s managed tensor is dropped. This crate's registry sees the loan's consumers when
+/// they borrow.
+pub(crate) fn lend(
+    owner: usize,
+    footprint: &Footprint,
+    origin: Origin,
+    access: Access,
+) -> Result<(), BorrowError> {
+    #[cfg(feature = "python")]
+    if rust_numpy::is_numpy(origin) {
+        let (start, end) = footprint.span();
+        let requested = BorrowedRange { start, end, access };
+        return rust_numpy::acquire(owner, origin, requested, true, || Ok(()));
+    }
+    let _ = (owner, footprint, origin, access);
+    Ok(())
+}
+
+/// Releases what [`lend`] recorded for `owner`: called when a managed tensor is dropped, so
+/// cheap when nothing was lent.
+#[inline]
+pub(crate) fn release_loans(owner: usize) {
+    #[cfg(feature = "python")]
+    if rust_numpy::any() {
+        rust_numpy::release(owner);
+    }
+    let _ = owner;
+}
+
+/// Readies what borrows of Python objects' memory need, with the GIL held: finds (or
+/// publishes) the process's registry, and recognizes NumPy's memory. Called by this crate's
+/// Python consumer before it imports anything, so that a later borrow on a thread without the
+/// GIL does not need it for that.
+#[cfg(feature = "python")]
+pub(crate) fn prepare(py: pyo3::Python<'_>) {
+    process::prepare(py);
+    rust_numpy::prepare(py);
 }
 
 /// A shared borrow held for the time of one read of memory that no import holds (a copy made
@@ -214,7 +269,7 @@ impl ReadBorrow {
         let Some(footprint) = footprint else {
             return Ok(Self(None));
         };
-        acquire(owner, &footprint, Access::Shared, origin, None)?;
+        acquire(owner, &footprint, Access::Shared, origin)?;
         Ok(Self(Some(owner)))
     }
 }

@@ -2,21 +2,27 @@
 //!
 //! With the `python` feature, and once the interpreter runs, the table lives in `sys.modules`:
 //! module `_dlpack_runtime_shared`, attribute `BORROW_CHECKING_API`, a capsule of that full name
-//! pointing to a [`BorrowApi`]. The first copy to borrow publishes its own table there with
+//! pointing to a [`BorrowApi`]. The first copy to look publishes its own table there with
 //! `dict.setdefault` (atomic, so two copies racing both end up with the winner's); every other
 //! copy reads it, checks its name, version and size, and calls through it. Extension modules
 //! are never unloaded, so the table's code and data stay valid for the life of the process.
 //!
-//! Without the `python` feature, or when this copy borrows before the interpreter is initialized,
-//! it uses its own table ([`LOCAL`]) for the rest of the process: copies that are not Python
-//! extension modules have no common place to meet.
+//! A copy looks with the GIL held, never waiting for it: in its Python consumer
+//! ([`prepare`]), or at a borrow on a thread that holds the GIL (a build for the limited API
+//! cannot tell, so it looks in the consumer only). Until it has looked (a borrow
+//! on another thread first, or before the interpreter starts), it uses its own table
+//! ([`LOCAL`]), which it publishes when it looks if no other copy has: so the borrows made
+//! before stay visible (if another copy published first, the borrows this copy made before it
+//! looked are not seen by the others; an extension module's first borrow usually comes from its
+//! Python consumer, which looks first). Without the `python` feature a copy always uses its own table: copies
+//! that are not Python extension modules have no common place to meet.
 
 use std::sync::OnceLock;
 
 use super::BorrowError;
 use super::registry::{BorrowApi, LOCAL};
 
-/// The table this copy uses, once found.
+/// The table this copy uses, once looked up.
 static TABLE: OnceLock<Result<&'static BorrowApi, &'static str>> = OnceLock::new();
 
 /// The process's table.
@@ -27,24 +33,33 @@ static TABLE: OnceLock<Result<&'static BorrowApi, &'static str>> = OnceLock::new
 pub(super) fn table() -> Result<&'static BorrowApi, BorrowError> {
     let found = match TABLE.get() {
         Some(found) => *found,
-        None => {
-            // Found outside the `OnceLock`: the search may wait for the GIL, and a thread that
-            // holds the GIL must never wait for this lock. Racing threads find the same table.
-            let found = find();
-            *TABLE.get_or_init(|| found)
-        }
+        // Not looked up yet, and it cannot be now without waiting for the GIL: this copy's own
+        // table, which it publishes when it looks (unless another copy did first).
+        None => match look_now() {
+            Some(found) => *TABLE.get_or_init(|| found),
+            None => Ok(&LOCAL),
+        },
     };
     found.map_err(|reason| BorrowError::Unavailable { reason })
 }
 
 #[cfg(not(feature = "python"))]
-fn find() -> Result<&'static BorrowApi, &'static str> {
-    Ok(&LOCAL)
+fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
+    Some(Ok(&LOCAL))
 }
 
 #[cfg(feature = "python")]
-fn find() -> Result<&'static BorrowApi, &'static str> {
-    python::find()
+fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
+    python::look_now()
+}
+
+/// Looks the table up (or publishes this copy's), with the GIL held.
+#[cfg(feature = "python")]
+pub(super) fn prepare(py: pyo3::Python<'_>) {
+    if TABLE.get().is_none() {
+        let found = python::published(py);
+        let _ = TABLE.get_or_init(|| found);
+    }
 }
 
 #[cfg(feature = "python")]
@@ -55,7 +70,7 @@ mod python {
     use pyo3::prelude::*;
     use pyo3::types::{PyCapsule, PyCapsuleMethods, PyModule};
 
-    use super::super::registry::API_VERSION;
+    use super::super::registry::V1_SIZE;
     use super::{BorrowApi, LOCAL};
 
     /// The module in `sys.modules` that holds the table.
@@ -65,14 +80,36 @@ mod python {
     /// The capsule's name.
     const CAPSULE: &CStr = c"_dlpack_runtime_shared.BORROW_CHECKING_API";
 
-    /// The published table, publishing [`LOCAL`] if there is none; [`LOCAL`] itself when the
-    /// interpreter is not running.
-    pub(super) fn find() -> Result<&'static BorrowApi, &'static str> {
-        Python::try_attach(|py| published(py).map_err(|_| "reading sys.modules failed")?)
-            .unwrap_or(Ok(&LOCAL))
+    /// The published table (publishing [`LOCAL`] if there is none), when this thread holds
+    /// the GIL; `None` otherwise, without waiting for it.
+    pub(super) fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
+        if !holds_gil() {
+            return None;
+        }
+        Python::try_attach(published)
     }
 
-    fn published(py: Python<'_>) -> PyResult<Result<&'static BorrowApi, &'static str>> {
+    /// Whether this thread holds the GIL (`PyGILState_Check`).
+    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+    fn holds_gil() -> bool {
+        // SAFETY: `Py_IsInitialized` may be called at any time; `PyGILState_Check` once the
+        // interpreter is initialized, from any thread.
+        unsafe { pyo3::ffi::Py_IsInitialized() != 0 && pyo3::ffi::PyGILState_Check() != 0 }
+    }
+
+    /// The limited API has no `PyGILState_Check`: borrows look only in the Python consumer
+    /// (`prepare`), which holds the GIL.
+    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+    fn holds_gil() -> bool {
+        false
+    }
+
+    /// The published table, publishing [`LOCAL`] if there is none.
+    pub(super) fn published(py: Python<'_>) -> Result<&'static BorrowApi, &'static str> {
+        look(py).unwrap_or(Err("reading sys.modules failed"))
+    }
+
+    fn look(py: Python<'_>) -> PyResult<Result<&'static BorrowApi, &'static str>> {
         let modules = py.import("sys")?.getattr("modules")?;
         let module = match modules.get_item(MODULE) {
             Ok(module) => module,
@@ -110,14 +147,14 @@ mod python {
         // SAFETY: a capsule of this name points to a `BorrowApi` of some version, whose first
         // two fields (version and size) every version has.
         let (version, size) = unsafe { ((*table.as_ptr()).version, (*table.as_ptr()).size) };
-        if version < API_VERSION || size < size_of::<BorrowApi>() as u64 {
+        // Any version from 1 on: later versions only add fields, read when `size` covers them.
+        if version < 1 || size < V1_SIZE {
             return Ok(Err(
-                "_dlpack_runtime_shared.BORROW_CHECKING_API is an older table",
+                "_dlpack_runtime_shared.BORROW_CHECKING_API is not a version 1 table",
             ));
         }
-        // SAFETY: a table of at least this version and size, published for the life of the
-        // process (its publisher's module is never unloaded, and the capsule stays in
-        // `sys.modules`, which holds it).
+        // SAFETY: a table of at least version 1's fields, static data of its publisher, whose
+        // library is never unloaded (CPython does not unload extension modules).
         Ok(Ok(unsafe { table.as_ref() }))
     }
 }

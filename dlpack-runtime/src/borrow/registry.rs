@@ -3,7 +3,9 @@
 //!
 //! The table is what copies of this crate share, so its layout is a stable ABI: version 1 is
 //! the struct below, and later versions may only add fields at the end (`size` says how many
-//! bytes the publisher's struct has). A copy that needs a field reads `size` first.
+//! bytes the publisher's struct has). A copy accepts any table of version >= 1 whose `size`
+//! covers version 1's fields, and reads a later field only when `size` covers it. The request
+//! and answer structs passed to `acquire` carry their own `size` the same way.
 
 use core::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -11,8 +13,21 @@ use std::sync::{Mutex, PoisonError};
 
 use super::{Access, BorrowError, BorrowedRange, Footprint};
 
-/// Version of [`BorrowApi`] this copy publishes and requires at least.
+/// Version of [`BorrowApi`] this copy publishes.
 pub(super) const API_VERSION: u64 = 1;
+/// Bytes of version 1's [`BorrowApi`]: what a published table must have at least.
+pub(super) const V1_SIZE: u64 = 5 * 8;
+/// Bytes of version 1's [`RawRequest`].
+const V1_REQUEST_SIZE: u64 = 9 * 8;
+/// Bytes of version 1's [`RawHeld`].
+const V1_HELD_SIZE: u64 = 4 * 8;
+
+// Version 1's sizes, on 64-bit targets (where pointers are 8 bytes).
+const _: () = {
+    assert!(size_of::<BorrowApi>() as u64 == V1_SIZE || size_of::<usize>() != 8);
+    assert!(size_of::<RawRequest>() as u64 == V1_REQUEST_SIZE || size_of::<usize>() != 8);
+    assert!(size_of::<RawHeld>() as u64 == V1_HELD_SIZE);
+};
 
 /// The registry's C-ABI table, version 1.
 #[repr(C)]
@@ -24,8 +39,9 @@ pub(super) struct BorrowApi {
     /// Passed back to every function.
     pub(super) ctx: *const c_void,
     /// Borrows `request` for `request.owner`. Returns [`GRANTED`]; [`CONFLICT`], with `held`
-    /// filled; [`INVALID`] for a request that describes no layout; [`FAILED`] otherwise. Never
-    /// unwinds; callable from any thread, with or without the GIL.
+    /// filled (as far as its `size` allows); [`INVALID`] for a request that describes no
+    /// layout or is smaller than version 1's; [`FAILED`] otherwise. Never unwinds; callable
+    /// from any thread, with or without the GIL.
     pub(super) acquire: unsafe extern "C" fn(
         ctx: *const c_void,
         request: *const RawRequest,
@@ -41,13 +57,19 @@ unsafe impl Sync for BorrowApi {}
 
 /// A borrow request as it crosses the ABI: the footprint's parts ([`Footprint::terms`]).
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub(super) struct RawRequest {
+    /// `size_of::<RawRequest>()` of the caller.
+    pub(super) size: u64,
     /// The import asking.
     pub(super) owner: u64,
     /// Address space: 0 is host memory (the only one borrowed today).
     pub(super) space: u64,
     /// 1 for exclusive, 0 for shared.
     pub(super) exclusive: u64,
+    /// 1: the owner's held borrow, if any, is replaced by this one even when this one is
+    /// weaker (exclusive to shared); 0: a held borrow that covers the request is kept.
+    pub(super) replace: u64,
     /// Bytes per element.
     pub(super) element_bytes: u64,
     /// Address of the lowest element.
@@ -60,8 +82,9 @@ pub(super) struct RawRequest {
 
 /// The borrow that refused a request, as it crosses the ABI.
 #[repr(C)]
-#[derive(Default)]
 pub(super) struct RawHeld {
+    /// `size_of::<RawHeld>()` of the caller: how many bytes the registry may write.
+    pub(super) size: u64,
     /// 1 for exclusive, 0 for shared.
     pub(super) exclusive: u64,
     /// Lowest byte.
@@ -100,19 +123,34 @@ pub(super) static LOCAL: BorrowApi = BorrowApi {
     release: local_release,
 };
 
+impl RawHeld {
+    fn new() -> Self {
+        Self {
+            size: size_of::<Self>() as u64,
+            exclusive: 0,
+            start: 0,
+            end: 0,
+        }
+    }
+}
+
 /// [`BorrowApi::acquire`] of [`LOCAL`].
 ///
 /// # Safety
 ///
-/// `request` points to a valid [`RawRequest`] whose `terms` point to `nterms` pairs, and
-/// `held` to writable memory for a [`RawHeld`].
+/// `request` points to a valid [`RawRequest`] of at least version 1's size whose `terms`
+/// point to `nterms` pairs, and `held` to writable memory for a [`RawHeld`] of its `size`.
 unsafe extern "C" fn local_acquire(
     _ctx: *const c_void,
     request: *const RawRequest,
     held: *mut RawHeld,
 ) -> i32 {
     let result = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: valid request (caller).
+        // SAFETY: the first field of every version of the request (caller).
+        if unsafe { (*request).size } < V1_REQUEST_SIZE {
+            return Err(Err(INVALID));
+        }
+        // SAFETY: a valid request of at least version 1's fields (caller, checked).
         let request = unsafe { &*request };
         let terms: &[[u64; 2]] = if request.nterms == 0 {
             &[]
@@ -135,13 +173,26 @@ unsafe extern "C" fn local_acquire(
         } else {
             Access::Shared
         };
-        grant(request.owner, request.space, footprint, access)
+        grant(
+            request.owner,
+            request.space,
+            footprint,
+            access,
+            request.replace != 0,
+        )
     }));
     match result {
         Ok(Ok(())) => GRANTED,
         Ok(Err(Ok(conflict))) => {
-            // SAFETY: writable (caller).
-            unsafe { held.write(conflict) };
+            // SAFETY: `held` is writable for its `size` (caller); version 1's fields are
+            // written only when it has them.
+            unsafe {
+                if (*held).size >= V1_HELD_SIZE {
+                    (*held).exclusive = conflict.exclusive;
+                    (*held).start = conflict.start;
+                    (*held).end = conflict.end;
+                }
+            }
             CONFLICT
         }
         Ok(Err(Err(code))) => code,
@@ -150,12 +201,14 @@ unsafe extern "C" fn local_acquire(
 }
 
 /// The registry's decision for one request, under its lock: `Ok` when granted (recorded), or
-/// the overlapping borrow.
+/// the overlapping borrow. With `replace`, the owner's held borrow becomes `access` whatever it
+/// was (a downgrade from exclusive to shared always succeeds).
 fn grant(
     owner: u64,
     space: u64,
     footprint: Footprint,
     access: Access,
+    replace: bool,
 ) -> Result<(), Result<RawHeld, i32>> {
     let mut entries = ENTRIES.lock().unwrap_or_else(PoisonError::into_inner);
     let mut own = None;
@@ -172,12 +225,15 @@ fn grant(
         }
         let (start, end) = entry.footprint.span();
         return Err(Ok(RawHeld {
+            size: size_of::<RawHeld>() as u64,
             exclusive: u64::from(entry.access == Access::Exclusive),
             start: start as u64,
             end: end as u64,
         }));
     }
     match own {
+        // Replaced: nothing else overlaps the new access.
+        Some(index) if replace => entries[index].access = access,
         // Kept: what is held covers what is asked.
         Some(index) if entries[index].access == Access::Exclusive || access == Access::Shared => {}
         // Upgraded: nothing else overlaps.
@@ -204,24 +260,28 @@ unsafe extern "C" fn local_release(_ctx: *const c_void, owner: u64) {
     });
 }
 
-/// Borrows through `table`.
+/// Borrows through `table`; with `replace`, the owner's held borrow becomes `access` even
+/// when that is weaker.
 pub(super) fn acquire(
     table: &BorrowApi,
     owner: usize,
     footprint: &Footprint,
     access: Access,
+    replace: bool,
 ) -> Result<(), BorrowError> {
     let terms: Vec<[u64; 2]> = footprint.terms().iter().map(|&(s, e)| [s, e]).collect();
     let request = RawRequest {
+        size: size_of::<RawRequest>() as u64,
         owner: owner as u64,
         space: 0,
         exclusive: u64::from(access == Access::Exclusive),
+        replace: u64::from(replace),
         element_bytes: footprint.element_bytes() as u64,
         low: footprint.low() as u64,
         terms: terms.as_ptr(),
         nterms: terms.len() as u64,
     };
-    let mut held = RawHeld::default();
+    let mut held = RawHeld::new();
     // SAFETY: `table` is this copy's table or a published one whose name and version were
     // checked (`process::table`); `request` and its `terms` live across the call, and `held`
     // is writable.
@@ -270,9 +330,10 @@ mod tests {
     fn shared_borrows_overlap_and_exclusive_ones_do_not() {
         let (a, b, c) = (0x1000_0001, 0x1000_0002, 0x1000_0003);
         let x = contiguous(0x7000, 8);
-        acquire(&LOCAL, a, &x, Access::Shared).expect("first shared");
-        acquire(&LOCAL, b, &x, Access::Shared).expect("second shared");
-        let err = acquire(&LOCAL, c, &x, Access::Exclusive).expect_err("exclusive over shared");
+        acquire(&LOCAL, a, &x, Access::Shared, false).expect("first shared");
+        acquire(&LOCAL, b, &x, Access::Shared, false).expect("second shared");
+        let err =
+            acquire(&LOCAL, c, &x, Access::Exclusive, false).expect_err("exclusive over shared");
         let BorrowError::Conflict { requested, held } = err else {
             panic!("a conflict")
         };
@@ -283,16 +344,17 @@ mod tests {
             (0x7000, 0x7020, Access::Shared)
         );
         // Upgrading one of two shared borrows conflicts with the other; alone, it succeeds.
-        assert!(acquire(&LOCAL, a, &x, Access::Exclusive).is_err());
+        assert!(acquire(&LOCAL, a, &x, Access::Exclusive, false).is_err());
         release(&LOCAL, b);
-        acquire(&LOCAL, a, &x, Access::Exclusive).expect("upgrade");
+        acquire(&LOCAL, a, &x, Access::Exclusive, false).expect("upgrade");
         // Held exclusive: a shared request of the owner keeps it, others are refused.
-        acquire(&LOCAL, a, &x, Access::Shared).expect("own shared");
-        assert!(acquire(&LOCAL, b, &contiguous(0x701c, 1), Access::Shared).is_err());
-        acquire(&LOCAL, b, &contiguous(0x7020, 4), Access::Exclusive).expect("adjacent bytes");
+        acquire(&LOCAL, a, &x, Access::Shared, false).expect("own shared");
+        assert!(acquire(&LOCAL, b, &contiguous(0x701c, 1), Access::Shared, false).is_err());
+        acquire(&LOCAL, b, &contiguous(0x7020, 4), Access::Exclusive, false)
+            .expect("adjacent bytes");
         release(&LOCAL, a);
         release(&LOCAL, b);
-        acquire(&LOCAL, c, &x, Access::Exclusive).expect("all released");
+        acquire(&LOCAL, c, &x, Access::Exclusive, false).expect("all released");
         release(&LOCAL, c);
         // Releasing what is not held does nothing.
         release(&LOCAL, c);
@@ -301,17 +363,39 @@ mod tests {
     #[test]
     fn malformed_requests_are_refused() {
         let request = RawRequest {
+            size: size_of::<RawRequest>() as u64,
             owner: 0x2000_0001,
             space: 0,
             exclusive: 1,
+            replace: 0,
             element_bytes: 4,
             low: 0x9000,
             terms: [[0u64, 5u64]].as_ptr(),
             nterms: 1,
         };
-        let mut held = RawHeld::default();
+        let mut held = RawHeld::new();
         // SAFETY: a valid request and a writable `held`.
         let code = unsafe { (LOCAL.acquire)(LOCAL.ctx, &request, &mut held) };
         assert_eq!(code, INVALID, "a zero stride is no term of a footprint");
+        let short = RawRequest {
+            size: 8,
+            terms: [[4u64, 5u64]].as_ptr(),
+            ..request
+        };
+        // SAFETY: as above; the registry reads only `size` of a request that says it is short.
+        let code = unsafe { (LOCAL.acquire)(LOCAL.ctx, &short, &mut held) };
+        assert_eq!(code, INVALID, "a request smaller than version 1's");
+    }
+
+    #[test]
+    fn a_held_exclusive_borrow_is_downgraded_in_place() {
+        let (a, b) = (0x3000_0001, 0x3000_0002);
+        let x = contiguous(0xa000, 8);
+        acquire(&LOCAL, a, &x, Access::Exclusive, false).expect("exclusive");
+        assert!(acquire(&LOCAL, b, &x, Access::Shared, false).is_err());
+        acquire(&LOCAL, a, &x, Access::Shared, true).expect("downgraded");
+        acquire(&LOCAL, b, &x, Access::Shared, false).expect("shared beside shared");
+        release(&LOCAL, a);
+        release(&LOCAL, b);
     }
 }

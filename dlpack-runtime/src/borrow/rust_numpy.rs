@@ -12,23 +12,32 @@
 //!
 //! So a borrow is mirrored only when all of this holds:
 //! - the import's producer is NumPy itself: its deleter is NumPy's (found by exporting a probe
-//!   array and reading its deleter), and NumPy keeps the exporting array in `manager_ctx` (checked
-//!   on the same probe), so `manager_ctx` is a Python object, and is checked to be an `ndarray`;
+//!   array and reading its deleter, when this crate's Python consumer first runs with NumPy
+//!   loaded), and NumPy keeps the exporting array in `manager_ctx` (checked on the same probe),
+//!   so `manager_ctx` is a Python object, and is checked to be an `ndarray`;
 //! - rust-numpy's table is published, of version 1 or later;
-//! - the borrow is taken on a private view of that array (`ndarray.view()`), which nothing else
-//!   can reshape or retype before the release, and which keeps the array alive.
+//! - the borrow is taken on a private view of that array, made by `numpy.ndarray.view` itself
+//!   (never a subclass's override) and checked to be exactly an `ndarray`: nothing else
+//!   references it, so nothing can reshape or retype it before the release, and it keeps the
+//!   array alive.
 //!
-//! Anything else (no NumPy, no rust-numpy, another producer) is not mirrored: rust-numpy only
-//! knows NumPy arrays. A borrow whose import is dropped while the interpreter is finalizing keeps
-//! its rust-numpy borrow: the registry dies with the process.
+//! Every mirrored borrow runs with the GIL held and under [`MIRRORED`]'s lock, from the mirror
+//! to this crate's registry's answer (and the mirror's undoing when that is a refusal), so that
+//! concurrent borrows of one import see each other's whole outcome. Python objects are dropped
+//! only after the lock is released (a drop can run Python code). Memory that is not NumPy's is
+//! recognized without the GIL.
+//!
+//! A borrow whose import is dropped while the interpreter is finalizing keeps its rust-numpy
+//! borrow: the registry dies with the process.
 
 use core::ffi::{CStr, c_int, c_void};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyTuple};
 
-use super::{Access, Origin};
+use super::{Access, BorrowError, BorrowedRange, Origin};
 
 /// rust-numpy's table, version 1 (`numpy` crate, `borrow/shared.rs`).
 #[repr(C)]
@@ -43,8 +52,8 @@ struct RustNumpyApi {
 
 const CAPSULE: &CStr = c"_RUST_NUMPY_BORROW_CHECKING_API";
 
-/// NumPy's deleters, versioned and legacy, once a probe confirmed that NumPy keeps the exporting
-/// array in `manager_ctx`; `None` when it does not.
+/// NumPy's deleters, versioned (0 before NumPy 2.1) and legacy, once a probe confirmed that
+/// NumPy keeps the exporting array in `manager_ctx`; `None` when it does not.
 static NUMPY_DELETERS: OnceLock<Option<[usize; 2]>> = OnceLock::new();
 
 /// One mirrored borrow: the private view it was taken on, and how.
@@ -62,144 +71,218 @@ unsafe impl Send for Mirrored {}
 /// This copy's mirrored borrows.
 static MIRRORED: Mutex<Vec<Mirrored>> = Mutex::new(Vec::new());
 
-/// A conflict reported by rust-numpy.
-pub(crate) enum Refusal {
-    /// rust-numpy holds a conflicting borrow.
-    Conflict,
-    /// The array is not writeable (`acquire_mut` returned -2).
-    NotWriteable,
-    /// An unexpected answer.
-    Failed,
+/// How many entries [`MIRRORED`] holds: a drop of a managed tensor looks at the list only when
+/// it is not empty.
+static MIRRORED_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn lock() -> MutexGuard<'static, Vec<Mirrored>> {
+    MIRRORED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Mirrors a borrow of `owner`'s memory into rust-numpy's registry when its memory is a NumPy
-/// array's (see the module docs); `Ok(false)` when nothing was mirrored. Called before this
-/// crate's registry grants the borrow: on a refusal there, [`undo`] takes the mirror back.
-pub(crate) fn mirror(owner: usize, origin: Origin, access: Access) -> Result<bool, Refusal> {
-    if origin.manager_ctx.is_null() || origin.deleter == 0 {
-        return Ok(false);
+/// Probes NumPy's deleters when NumPy is loaded and that has not been done: called with the GIL
+/// held by this crate's Python consumer before it imports anything.
+pub(crate) fn prepare(py: Python<'_>) {
+    if NUMPY_DELETERS.get().is_some() {
+        return;
     }
-    if let Some(found) = NUMPY_DELETERS.get() {
-        // Known: no need to wait for the GIL for memory that is not NumPy's.
-        if !found.is_some_and(|deleters| deleters.contains(&origin.deleter)) {
-            return Ok(false);
-        }
+    if let Ok(np) = numpy_module(py) {
+        let found = probe(py, &np);
+        let _ = NUMPY_DELETERS.set(found);
     }
-    Python::try_attach(|py| mirror_attached(py, owner, origin, access)).unwrap_or(Ok(false))
 }
 
-fn mirror_attached(
-    py: Python<'_>,
+/// Whether `origin` is memory NumPy exported (known without the GIL once probed).
+pub(crate) fn is_numpy(origin: Origin) -> bool {
+    !origin.manager_ctx.is_null()
+        && origin.deleter != 0
+        && NUMPY_DELETERS
+            .get()
+            .is_some_and(|found| found.is_some_and(|d| d.contains(&origin.deleter)))
+}
+
+/// Borrows `access` (replacing a held borrow when `replace`) for `owner`, whose memory is
+/// NumPy's (`origin`), in rust-numpy's registry and then, with `then`, in this crate's; a
+/// refusal by `then` undoes the mirror. Without the interpreter, or without rust-numpy's table,
+/// only `then` runs.
+pub(crate) fn acquire(
     owner: usize,
     origin: Origin,
-    access: Access,
-) -> Result<bool, Refusal> {
-    let Some(deleters) = numpy_deleters(py) else {
-        return Ok(false);
-    };
-    if !deleters.contains(&origin.deleter) {
-        return Ok(false);
+    requested: BorrowedRange,
+    replace: bool,
+    then: impl FnOnce() -> Result<(), BorrowError>,
+) -> Result<(), BorrowError> {
+    let access = requested.access;
+    let mut then = Some(then);
+    let attached = Python::try_attach(|py| {
+        let mut run = || then.take().map_or(Ok(()), |f| f());
+        let Some(table) = rust_numpy_table(py) else {
+            return run();
+        };
+        let Some(view) = private_view(py, origin) else {
+            return run();
+        };
+        let mut guard = lock();
+        let before = guard
+            .iter()
+            .position(|m| m.owner == owner)
+            .map(|i| guard[i].access);
+        let mut unused = vec![view];
+        let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
+            Err(refusal) => Err(refusal),
+            Ok(()) => {
+                let result = run();
+                if result.is_err() {
+                    undo(&mut guard, owner, before, &mut unused);
+                }
+                result.map_err(Refusal::Registry)
+            }
+        };
+        drop(guard);
+        drop(unused);
+        result.map_err(|refusal| refusal.into_error(requested))
+    });
+    match attached {
+        Some(result) => result,
+        None => then.take().map_or(Ok(()), |f| f()),
     }
-    let Some(table) = rust_numpy_table(py) else {
-        return Ok(false);
-    };
-    // SAFETY: NumPy's deleter frees a managed tensor whose `manager_ctx` is the exporting array,
-    // a live Python object (a strong reference held until the deleter runs), as the probe
-    // confirmed for this NumPy.
-    let array = unsafe { Bound::from_borrowed_ptr(py, origin.manager_ctx.cast()) };
-    let Ok(ndarray) = numpy_module(py).and_then(|np| np.getattr("ndarray")) else {
-        return Ok(false);
-    };
-    if !array.is_instance(&ndarray).unwrap_or(false) {
-        return Ok(false);
-    }
-    let Ok(view) = array.call_method0("view") else {
-        return Err(Refusal::Failed);
-    };
-    let mut mirrored = MIRRORED.lock().unwrap_or_else(PoisonError::into_inner);
-    let held = mirrored.iter().position(|m| m.owner == owner);
-    if let Some(index) = held {
-        let m = &mirrored[index];
-        if m.access == Access::Exclusive || access == Access::Shared {
-            return Ok(true);
+}
+
+/// Why a mirrored borrow was refused.
+enum Refusal {
+    /// rust-numpy's registry: -1.
+    Conflict,
+    /// rust-numpy's registry: -2 (the array is not writeable).
+    NotWriteable,
+    /// rust-numpy's registry: anything else.
+    Failed,
+    /// This crate's registry.
+    Registry(BorrowError),
+}
+
+impl Refusal {
+    fn of(code: c_int) -> Self {
+        match code {
+            -1 => Refusal::Conflict,
+            -2 => Refusal::NotWriteable,
+            _ => Refusal::Failed,
         }
-        // An upgrade: shared to exclusive on the same private view, with the GIL held
-        // throughout, so nothing else can take the array in between.
-        // SAFETY: rust-numpy's table, GIL held; the view is the one acquired shared before.
+    }
+
+    fn into_error(self, requested: BorrowedRange) -> BorrowError {
+        let reason = match self {
+            Refusal::Registry(err) => return err,
+            Refusal::Conflict => {
+                "rust-numpy holds a conflicting borrow of the same NumPy array (a PyReadwriteArray, or a PyReadonlyArray against an exclusive borrow)"
+            }
+            Refusal::NotWriteable => {
+                "the NumPy array is not writeable (rust-numpy refuses a mutable borrow of it)"
+            }
+            Refusal::Failed => "rust-numpy's registry gave an unexpected answer",
+        };
+        BorrowError::RustNumpy { requested, reason }
+    }
+}
+
+/// Takes `access` for `owner` in rust-numpy's registry `table`, on the private view
+/// `unused[0]` (moved into the list when used). Under the lock, GIL held.
+fn mirror(
+    guard: &mut MutexGuard<'static, Vec<Mirrored>>,
+    owner: usize,
+    access: Access,
+    replace: bool,
+    table: *const RustNumpyApi,
+    unused: &mut Vec<Py<PyAny>>,
+) -> Result<(), Refusal> {
+    if let Some(index) = guard.iter().position(|m| m.owner == owner) {
+        let held = guard[index].access;
+        if held == access || (held == Access::Exclusive && !replace) {
+            return Ok(());
+        }
+        // An upgrade, or a downgrade (`replace`), on the same view: the GIL is held
+        // throughout, so nothing can take the array in between.
+        let m = &mut guard[index];
+        // SAFETY: rust-numpy's table, GIL held, on the view acquired as `held` before.
         let code = unsafe {
-            ((*m.table).release)((*m.table).flags, m.view.as_ptr());
-            ((*m.table).acquire_mut)((*m.table).flags, m.view.as_ptr())
+            release_one(m.table, &m.view, held);
+            take_one(m.table, &m.view, access)
         };
         if code == 0 {
-            mirrored[index].access = Access::Exclusive;
-            return Ok(true);
+            m.access = access;
+            return Ok(());
         }
-        // SAFETY: as above; the shared borrow is taken back (it was held a moment ago and
-        // nothing ran in between).
-        let back = unsafe { ((*m.table).acquire)((*m.table).flags, m.view.as_ptr()) };
-        debug_assert_eq!(back, 0);
-        return Err(refusal(code));
+        // SAFETY: as above; what was held a moment ago is taken back (nothing ran between).
+        let back = unsafe { take_one(m.table, &m.view, held) };
+        if back != 0 {
+            // Lost: the entry no longer stands for a borrow.
+            let m = guard.swap_remove(index);
+            MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
+            unused.push(m.view);
+        }
+        return Err(Refusal::of(code));
     }
-    // SAFETY: rust-numpy's table (name and version checked), called with the GIL held on an
-    // `ndarray` that nothing else references.
-    let code = unsafe {
-        match access {
-            Access::Shared => ((*table).acquire)((*table).flags, view.as_ptr()),
-            Access::Exclusive => ((*table).acquire_mut)((*table).flags, view.as_ptr()),
-        }
-    };
+    let view = unused.pop().expect("the private view");
+    // SAFETY: rust-numpy's table (name and version checked), GIL held, on a private
+    // `ndarray` (exactly that type) that nothing else references.
+    let code = unsafe { take_one(table, &view, access) };
     if code != 0 {
-        return Err(refusal(code));
+        unused.push(view);
+        return Err(Refusal::of(code));
     }
-    mirrored.push(Mirrored {
+    guard.push(Mirrored {
         owner,
-        view: view.unbind(),
+        view,
         access,
         table,
     });
-    Ok(true)
+    MIRRORED_COUNT.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
-fn refusal(code: c_int) -> Refusal {
-    match code {
-        -1 => Refusal::Conflict,
-        -2 => Refusal::NotWriteable,
-        _ => Refusal::Failed,
+/// Puts `owner`'s mirror back as it was `before` (none, or held as that access), after this
+/// crate's registry refused a borrow that [`mirror`] made. Under the lock, GIL held.
+fn undo(
+    guard: &mut MutexGuard<'static, Vec<Mirrored>>,
+    owner: usize,
+    before: Option<Access>,
+    unused: &mut Vec<Py<PyAny>>,
+) {
+    let Some(index) = guard.iter().position(|m| m.owner == owner) else {
+        return;
+    };
+    let now = guard[index].access;
+    if before == Some(now) {
+        return;
     }
+    let m = &mut guard[index];
+    // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
+    unsafe { release_one(m.table, &m.view, now) };
+    if let Some(before) = before {
+        // SAFETY: as above; it was held as `before` a moment ago.
+        if unsafe { take_one(m.table, &m.view, before) } == 0 {
+            m.access = before;
+            return;
+        }
+    }
+    let m = guard.swap_remove(index);
+    MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
+    unused.push(m.view);
 }
 
-/// Takes back what [`mirror`] did for `owner` when this crate's registry refused the borrow:
-/// a fresh mirror is released, an upgrade is turned back to shared (`was` is what the import
-/// held before).
-pub(crate) fn undo(owner: usize, was: Option<Access>) {
-    let _ = Python::try_attach(|py| {
-        let mut mirrored = MIRRORED.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(index) = mirrored.iter().position(|m| m.owner == owner) else {
-            return;
-        };
-        let m = &mirrored[index];
-        if was == Some(m.access) {
-            return;
-        }
-        // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
-        unsafe { release_one(m) };
-        if was == Some(Access::Shared) {
-            // SAFETY: as above; it was held shared a moment ago.
-            let _ = unsafe { ((*m.table).acquire)((*m.table).flags, m.view.as_ptr()) };
-            mirrored[index].access = Access::Shared;
-        } else {
-            let m = mirrored.swap_remove(index);
-            drop(m.view.into_bound(py));
-        }
-    });
+/// Whether any mirrored borrow is held: a drop of a managed tensor looks no further otherwise.
+#[inline]
+pub(crate) fn any() -> bool {
+    MIRRORED_COUNT.load(Ordering::Relaxed) != 0
 }
 
 /// Releases the mirrored borrow of `owner`, if any.
 pub(crate) fn release(owner: usize) {
     let taken = {
-        let mut mirrored = MIRRORED.lock().unwrap_or_else(PoisonError::into_inner);
-        match mirrored.iter().position(|m| m.owner == owner) {
-            Some(index) => mirrored.swap_remove(index),
+        let mut guard = lock();
+        match guard.iter().position(|m| m.owner == owner) {
+            Some(index) => {
+                MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
+                guard.swap_remove(index)
+            }
             None => return,
         }
     };
@@ -207,7 +290,7 @@ pub(crate) fn release(owner: usize) {
     let _ = Python::try_attach(|_| {
         if let Some(m) = taken.take() {
             // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
-            unsafe { release_one(&m) };
+            unsafe { release_one(m.table, &m.view, m.access) };
             drop(m);
         }
     });
@@ -218,35 +301,60 @@ pub(crate) fn release(owner: usize) {
     }
 }
 
-/// Releases `m` in rust-numpy's registry.
+/// Takes `access` on `view` in rust-numpy's registry: 0 when granted.
 ///
 /// # Safety
 ///
-/// The GIL is held, and `m` is a live mirrored borrow.
-unsafe fn release_one(m: &Mirrored) {
-    // SAFETY: rust-numpy's table (caller: live mirror), GIL held (caller); the same private view
-    // whose key was registered, unchanged since.
+/// `table` is rust-numpy's live table, the GIL is held, and `view` is a private `ndarray`.
+unsafe fn take_one(table: *const RustNumpyApi, view: &Py<PyAny>, access: Access) -> c_int {
+    // SAFETY: as the caller promises.
     unsafe {
-        match m.access {
-            Access::Shared => ((*m.table).release)((*m.table).flags, m.view.as_ptr()),
-            Access::Exclusive => ((*m.table).release_mut)((*m.table).flags, m.view.as_ptr()),
+        match access {
+            Access::Shared => ((*table).acquire)((*table).flags, view.as_ptr()),
+            Access::Exclusive => ((*table).acquire_mut)((*table).flags, view.as_ptr()),
         }
     }
+}
+
+/// Releases `access` on `view` in rust-numpy's registry.
+///
+/// # Safety
+///
+/// As for [`take_one`], and `view` holds `access` there.
+unsafe fn release_one(table: *const RustNumpyApi, view: &Py<PyAny>, access: Access) {
+    // SAFETY: as the caller promises; the same private view whose key was registered,
+    // unchanged since.
+    unsafe {
+        match access {
+            Access::Shared => ((*table).release)((*table).flags, view.as_ptr()),
+            Access::Exclusive => ((*table).release_mut)((*table).flags, view.as_ptr()),
+        }
+    }
+}
+
+/// A private view of the `ndarray` in `origin`'s `manager_ctx`: `numpy.ndarray.view(array,
+/// numpy.ndarray)`, exactly an `ndarray`; `None` when it is not an array.
+fn private_view(py: Python<'_>, origin: Origin) -> Option<Py<PyAny>> {
+    let ndarray = numpy_module(py).ok()?.getattr("ndarray").ok()?;
+    // SAFETY: NumPy's deleter frees a managed tensor whose `manager_ctx` is the exporting array,
+    // a live Python object (a strong reference held until the deleter runs), as the probe
+    // confirmed for this NumPy (`is_numpy`, checked by the caller's caller).
+    let array = unsafe { Bound::from_borrowed_ptr(py, origin.manager_ctx.cast()) };
+    if !array.is_instance(&ndarray).ok()? {
+        return None;
+    }
+    // `ndarray.view` itself, never an override, asked for a plain `ndarray`.
+    let view = ndarray
+        .getattr("view")
+        .ok()?
+        .call1((&array, &ndarray))
+        .ok()?;
+    view.get_type().is(&ndarray).then(|| view.unbind())
 }
 
 /// The `numpy` module, when it has been imported (this crate never imports it).
 fn numpy_module(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     py.import("sys")?.getattr("modules")?.get_item("numpy")
-}
-
-/// NumPy's deleters (see [`NUMPY_DELETERS`]), probed once NumPy is loaded.
-fn numpy_deleters(py: Python<'_>) -> Option<[usize; 2]> {
-    if let Some(found) = NUMPY_DELETERS.get() {
-        return *found;
-    }
-    let np = numpy_module(py).ok()?;
-    let found = probe(py, &np);
-    *NUMPY_DELETERS.get_or_init(|| found)
 }
 
 /// Exports a one-byte array both ways and reads the deleters, checking that `manager_ctx` is

@@ -238,8 +238,9 @@ where
     core::mem::forget(guard);
     // SAFETY: `fill` succeeded, so the block is finished (header written) and owned by nobody
     // else, and its finished header validates. `unaliased` is the buffer's word that nothing
-    // else reaches its bytes (`ExportBuffer::is_unaliased`, part of that unsafe trait's
-    // contract), and the owner moved into the block, where nothing but this tensor reaches it.
+    // but it reaches its bytes, except readers of a shared owner that nothing writes
+    // (`ExportBuffer::is_unaliased`, part of that unsafe trait's contract); the owner moved into
+    // the block, where only this tensor reaches it, or is one of those shared owners.
     Ok(unsafe { H::into_managed(block.cast::<H>(), unaliased) })
 }
 
@@ -393,6 +394,13 @@ where
         Some(p) if !marked_read_only => (p, false),
         _ => (parts.facts.ptr.cast_mut(), true),
     };
+    if !unaliased {
+        // Memory that others may borrow: the buffer records the loan (or refuses it).
+        parts
+            .buffer()
+            .lend(!read_only)
+            .map_err(LayoutError::Borrow)?;
+    }
     sync.order_pending(&parts, device, data_address, has_elements, read_only)?;
     let raw_dtype = dtype.to_raw();
     let raw_device = device.to_raw();

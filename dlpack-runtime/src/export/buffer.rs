@@ -27,7 +27,10 @@ use crate::dtype::{DataType, Element};
 /// - [`as_ptr`](Self::as_ptr) points to `byte_len()` bytes readable on [`device`](Self::device)
 ///   (a host address for host-accessible devices);
 /// - [`as_mut_ptr`](Self::as_mut_ptr), when it returns `Some`, points to the same bytes,
-///   readable and writable, and no other alias is used while the export lives;
+///   readable and writable; any other access to them while the export lives is the
+///   implementer's to order (a buffer that lends memory others also describe, as NumPy lends
+///   one array to every `__dlpack__` call, leaves [`is_unaliased`](Self::is_unaliased) false:
+///   the imports of this crate then order their accesses through its borrow registry);
 /// - the bytes hold values of [`dtype`](Self::dtype), and the pointer is aligned for it;
 /// - when [`is_unaliased`](Self::is_unaliased) returns `true`, nothing but `self` (and exports
 ///   of it) reaches the bytes, and nothing writes them while `self` is shared.
@@ -66,6 +69,20 @@ pub unsafe trait ExportBuffer {
     #[inline]
     fn is_unaliased(&self) -> bool {
         false
+    }
+    /// Called by every export of this buffer whose memory is not unaliased
+    /// ([`is_unaliased`](Self::is_unaliased)), before the tensor is handed out, with whether
+    /// the export is writable: a buffer whose memory is borrowed elsewhere (an imported tensor
+    /// lent on) records the loan there, and refuses it while that memory is borrowed in a way
+    /// the loan conflicts with. The default does nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`BorrowError`](crate::BorrowError) when the memory cannot be lent so.
+    #[inline]
+    fn lend(&self, writable: bool) -> Result<(), crate::BorrowError> {
+        let _ = writable;
+        Ok(())
     }
     /// The stream the buffer's own pending work is ordered on (a cudarc `CudaSlice`'s stream),
     /// if any; the export orders the consumer after it as after `#[dlpack(stream)]` fields.

@@ -108,8 +108,7 @@ impl<S: AsStrides> AsStrides for Option<S> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ExportParts<'a> {
-    /// The buffer itself, for what only some exports ask (its producer stream).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    /// The buffer itself, for what only some exports ask (its producer stream, a loan).
     pub(super) buffer: BufferAccess<'a>,
     /// The buffer's facts, asked once where the parts are made, where the buffer's type is
     /// known (so the calls are direct): base pointer, length in bytes, dtype, device.
@@ -260,7 +259,6 @@ impl<'a> ExportParts<'a> {
         self
     }
 
-    #[cfg(feature = "cuda")]
     #[inline]
     pub(super) fn buffer(&self) -> &dyn ExportBuffer {
         self.buffer.buffer()

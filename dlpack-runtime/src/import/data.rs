@@ -5,7 +5,7 @@ use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{ImportBuffer, ImportError};
-use crate::borrow::{self, Access, Footprint, Origin};
+use crate::borrow::{self, Access, Footprint};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
@@ -32,7 +32,10 @@ use crate::managed::ManagedTensor;
 /// ranges; it never panics or blocks. Overlap is exact: `x[::2]` and `x[1::2]` are disjoint.
 ///
 /// The borrow is held by the import from its first access until it is dropped, given back with
-/// [`release_borrow`](Self::release_borrow), or turned into its managed tensor. An import that
+/// [`release_borrow`](Self::release_borrow), turned into its managed tensor, or lent on by
+/// value (as the buffer of an export: its consumers borrow for themselves). Lent on read-only
+/// through `&self` (an import kept in an `Arc` or a frozen `#[pyclass]`), an exclusive borrow
+/// becomes shared. An import that
 /// is never accessed never borrows, and a tensor this crate exported from memory that nothing
 /// else reaches (an owned `Vec` moved into the export, see
 /// [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)) needs no borrow at all:
@@ -211,6 +214,36 @@ impl<T: Element> ImportedData<T> {
         self.borrow_now(layout, access)
     }
 
+    /// What an export lending this import on asks of it ([`ExportBuffer::lend`]): lent
+    /// read-only, an exclusive borrow it holds becomes shared (`&self` proves that no `&mut`
+    /// of it is alive), and its consumers' reads need not be refused; lent at all, the loan is
+    /// recorded where its memory's borrows are tracked outside this crate's registry
+    /// (rust-numpy's, for NumPy memory) for as long as the import lives.
+    ///
+    /// [`ExportBuffer::lend`]: crate::ExportBuffer::lend
+    pub(crate) fn lend_memory(&self, writable: bool) -> Result<(), borrow::BorrowError> {
+        let flags = self.flags.load(Ordering::Acquire);
+        if flags & UNALIASED != 0 {
+            return Ok(());
+        }
+        let Some(footprint) = super::lend::host_footprint(&self.managed) else {
+            return Ok(());
+        };
+        let origin = super::lend::origin_of(&self.managed);
+        let id = self.managed.id();
+        if !writable && flags & EXCLUSIVE != 0 {
+            borrow::downgrade(id, &footprint, origin)?;
+            self.flags.fetch_or(SHARED, Ordering::Release);
+            self.flags.fetch_and(!EXCLUSIVE, Ordering::Release);
+        }
+        let access = if writable {
+            Access::Exclusive
+        } else {
+            Access::Shared
+        };
+        borrow::lend(id, &footprint, origin, access)
+    }
+
     /// [`Self::borrow`] through the registry.
     #[cold]
     #[inline(never)]
@@ -227,17 +260,8 @@ impl<T: Element> ImportedData<T> {
             self.flags.fetch_or(UNALIASED, Ordering::Release);
             return Ok(());
         };
-        let origin = Origin {
-            deleter: self.managed.deleter_address(),
-            manager_ctx: self.managed.dl_tensor_ctx(),
-        };
-        borrow::acquire(
-            self.managed.id(),
-            &footprint,
-            access,
-            origin,
-            self.borrow_held(),
-        )?;
+        let origin = super::lend::origin_of(&self.managed);
+        borrow::acquire(self.managed.id(), &footprint, access, origin)?;
         let held = match access {
             Access::Shared => SHARED,
             Access::Exclusive => EXCLUSIVE,

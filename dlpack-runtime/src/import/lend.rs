@@ -13,6 +13,7 @@
 use core::ffi::c_void;
 
 use super::ImportedData;
+use crate::borrow::{self, Access, BorrowError, Footprint, Origin};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::export::ExportBuffer;
@@ -31,6 +32,33 @@ fn lent_bytes(managed: &ManagedTensor) -> (*mut u8, usize) {
             (data.wrapping_offset(start), (end - start) as usize)
         }
         Err(_) => (data, 0),
+    }
+}
+
+/// The footprint of `managed`'s bytes, for host memory of whole-byte elements with a valid
+/// layout (the only memory that is borrowed); `None` otherwise, or when it reaches no byte.
+pub(super) fn host_footprint(managed: &ManagedTensor) -> Option<Footprint> {
+    let layout = managed.layout().ok()?;
+    if !layout.device().is_host_accessible() {
+        return None;
+    }
+    let size = layout.dtype().element_bytes()?;
+    let strides: Vec<i64> = (0..layout.ndim())
+        .map(|axis| layout.stride(axis).saturating_mul(size as i64))
+        .collect();
+    Footprint::new(
+        layout.first_element_ptr().addr(),
+        layout.shape(),
+        &strides,
+        size,
+    )
+}
+
+/// Where `managed`'s memory came from.
+pub(super) fn origin_of(managed: &ManagedTensor) -> Origin {
+    Origin {
+        deleter: managed.deleter_address(),
+        manager_ctx: managed.dl_tensor_ctx(),
     }
 }
 
@@ -67,6 +95,9 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
         // but it (and what it is lent to) reaches the bytes.
         self.managed().is_unaliased()
     }
+    fn lend(&self, writable: bool) -> Result<(), BorrowError> {
+        self.lend_memory(writable)
+    }
     fn device(&self) -> Device {
         Device::from_raw(self.managed().dl_tensor().device)
     }
@@ -94,6 +125,17 @@ unsafe impl ExportBuffer for ManagedTensor {
     }
     fn is_unaliased(&self) -> bool {
         ManagedTensor::is_unaliased(self)
+    }
+    fn lend(&self, writable: bool) -> Result<(), BorrowError> {
+        let Some(footprint) = host_footprint(self) else {
+            return Ok(());
+        };
+        let access = if writable {
+            Access::Exclusive
+        } else {
+            Access::Shared
+        };
+        borrow::lend(self.id(), &footprint, origin_of(self), access)
     }
     fn device(&self) -> Device {
         Device::from_raw(self.dl_tensor().device)

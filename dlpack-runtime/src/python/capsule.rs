@@ -136,6 +136,7 @@ unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
 /// `ValueError` for a consumed capsule, `TypeError` for a capsule of another name or a
 /// non-capsule, `BufferError` for a foreign major version.
 pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
+    crate::borrow::prepare(capsule.py());
     let obj = capsule.as_ptr();
     // SAFETY: `obj` is a live object (borrowed by `capsule`), GIL held.
     if unsafe { pyffi::PyCapsule_CheckExact(obj) } == 0 {

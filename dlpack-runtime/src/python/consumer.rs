@@ -116,6 +116,7 @@ pub fn managed_from_object(
     options: &FromDlpackOptions,
 ) -> PyResult<ManagedTensor> {
     let py = obj.py();
+    crate::borrow::prepare(py);
     // SAFETY: `obj` is a live object, GIL held.
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return settle(consume_capsule(obj)?, options, true);

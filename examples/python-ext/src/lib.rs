@@ -283,6 +283,39 @@ fn hold(x: &Bound<'_, PyAny>, mutable: bool) -> PyResult<Held> {
     Ok(Held(std::sync::Mutex::new(Some(view.data))))
 }
 
+/// An imported float32 vector kept by Rust and lent on to Python (a relay): made by
+/// `relay(x, access)`, which first reads (`"read"`), writes (`"write"`) or does not touch
+/// (`None`) the import.
+#[pyclass(frozen, module = "dlpack_example")]
+#[derive(DlpackExport)]
+struct Relay {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// `relay(x, access=None)`: see [`Relay`].
+#[pyfunction]
+#[pyo3(signature = (x, access=None))]
+fn relay(x: &Bound<'_, PyAny>, access: Option<&str>) -> PyResult<Relay> {
+    let mut view: ViewMut = python::from_dlpack(x)?;
+    match access {
+        Some("read") => drop(view.data.as_slice()?),
+        Some("write") => view.data.as_slice_mut()?.fill(5.0),
+        None => {}
+        Some(other) => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "access {other:?}, expected \"read\", \"write\" or None"
+            )));
+        }
+    }
+    Ok(Relay {
+        data: view.data,
+        shape: view.shape,
+    })
+}
+
 #[cfg(feature = "cuda")]
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
@@ -452,6 +485,10 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alias_in_one, m)?)?;
     m.add_function(wrap_pyfunction!(write_interleaved, m)?)?;
     m.add_class::<Held>()?;
+    m.add_class::<Relay>()?;
+    // A shared, read-only export of the imported memory it holds.
+    python::add_dlpack_methods::<Relay>(m.py())?;
+    m.add_function(wrap_pyfunction!(relay, m)?)?;
     m.add_function(wrap_pyfunction!(hold, m)?)?;
     #[cfg(feature = "cuda")]
     {

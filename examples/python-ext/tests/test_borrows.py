@@ -210,3 +210,50 @@ def test_borrows_before_rust_numpy_published_its_registry_are_not_mirrored():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["before: 0.0", "after: The given array is already borrowed"]
+
+
+def test_a_relay_lent_read_only_keeps_a_shared_borrow_only():
+    x = zeros()
+    r = de.relay(x, "write")  # its import wrote through `&mut`: an exclusive borrow
+    assert x.tolist() == [5.0] * 8
+    with pytest.raises(BufferError):
+        de.hold(x, False)
+    # Lent on read-only (a frozen pyclass, `&self`): the borrow becomes shared.
+    a = np.from_dlpack(r)
+    assert a.tolist() == [5.0] * 8 and not a.flags.writeable
+    de.hold(x, False).release()
+    with pytest.raises(BufferError):
+        de.hold(x, True)
+    del a, r
+    gc.collect()
+    de.hold(x, True).release()
+
+
+def test_a_relay_of_numpy_memory_is_lent_in_rust_numpy_too(rust_numpy_registry):
+    x = zeros()
+    r = de.relay(x)  # holds the import, untouched: no borrow yet
+    peer.readwrite_while(x, lambda: None)
+    a = np.from_dlpack(r)  # lent on: rust-numpy learns of the loan
+    with pytest.raises(TypeError, match="already borrowed"):
+        peer.readwrite_while(x, lambda: None)
+    assert peer.readonly_sum(x) == a.sum()
+    del a, r
+    gc.collect()
+    peer.readwrite_while(x, lambda: None)
+    # While a PyReadwriteArray is held, the relay cannot be lent on.
+    r = de.relay(x)
+    with pytest.raises(BufferError, match="rust-numpy holds a conflicting borrow"):
+        peer.readwrite_while(x, lambda: np.from_dlpack(r))
+
+
+def test_a_subclass_cannot_fake_the_private_view(rust_numpy_registry):
+    class Sneaky(np.ndarray):
+        def view(self, *args, **kwargs):
+            raise AssertionError("the subclass's view must not be called")
+
+    x = zeros().view(Sneaky)
+    held = de.hold(x, True)
+    with pytest.raises(TypeError, match="already borrowed"):
+        peer.readonly_sum(np.asarray(x))
+    held.release()
+    assert peer.readonly_sum(np.asarray(x)) == 0.0
