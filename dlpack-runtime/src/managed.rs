@@ -214,21 +214,14 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
-        let align = align_of::<DLManagedTensorVersioned>();
-        if ptr.as_ptr().addr() % align != 0 {
-            // SAFETY: `ptr` points to a managed tensor (caller), misaligned: its deleter, at
-            // the layout-stable offset 16, is read unaligned and called once, here.
-            unsafe {
-                let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
-                if let Some(deleter) = deleter {
-                    deleter(ptr.as_ptr());
-                }
+        // SAFETY: `ptr` points to a managed tensor (caller); if misaligned, its deleter, at the
+        // layout-stable offset 16, is read unaligned and called once, there.
+        refuse_misaligned(ptr, || unsafe {
+            let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
+            if let Some(deleter) = deleter {
+                deleter(ptr.as_ptr());
             }
-            return Err(HeaderError::Misaligned {
-                address: ptr.as_ptr().addr(),
-                align,
-            });
-        }
+        })?;
         // SAFETY: `ptr` is valid (caller) and aligned (checked). `version` sits at offset 0 of
         // every major version, so reading it is legal whatever the major is.
         let version = unsafe { (*ptr.as_ptr()).version };
@@ -270,20 +263,13 @@ impl ManagedTensor {
         let Some(ptr) = NonNull::new(ptr) else {
             return Err(HeaderError::NullTensor);
         };
-        let align = align_of::<DLManagedTensor>();
-        if ptr.as_ptr().addr() % align != 0 {
-            // SAFETY: as in `from_raw_versioned`, for a legacy tensor.
-            unsafe {
-                let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
-                if let Some(deleter) = deleter {
-                    deleter(ptr.as_ptr());
-                }
+        // SAFETY: as in `from_raw_versioned`, for a legacy tensor.
+        refuse_misaligned(ptr, || unsafe {
+            let deleter = core::ptr::addr_of!((*ptr.as_ptr()).deleter).read_unaligned();
+            if let Some(deleter) = deleter {
+                deleter(ptr.as_ptr());
             }
-            return Err(HeaderError::Misaligned {
-                address: ptr.as_ptr().addr(),
-                align,
-            });
-        }
+        })?;
         Ok(Self::new(RawManagedTensor::Legacy(ptr), false, false))
     }
 
@@ -552,6 +538,17 @@ impl Drop for ManagedTensor {
             }
         }
     }
+}
+
+/// [`HeaderError::Misaligned`] for a header at an address not aligned for `H`, once
+/// `call_deleter` has run; nothing for an aligned one.
+fn refuse_misaligned<H>(ptr: NonNull<H>, call_deleter: impl FnOnce()) -> Result<(), HeaderError> {
+    let (address, align) = (ptr.as_ptr().addr(), align_of::<H>());
+    if address % align == 0 {
+        return Ok(());
+    }
+    call_deleter();
+    Err(HeaderError::Misaligned { address, align })
 }
 
 /// Calls the deleter of a versioned tensor, if any.
