@@ -107,7 +107,7 @@ impl<T: Element> ImportedData<T> {
     fn checked_for_array(&self, access: Access) -> Result<TensorLayout<'_>, LayoutError> {
         let layout = self.layout()?;
         layout.check_typed::<T>()?;
-        self.borrow(&layout, access)?;
+        self.borrow(access)?;
         if !T::ALL_BIT_PATTERNS_VALID {
             // `to_vec` reads every element through its bit-pattern check.
             self.check_all_elements(&layout)?;

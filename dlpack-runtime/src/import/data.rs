@@ -192,18 +192,16 @@ impl<T: Element> ImportedData<T> {
         }
     }
 
-    /// Borrows the bytes of `layout` (this import's validated host layout) as `access`, unless
-    /// the import holds a borrow that covers it or needs none.
+    /// Borrows the bytes of this import's host layout as `access`, unless the import holds a
+    /// borrow that covers it or needs none. The fast path reads one word of flags; the layout
+    /// is rebuilt on the slow path only, so that the caller's layout stays in registers.
     ///
     /// # Errors
     ///
-    /// [`LayoutError::Borrow`] when another import's borrow conflicts.
-    #[inline]
-    pub(crate) fn borrow(
-        &self,
-        layout: &TensorLayout<'_>,
-        access: Access,
-    ) -> Result<(), LayoutError> {
+    /// [`LayoutError::Borrow`] when another import's borrow conflicts; the host-access error
+    /// for memory the host cannot read (callers check that first).
+    #[inline(always)]
+    pub(crate) fn borrow(&self, access: Access) -> Result<(), LayoutError> {
         let covered = match access {
             Access::Shared => READ_COVERED,
             Access::Exclusive => WRITE_COVERED,
@@ -211,7 +209,7 @@ impl<T: Element> ImportedData<T> {
         if self.flags.load(Ordering::Acquire) & covered != 0 {
             return Ok(());
         }
-        self.borrow_now(layout, access)
+        self.borrow_now(access)
     }
 
     /// What an export lending this import on asks of it ([`ExportBuffer::lend`]): lent
@@ -247,7 +245,8 @@ impl<T: Element> ImportedData<T> {
     /// [`Self::borrow`] through the registry.
     #[cold]
     #[inline(never)]
-    fn borrow_now(&self, layout: &TensorLayout<'_>, access: Access) -> Result<(), LayoutError> {
+    fn borrow_now(&self, access: Access) -> Result<(), LayoutError> {
+        let layout = self.host_layout()?;
         let size = size_of::<T>();
         // In bytes. The validated layout's reach fits in `isize`; a stride of an axis of
         // extent 1 may be anything, and the footprint ignores those axes.
@@ -365,7 +364,7 @@ impl<T: Element> ImportedData<T> {
     /// another import holds an exclusive borrow of some of the same bytes.
     pub fn as_slice(&self) -> Result<&[T], LayoutError> {
         let layout = self.contiguous_layout()?;
-        self.borrow(&layout, Access::Shared)?;
+        self.borrow(Access::Shared)?;
         // SAFETY: the import's contiguous host layout, borrowed shared: no import writes the
         // bytes while `self` holds the borrow, which outlives the slice (it ends only with
         // `&mut self` or the drop of `self`).
@@ -404,7 +403,7 @@ impl<T: Element> ImportedData<T> {
             return Err(LayoutError::ReadOnly);
         }
         let layout = self.contiguous_layout()?;
-        self.borrow(&layout, Access::Exclusive)?;
+        self.borrow(Access::Exclusive)?;
         // SAFETY: the import's contiguous host layout of a writable tensor, borrowed
         // exclusively: no other import reads or writes the bytes while `self` holds the
         // borrow, and `&mut self` excludes every other reference from this import.
@@ -445,7 +444,7 @@ impl<T: Element> ImportedData<T> {
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
         let layout = self.host_layout()?;
         let (offset, linear) = layout.locate(index, size_of::<T>())?;
-        self.borrow(&layout, Access::Shared)?;
+        self.borrow(Access::Shared)?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
         // `locate`), aligned and host-accessible (`host_ok`), borrowed shared (no import
         // writes it).
@@ -465,7 +464,7 @@ impl<T: Element> ImportedData<T> {
         }
         let layout = self.host_layout()?;
         let (offset, _) = layout.locate(index, size_of::<T>())?;
-        self.borrow(&layout, Access::Exclusive)?;
+        self.borrow(Access::Exclusive)?;
         // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor, borrowed
         // exclusively (no other import reads or writes it); `&mut self` excludes other access
         // from this import.
@@ -534,7 +533,7 @@ impl<T: Element> ImportedData<T> {
     /// for [`ImportedData::get`].
     pub fn to_vec(&self) -> Result<Vec<T>, LayoutError> {
         let layout = self.host_layout()?;
-        self.borrow(&layout, Access::Shared)?;
+        self.borrow(Access::Shared)?;
         let base = layout.first_element_ptr();
         let numel = layout.numel();
         let too_large = || LayoutError::CopyTooLarge {

@@ -32,7 +32,7 @@ impl<'a, T: Element> Elements<'a, T> {
     /// The iterator over `data`'s elements, whose bit patterns have all been checked.
     pub(super) fn new(data: &'a ImportedData<T>) -> Result<Self, LayoutError> {
         let layout = data.host_layout()?;
-        data.borrow(&layout, crate::borrow::Access::Shared)?;
+        data.borrow(crate::borrow::Access::Shared)?;
         data.check_all_elements(&layout)?;
         let size = core::mem::size_of::<T>() as isize;
         let axes: Vec<(usize, isize)> = (0..layout.ndim())
