@@ -317,8 +317,16 @@ impl ManagedTensor {
         self.tensor_ptr().as_ptr().addr()
     }
 
+    /// Where the tensor's memory came from, as the borrow registry recognizes producers.
+    pub(crate) fn origin(&self) -> crate::borrow::Origin {
+        crate::borrow::Origin {
+            deleter: self.deleter_address(),
+            manager_ctx: self.dl_tensor_ctx(),
+        }
+    }
+
     /// The address of the tensor's deleter, 0 for none: which producer made it.
-    pub(crate) fn deleter_address(&self) -> usize {
+    fn deleter_address(&self) -> usize {
         let deleter = match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it (constructor contract).
             RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.deleter.map(|d| d as usize),

@@ -5,7 +5,7 @@ use core::ffi::c_void;
 
 use super::block::build_owned;
 use super::{ExportBuffer, ExportError, ExportParts};
-use crate::borrow::{Footprint, Origin, ReadBorrow};
+use crate::borrow::ReadBorrow;
 use crate::copy::StridedCopy;
 use crate::dtype::DataType;
 use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
@@ -230,14 +230,6 @@ fn read_borrow(
     let Some(size) = dtype.element_bytes() else {
         return Err(LayoutError::SubByteAccess { dtype }.into());
     };
-    let strides: Vec<i64> = (0..layout.ndim())
-        .map(|axis| layout.stride(axis).saturating_mul(size as i64))
-        .collect();
-    let first = layout.first_element_ptr().addr();
-    let footprint = Footprint::new(first, layout.shape(), &strides, size);
-    let origin = Origin {
-        deleter: source.deleter_address(),
-        manager_ctx: source.dl_tensor_ctx(),
-    };
-    ReadBorrow::new(source.id(), footprint, origin).map_err(|e| LayoutError::Borrow(e).into())
+    ReadBorrow::new(source.id(), layout.footprint(size), source.origin())
+        .map_err(|e| LayoutError::Borrow(e).into())
 }

@@ -5,7 +5,7 @@ use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{ImportBuffer, ImportError};
-use crate::borrow::{self, Access, Footprint};
+use crate::borrow::{self, Access};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
@@ -227,7 +227,7 @@ impl<T: Element> ImportedData<T> {
         let Some(footprint) = super::lend::host_footprint(&self.managed) else {
             return Ok(());
         };
-        let origin = super::lend::origin_of(&self.managed);
+        let origin = self.managed.origin();
         let id = self.managed.id();
         if !writable && flags & EXCLUSIVE != 0 {
             borrow::downgrade(id, &footprint, origin)?;
@@ -247,20 +247,12 @@ impl<T: Element> ImportedData<T> {
     #[inline(never)]
     fn borrow_now(&self, access: Access) -> Result<(), LayoutError> {
         let layout = self.host_layout()?;
-        let size = size_of::<T>();
-        // In bytes. The validated layout's reach fits in `isize`; a stride of an axis of
-        // extent 1 may be anything, and the footprint ignores those axes.
-        let strides: Vec<i64> = (0..layout.ndim())
-            .map(|axis| layout.stride(axis).saturating_mul(size as i64))
-            .collect();
-        let first = layout.first_element_ptr().addr();
-        let Some(footprint) = Footprint::new(first, layout.shape(), &strides, size) else {
+        let Some(footprint) = layout.footprint(size_of::<T>()) else {
             // No byte reached: nothing to borrow, now or later.
             self.flags.fetch_or(UNALIASED, Ordering::Release);
             return Ok(());
         };
-        let origin = super::lend::origin_of(&self.managed);
-        borrow::acquire(self.managed.id(), &footprint, access, origin)?;
+        borrow::acquire(self.managed.id(), &footprint, access, self.managed.origin())?;
         let held = match access {
             Access::Shared => SHARED,
             Access::Exclusive => EXCLUSIVE,

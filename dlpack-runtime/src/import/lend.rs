@@ -13,7 +13,7 @@
 use core::ffi::c_void;
 
 use super::ImportedData;
-use crate::borrow::{self, Access, BorrowError, Footprint, Origin};
+use crate::borrow::{self, Access, BorrowError, Footprint};
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::export::ExportBuffer;
@@ -42,24 +42,7 @@ pub(super) fn host_footprint(managed: &ManagedTensor) -> Option<Footprint> {
     if !layout.device().is_host_accessible() {
         return None;
     }
-    let size = layout.dtype().element_bytes()?;
-    let strides: Vec<i64> = (0..layout.ndim())
-        .map(|axis| layout.stride(axis).saturating_mul(size as i64))
-        .collect();
-    Footprint::new(
-        layout.first_element_ptr().addr(),
-        layout.shape(),
-        &strides,
-        size,
-    )
-}
-
-/// Where `managed`'s memory came from.
-pub(super) fn origin_of(managed: &ManagedTensor) -> Origin {
-    Origin {
-        deleter: managed.deleter_address(),
-        manager_ctx: managed.dl_tensor_ctx(),
-    }
+    layout.footprint(layout.dtype().element_bytes()?)
 }
 
 impl<T: Element> ImportedData<T> {
@@ -135,7 +118,7 @@ unsafe impl ExportBuffer for ManagedTensor {
         } else {
             Access::Shared
         };
-        borrow::lend(self.id(), &footprint, origin_of(self), access)
+        borrow::lend(self.id(), &footprint, self.origin(), access)
     }
     fn device(&self) -> Device {
         Device::from_raw(self.dl_tensor().device)

@@ -16,6 +16,7 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
+use crate::borrow::Footprint;
 use crate::device::Device;
 use crate::dtype::{DataType, Element};
 use crate::ffi;
@@ -468,6 +469,18 @@ impl<'a> TensorLayout<'a> {
     #[inline]
     pub fn numel(&self) -> usize {
         validated_numel(self.shape())
+    }
+
+    /// The bytes the layout reaches, as the borrow registry keys them: every element
+    /// `element_bytes` long (the dtype's size, or the accessing type's); `None` when it reaches
+    /// none. Strides in bytes are the element strides times `element_bytes` (an axis of extent 1
+    /// may carry any stride: the footprint ignores it).
+    pub(crate) fn footprint(&self, element_bytes: usize) -> Option<Footprint> {
+        let strides: Vec<i64> = (0..self.ndim())
+            .map(|axis| self.stride(axis).saturating_mul(element_bytes as i64))
+            .collect();
+        let first = self.first_element_ptr().addr();
+        Footprint::new(first, self.shape(), &strides, element_bytes)
     }
 
     /// Bytes touched relative to `data`, `byte_offset` included.
