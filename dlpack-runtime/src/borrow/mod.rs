@@ -25,13 +25,12 @@
 //!   [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)).
 //! - **One per process**: every copy of this crate in the process (several extension modules,
 //!   each linking its own) uses one registry, found through a versioned C-ABI table. With the
-//!   `python` feature the first copy to borrow publishes its table as a capsule in `sys.modules`
+//!   `python` feature the first copy to look publishes its table as a capsule in `sys.modules`
 //!   (module `_dlpack_runtime_shared`, attribute `BORROW_CHECKING_API`), where the others find
-//!   it; without Python, or when a copy first borrows before the interpreter starts, that copy
-//!   uses its own table for the rest of the process.
-//!
-//! A borrow costs a lock of the registry and a scan of its live borrows, once per import; the
-//! accesses after it check one flag of the import.
+//!   it. A copy looks with the GIL held (in its Python consumer, or at a borrow on a thread
+//!   that holds the GIL), never waiting for it; until then it uses its own table, which it
+//!   publishes when it looks if no copy has. Without the `python` feature a copy uses its own.
+//!   The accesses after an import's first borrow check one word of its flags.
 //!
 //! # What no registry sees
 //!
