@@ -326,7 +326,7 @@ impl ManagedTensor {
     }
 
     /// The address of the tensor's deleter, 0 for none: which producer made it.
-    fn deleter_address(&self) -> usize {
+    pub(crate) fn deleter_address(&self) -> usize {
         let deleter = match self.raw() {
             // SAFETY: the pointer is valid while `self` owns it (constructor contract).
             RawManagedTensor::Versioned(p) => unsafe { p.as_ref() }.deleter.map(|d| d as usize),

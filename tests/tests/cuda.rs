@@ -1065,6 +1065,47 @@ fn zero_size_cuda_tensors_are_exchanged_without_touching_their_pointer() {
     assert_clean(&checker, "zero-size tensors");
 }
 
+#[test]
+fn a_zero_size_copy_without_synchronization_does_not_wait_for_the_producer() {
+    let (_ctx, a, _b, checker) = setup();
+    let counter = Counter::new();
+    let copy_without_sync = ExportRequest::versioned().stream(Some(-1)).copy(Some(true));
+    let gate = Gate::hold(&a);
+    let t = EmptyCuda {
+        data: dlpack_tests::types::FakeCuda {
+            address: 0x7f00_0000_0000,
+            len: 0,
+        },
+        shape: vec![4, 0],
+        stream: a.clone(),
+        _guard: counter.guard(),
+    };
+    // A copy of nothing is finished at once: the export returns while the producer is held.
+    let request = copy_without_sync;
+    let export = spawn(move || t.into_dlpack_with(&request).map(|m| m.is_copied()));
+    let copied = export
+        .recv_timeout(RETURNS)
+        .expect("a zero-size copy=True, stream=-1 export returned while the producer was held");
+    assert!(copied.unwrap(), "the result is a copy");
+    assert!(!idle(&a), "the producer's work is still pending");
+    // Negative control: a copy of elements, with no consumer stream to order it before, is
+    // waited for on the host, behind the held producer.
+    let buf = a.alloc_zeros::<u32>(4).unwrap();
+    let t = GpuTensor::new(buf, &a, &counter);
+    let request = copy_without_sync;
+    let export = spawn(move || t.into_dlpack_with(&request).map(|m| m.is_copied()));
+    assert_eq!(
+        export.recv_timeout(BLOCKED).err(),
+        Some(mpsc::RecvTimeoutError::Timeout),
+        "a copy of elements with stream=-1 waits for the producer"
+    );
+    gate.release();
+    assert!(export.recv_timeout(RETURNS).unwrap().unwrap());
+    a.synchronize().unwrap();
+    wait_for_count(&counter, 2);
+    assert_clean(&checker, "zero-size copy without synchronization");
+}
+
 /// Free device memory (`cuMemGetInfo`) of the current context's device, in bytes.
 fn free_memory(ctx: &CudaContext) -> usize {
     ctx.bind_to_thread().unwrap();

@@ -252,3 +252,121 @@ fn strided_copies_take_the_fewest_driver_copies() {
     b.synchronize().unwrap();
     checker.assert_clean("strided copies");
 }
+
+/// A user's own tensor type that keeps an import and lends it on (a relay): no stream field.
+#[derive(DlpackImport, DlpackExport)]
+struct Relay {
+    #[dlpack(data)]
+    data: dlpack_runtime::ImportedData<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A tensor whose write of 7 is pending on `a` behind a gate, imported into a [`Relay`] for
+/// the consumer stream `first` (`-1`: no synchronization), then lent on to `c` and imported
+/// there; a read of its last element is enqueued on `c` into `out`, still behind the gate.
+fn relayed(
+    a: &Arc<CudaStream>,
+    first: i64,
+    c: &Arc<CudaStream>,
+    out: &CudaSlice<u32>,
+) -> (GpuView, Gate) {
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    let gate = Gate::hold(a);
+    fill(ptr(&buf, a), N, 7, a);
+    let t = GpuTensor::new(buf, a, &Counter::new());
+    let relay = Relay::from_managed(
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(first)))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(relay.shape, [N]);
+    let view = GpuView::from_managed(
+        relay
+            .into_dlpack_with(&ExportRequest::versioned().stream(Some(c.cu_stream() as i64)))
+            .unwrap(),
+    )
+    .unwrap();
+    let last = view.data.cuda_device_ptr().unwrap() + (N as u64 - 1) * 4;
+    // SAFETY: `last` is a u32 of the imported allocation, `out` a live u32; stream-ordered on C.
+    unsafe { sys::cuMemcpyDtoDAsync_v2(out.device_ptr(c).0, last, 4, c.cu_stream()) }
+        .result()
+        .unwrap();
+    (view, gate)
+}
+
+#[test]
+fn a_relay_through_a_users_own_type_orders_the_next_consumer_after_the_producer() {
+    let (ctx, a, b, checker) = setup();
+    let c = ctx.new_stream().unwrap();
+    let out = c.alloc_zeros::<u32>(1).unwrap();
+    c.synchronize().unwrap();
+    checker.reset();
+    // Wrong: the first import asks for no synchronization (`stream=-1`), so it carries nothing
+    // to be ready after, and the read on C races with the producer's write.
+    let (view, gate) = relayed(&a, -1, &c, &out);
+    assert!(view.data.managed().ready_events().is_none());
+    let n = checker.violations();
+    let report = checker.report();
+    gate.release();
+    a.synchronize().unwrap();
+    c.synchronize().unwrap();
+    drop(view);
+    assert!(n >= 1, "the unordered read of the relay is reported");
+    assert!(
+        report.contains("read of bytes") && report.contains("cuMemsetD32Async"),
+        "{report}"
+    );
+    // Right: imported for B, kept in a type with no stream field, lent on to C: C waits for
+    // the producer's write with nothing added by the user.
+    checker.reset();
+    let (view, gate) = relayed(&a, b.cu_stream() as i64, &c, &out);
+    let carried = view.data.managed().ready_events().map_or(0, |e| e.len());
+    assert_eq!(
+        carried, 1,
+        "the relayed tensor carries the producer's event on"
+    );
+    assert_eq!(checker.violations(), 0, "{}", checker.report());
+    gate.release();
+    assert_eq!(c.clone_dtoh(&out).unwrap(), [7]);
+    drop(view);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("a relay through a user's own type");
+}
+
+#[test]
+fn a_relay_released_after_a_stream_is_released_after_its_producer_too() {
+    let (ctx, a, b, checker) = setup();
+    let c = ctx.new_stream().unwrap();
+    let counter = Counter::new();
+    let buf = a.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    checker.reset();
+    let gate = Gate::hold(&a);
+    fill(ptr(&buf, &a), N, 7, &a);
+    let t = GpuTensor::new(buf, &a, &counter);
+    let relay = Relay::from_managed(
+        t.into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
+            .unwrap(),
+    )
+    .unwrap();
+    // Released after C, which never used it: the release still waits for the producer's write.
+    relay.data.release_after(&c).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        counter.get(),
+        0,
+        "released while the producer's write is pending"
+    );
+    gate.release();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while counter.get() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(counter.get(), 1);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("a relay released after another stream");
+}

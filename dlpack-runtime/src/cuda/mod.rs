@@ -71,8 +71,9 @@ unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
 
 /// Stream-ordered release: `tensor`'s deleter runs only after `stream` has completed the work
 /// enqueued on it so far (the deleter carries no stream: `dlpack.h`,
-/// `DLManagedTensorVersioned::deleter`). An event is recorded on `stream` now; a reaper thread
-/// waits for it, then drops the tensor.
+/// `DLManagedTensorVersioned::deleter`), and after the events the tensor is ready after, if it
+/// carries any ([`ManagedTensor::ready_events`]: its producer's pending work). An event is
+/// recorded on `stream` now; a reaper thread waits for it and those, then drops the tensor.
 ///
 /// # Errors
 ///
@@ -82,7 +83,13 @@ unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
 /// synchronization of `stream` (leaked, and said on stderr, if that fails too while the
 /// context still runs: it may still be read).
 pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), CudaError> {
-    release_after_raw(Box::new(tensor), stream.context(), stream.cu_stream())
+    let after = tensor.ready_events().cloned().unwrap_or_default();
+    release_after_raw(
+        Box::new(tensor),
+        after,
+        stream.context(),
+        stream.cu_stream(),
+    )
 }
 
 impl<T: Element> ImportedData<T> {

@@ -90,6 +90,14 @@ pub unsafe trait ExportBuffer {
     fn producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
         None
     }
+    /// The events after which the buffer's data is ready (feature `cuda`), if it carries any:
+    /// an imported CUDA tensor lent on ([`ManagedTensor::ready_events`](crate::ManagedTensor::ready_events)).
+    /// The export orders the consumer after them: its stream waits on them, or the host does
+    /// for a host consumer; the exported tensor carries them on.
+    #[cfg(feature = "cuda")]
+    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+        None
+    }
 }
 
 // SAFETY: the vector's pointer and length describe `len * size_of::<T>()` initialized, aligned

@@ -12,7 +12,7 @@ use crate::cuda::driver::{
     AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
     check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
     check_producer_stream, context, copy_to_device, copy_to_host, execute, init, leak, max_pitch,
-    raw_stream, release_after_raw, stream_id, synchronize,
+    raw_stream, record_and_order, release_after_raw, stream_id, synchronize,
 };
 use crate::device::{Device, DeviceType};
 use crate::dtype::DataType;
@@ -63,6 +63,9 @@ pub(crate) struct StreamWork<'r> {
     copies: bool,
     want_ready: bool,
     ready: Option<ReadyEvents>,
+    /// What the exported tensor is ready after, carried by it for whoever it is lent to next
+    /// ([`StreamWork::carry`]).
+    kept: ReadyEvents,
     copy: Option<CopyPlan>,
 }
 
@@ -73,8 +76,19 @@ impl<'r> StreamWork<'r> {
             copies: false,
             want_ready: false,
             ready: None,
+            kept: ReadyEvents::default(),
             copy: None,
         }
+    }
+
+    /// `managed`, the finished export, carrying the events it is ready after when there are
+    /// any ([`ManagedTensor::ready_events`]).
+    #[inline]
+    pub(crate) fn carry(&mut self, managed: ManagedTensor) -> ManagedTensor {
+        if self.kept.is_empty() {
+            return managed;
+        }
+        super::ready::wrap(managed, core::mem::take(&mut self.kept))
     }
 
     /// Orders the producer's pending work before the consumer (called by the exporter while
@@ -100,13 +114,19 @@ impl<'r> StreamWork<'r> {
     ) -> Result<(), ExportError> {
         self.copies = self.request.needs_copy(device) || self.request.copies_for_legacy(read_only);
         let mut pending = parts.streams.clone();
-        if let Some(stream) = parts.buffer().producer_stream() {
+        let buffer = parts.buffer();
+        if let Some(stream) = buffer.producer_stream() {
             pending.push(stream);
         }
-        if pending.is_empty() && !(device.device_type == DeviceType::Cuda && has_elements) {
+        // A relay: imported memory lent on, ready after the events it carries.
+        let upstream = buffer.ready_events().filter(|events| !events.is_empty());
+        if pending.is_empty()
+            && upstream.is_none()
+            && !(device.device_type == DeviceType::Cuda && has_elements)
+        {
             return Ok(());
         }
-        self.order(device, data, has_elements, &pending)
+        self.order(device, data, has_elements, &pending, upstream)
     }
 
     fn order(
@@ -115,6 +135,7 @@ impl<'r> StreamWork<'r> {
         data: u64,
         has_elements: bool,
         pending: &[&CudaStream],
+        upstream: Option<&ReadyEvents>,
     ) -> Result<(), ExportError> {
         let request = self.request;
         let cuda = device.device_type == DeviceType::Cuda;
@@ -136,10 +157,17 @@ impl<'r> StreamWork<'r> {
         if needs_copy {
             if cuda {
                 let copy = copy_plan(device, request, &identities)?;
-                if copy.before != SyncPlan::Nothing {
+                // A copy of no elements reads nothing: nothing is ordered before it.
+                if copy.before != SyncPlan::Nothing && has_elements {
                     init()?;
                     check_primary_stream(copy.on, device.device_id)?;
                     execute(&copy.before, pending)?;
+                }
+                if let Some(upstream) = upstream.filter(|_| has_elements) {
+                    // The copy is enqueued on `copy.on`: it waits there for the relayed memory.
+                    init()?;
+                    check_primary_stream(copy.on, device.device_id)?;
+                    upstream.wait_on_raw(copy.on, &*context(device.device_id)?)?;
                 }
                 self.copy = Some(copy);
                 return Ok(());
@@ -147,22 +175,54 @@ impl<'r> StreamWork<'r> {
             // Host-accessible memory is copied by the host: it waits for the pending work.
             let plan = plan_sync(device, &identities, StreamRequest::Host)?;
             execute(&plan, pending)?;
+            if let Some(upstream) = upstream {
+                upstream.synchronize()?;
+            }
             return Ok(());
         }
-        if pending.is_empty() {
+        if pending.is_empty() && upstream.is_none() {
             return Ok(());
         }
         let target = request.dl_device.unwrap_or(device);
         let stream_request = parse_stream(target, request.stream)?;
+        let consumer = StreamId::of_request(stream_request);
+        if let (Some(consumer), true) = (consumer, cuda) {
+            check_consumer_stream(consumer, device.device_id)?;
+        }
         let plan = plan_sync(device, &identities, stream_request)?;
-        if let SyncPlan::EventDependency { wait_on, .. } = &plan {
-            if cuda {
-                check_consumer_stream(*wait_on, device.device_id)?;
+        match (&plan, consumer) {
+            // The consumer's stream waits on an event of each other pending stream; those
+            // events, and one on a pending stream that is the consumer's own, are what the
+            // tensor is ready after.
+            (SyncPlan::EventDependency { record_on, wait_on }, _) => {
+                self.kept = record_and_order(record_on, *wait_on, pending)?;
+            }
+            (SyncPlan::Nothing, Some(consumer)) if !pending.is_empty() => {
+                self.kept = record_and_order(&[], consumer, pending)?;
+            }
+            _ => execute(&plan, pending)?,
+        }
+        if let Some(upstream) = upstream {
+            match consumer {
+                Some(consumer) => {
+                    upstream.wait_on_raw(consumer, &*context(device.device_id)?)?;
+                    self.kept.extend_from(upstream);
+                }
+                None if stream_request == StreamRequest::Host => upstream.synchronize()?,
+                // `stream=-1`: the consumer orders itself.
+                None => {}
             }
         }
-        execute(&plan, pending)?;
         if self.want_ready {
-            self.ready = Some(ReadyEvents::record(pending)?);
+            self.ready = Some(if self.kept.is_empty() {
+                let mut ready = ReadyEvents::record(pending)?;
+                if let Some(upstream) = upstream {
+                    ready.extend_from(upstream);
+                }
+                ready
+            } else {
+                self.kept.clone()
+            });
         }
         Ok(())
     }
@@ -181,9 +241,14 @@ impl<'r> StreamWork<'r> {
             // nothing is pending, so nothing is ordered before the copy.
             None => copy_plan(device, request, &[])?,
         };
-        let (copied, ready) = copy_export(managed, request, &copy, self.want_ready)?;
-        if self.want_ready {
-            self.ready = ready;
+        let (copied, ready) = copy_export(managed, request, &copy)?;
+        if let Some(ready) = ready {
+            if self.want_ready {
+                self.ready = Some(ready.clone());
+            }
+            self.kept = ready;
+        } else if self.want_ready {
+            self.ready = Some(ReadyEvents::default());
         }
         Ok(copied)
     }
@@ -270,13 +335,12 @@ fn copy_plan(
 /// block and the source is released once the stream has passed the copy ([`release_after`]).
 /// A host copy (`copy.to_host`) waits for the stream; a layout of many blocks whose span is not
 /// much larger than its elements comes over in one transfer and is compacted on the host. The
-/// result is flagged `IS_COPIED` and writable; with `want_ready`, an event recorded on
-/// `copy.on` after a device copy comes with it.
+/// result is flagged `IS_COPIED` and writable; an event recorded on `copy.on` after a device
+/// copy that the host does not wait for comes with it.
 fn copy_export(
     source: ManagedTensor,
     request: &ExportRequest,
     copy: &CopyPlan,
-    want_ready: bool,
 ) -> Result<(ManagedTensor, Option<ReadyEvents>), ExportError> {
     // Declared before `source` is rebound, so restored after it is dropped (the source's
     // deleter may bind its own context).
@@ -315,7 +379,8 @@ fn copy_export(
     let enqueued = copy_to_device(&plan, src, &memory, stream);
     // The copies read the source on `stream` (whether or not every block was enqueued); the
     // new memory's drop waits for the device.
-    if copy.host_wait {
+    // A copy of no elements enqueued nothing: there is nothing to wait for.
+    if copy.host_wait && plan.bytes() > 0 {
         let waited = synchronize(stream);
         match waited.as_ref().map_err(after_failed_wait) {
             Ok(()) | Err(AfterFailedWait::Free) => drop(source),
@@ -326,11 +391,11 @@ fn copy_export(
         }
         enqueued.and(waited)?;
     } else {
-        let _ = release_after_raw(Box::new(source), &ctx, stream);
+        let _ = release_after_raw(Box::new(source), ReadyEvents::default(), &ctx, stream);
         enqueued?;
     }
     let copied = build_copied(DeviceCopy { memory, shape }, &device_copy_parts, versioned)?;
-    let ready = if want_ready && !copy.host_wait {
+    let ready = if !copy.host_wait {
         Some(ReadyEvents::record_raw(&ctx, stream)?)
     } else {
         None

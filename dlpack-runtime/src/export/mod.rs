@@ -36,6 +36,8 @@ mod device;
 mod error;
 mod host_copy;
 mod parts;
+#[cfg(feature = "cuda")]
+mod ready;
 mod request;
 
 use block::{build, legacy_read_only};
@@ -49,6 +51,8 @@ pub use error::ExportError;
 pub(crate) use host_copy::allocate_host;
 use host_copy::copy_of;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
+#[cfg(all(feature = "cuda", feature = "python"))]
+pub(crate) use ready::made_ready_on;
 pub use request::ExportRequest;
 
 use crate::device::{Device, DeviceType};
@@ -192,14 +196,14 @@ where
         let managed = build::<DLManagedTensorVersioned, O, F>(&mut owner, ndim, parts_of, sync);
         if request.stream.is_none() && request.dl_device.is_none() && request.copy != Some(true) {
             // `into_dlpack()`'s request: `finish` has nothing to do (see there), so the block is
-            // the result as built.
-            return managed;
+            // the result as built (carrying what it is ready after, if anything).
+            return managed.map(|managed| sync.carry(managed));
         }
         managed?
     } else {
         build::<DLManagedTensor, O, F>(&mut owner, ndim, parts_of, sync)?
     };
-    finish(managed, request, sync)
+    finish(managed, request, sync).map(|managed| sync.carry(managed))
 }
 
 /// What `request` asks of a tensor `build` made, beyond building it.
@@ -245,7 +249,8 @@ pub(crate) fn serve(
     let device = Device::from_raw(managed.dl_tensor().device);
     request.check(device)?;
     if request.needs_copy(device) {
-        return copy_for(managed, request, &mut StreamWork::new(request));
+        let mut sync = StreamWork::new(request);
+        return copy_for(managed, request, &mut sync).map(|managed| sync.carry(managed));
     }
     Ok(managed)
 }

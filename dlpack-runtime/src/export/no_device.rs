@@ -51,6 +51,12 @@ impl<'r> StreamWork<'r> {
         Ok(())
     }
 
+    /// Nothing is carried without the `cuda` feature.
+    #[inline(always)]
+    pub(crate) fn carry(&mut self, managed: ManagedTensor) -> ManagedTensor {
+        managed
+    }
+
     /// CUDA memory cannot be copied without the `cuda` feature.
     pub(crate) fn copy_device_memory(
         &mut self,

@@ -90,6 +90,10 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
     fn as_ptr(&self) -> *const c_void {
         lent_bytes(self.managed()).0.cast_const().cast()
     }
+    #[cfg(feature = "cuda")]
+    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+        self.managed().ready_events()
+    }
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         // Lent on by value: whatever this import borrowed before is over (`&mut self`: no
         // reference of it is alive), and its consumers borrow for themselves.
@@ -134,5 +138,9 @@ unsafe impl ExportBuffer for ManagedTensor {
             return None;
         }
         Some(lent_bytes(self).0.cast())
+    }
+    #[cfg(feature = "cuda")]
+    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+        ManagedTensor::ready_events(self)
     }
 }

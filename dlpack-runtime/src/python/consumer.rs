@@ -126,7 +126,7 @@ pub fn managed_from_object(
         if let Some((api, own)) = exchange_api_of(&obj.get_type())? {
             match via_exchange_api(obj, api, own) {
                 Ok(managed) => match order_exchanged(py, &managed, api, options)? {
-                    true => return Ok(managed),
+                    true => return made_ready(managed, options),
                     // Memory this consumer cannot order: give it back and ask `__dlpack__`,
                     // which synchronizes.
                     false => drop(managed),
@@ -175,7 +175,28 @@ pub fn managed_from_object(
         }
         Err(err) => return Err(err),
     };
-    settle(consume_capsule(&capsule)?, options, fell_back)
+    made_ready(
+        settle(consume_capsule(&capsule)?, options, fell_back)?,
+        options,
+    )
+}
+
+/// `managed`, imported for `options.stream`, carrying what it is ready after (feature `cuda`:
+/// CUDA device memory imported for a consumer stream carries an event recorded on that stream,
+/// unless it carries readiness already), so that lending it on orders the next consumer after
+/// its producer.
+fn made_ready(managed: ManagedTensor, options: &FromDlpackOptions) -> PyResult<ManagedTensor> {
+    #[cfg(feature = "cuda")]
+    if managed.dl_tensor().device.device_type == ffi::kDLCUDA {
+        let device = Device::from_raw(managed.dl_tensor().device);
+        let request = crate::stream::parse_stream(device, options.stream)
+            .map_err(crate::export::ExportError::from)?;
+        return crate::export::made_ready_on(managed, request)
+            .map_err(|err| crate::export::ExportError::from(err).into());
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = options;
+    Ok(managed)
 }
 
 /// `(1, 3)`, the `max_version` this consumer asks for, built once.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, result, sys};
 
 use super::reaper::{Job, reap};
-use super::{CudaError, bind, driver_error};
+use super::{CudaError, bind, driver_error, synchronize};
 use crate::copy::{Block, StridedCopy};
 use crate::dtype::DataType;
 use crate::layout::TensorLayout;
@@ -164,17 +164,6 @@ pub(crate) fn max_pitch(ctx: &CudaContext) -> Result<usize, CudaError> {
     Ok(usize::try_from(pitch).unwrap_or(0))
 }
 
-/// Blocks the host until `stream` (valid for the call, of the current context) has finished
-/// its work (`cuStreamSynchronize`).
-///
-/// # Errors
-///
-/// [`CudaError::Driver`] from `cuStreamSynchronize`.
-pub(crate) fn synchronize(stream: sys::CUstream) -> Result<(), CudaError> {
-    // SAFETY: a stream handle valid for the call (caller).
-    unsafe { result::stream::synchronize(stream) }.map_err(driver_error("cuStreamSynchronize"))
-}
-
 /// Copies the elements of `layout`, CUDA memory of the current context, compactly to host
 /// memory at `dst` as `plan` (made for `layout` and this device's maximum pitch) describes, on
 /// `stream`, and waits for the copy. A layout of many blocks whose span is not much larger
@@ -194,6 +183,10 @@ pub(crate) unsafe fn copy_to_host(
     dst: *mut u8,
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
+    if plan.bytes() == 0 {
+        // Nothing to copy, so nothing to wait for.
+        return Ok(());
+    }
     let span = layout.span();
     let span_len = span.len();
     let first = layout.byte_offset() as isize - span.start;

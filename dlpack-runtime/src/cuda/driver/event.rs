@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 
 use super::{
-    CudaError, CurrentContext, bind, check_consumer_stream, check_not_capturing, context,
+    CudaError, CurrentContext, HostWait, bind, check_consumer_stream, check_not_capturing, context,
     driver_error, init, raw_stream, stream_context, stream_id,
 };
 use crate::stream::{StreamId, StreamRequest, SyncPlan};
@@ -27,6 +27,9 @@ struct RawEvent {
 
 // SAFETY: CUDA events and contexts are plain driver handles, usable from any thread.
 unsafe impl Send for RawEvent {}
+// SAFETY: as above; the driver API is thread-safe, and a shared event is only waited on
+// (`cuStreamWaitEvent`, `cuEventSynchronize`): it was recorded before it was shared.
+unsafe impl Sync for RawEvent {}
 
 type Pool = Mutex<HashMap<usize, Vec<RawEvent>>>;
 
@@ -105,9 +108,8 @@ impl PooledEvent {
     pub(crate) fn synchronize(&self) -> Result<(), CudaError> {
         let _current = CurrentContext::save();
         bind(self.0.ctx)?;
-        // SAFETY: a live event of the current context.
-        unsafe { result::event::synchronize(self.0.event) }
-            .map_err(driver_error("cuEventSynchronize"))
+        // A live event of the current context.
+        HostWait::Event(self.0.event).run()
     }
 }
 
@@ -198,9 +200,8 @@ pub(crate) fn order_raw(
         producer
     };
     let Some(consumer) = StreamId::of_request(request) else {
-        // SAFETY: `producer` is the producer's current stream, valid for this call.
-        return unsafe { result::stream::synchronize(producer) }
-            .map_err(driver_error("cuStreamSynchronize"));
+        // `producer` is the producer's current stream, valid for this call.
+        return HostWait::Stream(producer).run();
     };
     if raw_stream(consumer) == producer {
         return Ok(());
@@ -249,21 +250,57 @@ pub(crate) fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), Cu
                 .filter(|s| streams.contains(&stream_id(s)))
             {
                 bind(stream.context().cu_ctx())?;
-                // SAFETY: a live stream (borrowed), of the current context.
-                unsafe { result::stream::synchronize(stream.cu_stream()) }
-                    .map_err(driver_error("cuStreamSynchronize"))?;
+                // A live stream (borrowed), of the current context.
+                HostWait::Stream(stream.cu_stream()).run()?;
             }
             Ok(())
         }
     }
 }
 
+/// Carries out an [`SyncPlan::EventDependency`] for the producer streams `pending` (the
+/// streams that named the plan's identities, in this call), and returns an event recorded on
+/// each distinct pending stream, the consumer's own included: what the tensor is ready after,
+/// for whoever it is lent to next. The thread's current context is left as it was.
+///
+/// # Errors
+///
+/// [`CudaError`] from the probe or the driver calls.
+pub(crate) fn record_and_order(
+    record_on: &[StreamId],
+    wait_on: StreamId,
+    pending: &[&CudaStream],
+) -> Result<ReadyEvents, CudaError> {
+    init()?;
+    let _current = CurrentContext::save();
+    let mut seen: Vec<StreamId> = Vec::with_capacity(pending.len());
+    let mut events = Vec::with_capacity(pending.len());
+    for stream in pending {
+        let id = stream_id(stream);
+        if seen.contains(&id) {
+            continue;
+        }
+        seen.push(id);
+        let event = PooledEvent::take(stream.context())?;
+        // The producer's stream is live (borrowed), of the event's context.
+        event.record_on(stream.cu_stream())?;
+        if record_on.contains(&id) {
+            let primary = context(stream.context().ordinal() as i32)?;
+            wait_for(&event, wait_on, primary.cu_ctx())?;
+        }
+        events.push(Arc::new(event));
+    }
+    Ok(ReadyEvents { events })
+}
+
 /// Events recorded on a producer's streams at export, owned by the consumer: it may make any of
 /// its streams wait on them later ([`ReadyEvents::wait_on`]), or block the host
 /// ([`ReadyEvents::synchronize`]). Beyond the DLPack standard, for Rust-to-Rust exchange.
-#[derive(Debug, Default)]
+///
+/// Cloning shares the events (each is recorded once and never again while a clone holds it).
+#[derive(Debug, Default, Clone)]
 pub struct ReadyEvents {
-    events: Vec<PooledEvent>,
+    events: Vec<Arc<PooledEvent>>,
 }
 
 impl ReadyEvents {
@@ -281,7 +318,7 @@ impl ReadyEvents {
         for stream in streams {
             let event = PooledEvent::take(stream.context())?;
             event.record_on(stream.cu_stream())?;
-            events.push(event);
+            events.push(Arc::new(event));
         }
         Ok(Self { events })
     }
@@ -295,8 +332,13 @@ impl ReadyEvents {
         let event = PooledEvent::take(ctx)?;
         event.record_on(stream)?;
         Ok(Self {
-            events: vec![event],
+            events: vec![Arc::new(event)],
         })
+    }
+
+    /// Adds clones of `other`'s events to these.
+    pub(crate) fn extend_from(&mut self, other: &ReadyEvents) {
+        self.events.extend(other.events.iter().cloned());
     }
 
     /// Makes `stream` wait for every event; the host does not block.
@@ -325,17 +367,46 @@ impl ReadyEvents {
         Ok(())
     }
 
-    /// Blocks the host until every event has completed.
+    /// Makes the consumer's stream `consumer` (named in this call, valid for it; the special
+    /// handles resolve in `primary`, the device's primary context) wait for every event; the
+    /// host does not block. The thread's current context is left as it was.
+    ///
+    /// # Errors
+    ///
+    /// [`CudaError::Capturing`] for a stream being captured into a graph; [`CudaError::Driver`]
+    /// from the driver.
+    pub(crate) fn wait_on_raw(
+        &self,
+        consumer: StreamId,
+        primary: &CudaContext,
+    ) -> Result<(), CudaError> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let _current = CurrentContext::save();
+        for event in &self.events {
+            wait_for(event, consumer, primary.cu_ctx())?;
+        }
+        Ok(())
+    }
+
+    /// Blocks the host until every event has completed. Where this thread holds the GIL
+    /// (feature `python`), it is released during the wait.
     ///
     /// # Errors
     ///
     /// [`CudaError::Driver`] from `cuEventSynchronize`.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.events.iter().try_for_each(PooledEvent::synchronize)
+        self.events.iter().try_for_each(|event| event.synchronize())
     }
 
     /// Whether there are no events (no producer stream had pending work).
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
+    }
+
+    /// How many events there are.
+    pub fn len(&self) -> usize {
+        self.events.len()
     }
 }

@@ -15,13 +15,15 @@ mod event;
 mod reaper;
 #[cfg(test)]
 mod tests;
+mod wait;
 
-pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch, synchronize};
-pub(crate) use event::execute;
+pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch};
 #[cfg(feature = "python")]
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
+pub(crate) use event::{execute, record_and_order};
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, leak, release_after_raw};
+pub(crate) use wait::{HostWait, synchronize};
 
 /// A CUDA failure, or the absence of a driver.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

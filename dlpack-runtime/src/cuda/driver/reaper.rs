@@ -6,14 +6,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, result, sys};
 
-use super::event::PooledEvent;
-use super::{CudaError, CurrentContext, bind, check_not_capturing, driver_error, init};
+use super::event::{PooledEvent, ReadyEvents};
+use super::{CudaError, CurrentContext, HostWait, bind, check_not_capturing, init};
 
 /// Work for the reaper thread: frees that must wait for the device.
 pub(super) enum Job {
-    /// Drop `value` (an imported tensor, a copy's source) once `event` has completed.
+    /// Drop `value` (an imported tensor, a copy's source) once `event` has completed, and the
+    /// events `after` (what the tensor was ready after).
     Release {
         event: PooledEvent,
+        after: ReadyEvents,
         value: Box<dyn Send>,
     },
     /// Free device memory of `ctx` once the device has finished all work submitted so far.
@@ -66,15 +68,12 @@ impl Job {
     fn run(self) -> Option<Job> {
         let _current = CurrentContext::save();
         let waited = match &self {
-            Job::Release { event, .. } => event.synchronize(),
+            Job::Release { event, after, .. } => {
+                event.synchronize().and_then(|()| after.synchronize())
+            }
             // The deleter carries no stream (`dlpack.h`, `DLManagedTensorVersioned::deleter`):
             // wait for every stream of the context, then free.
-            Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| {
-                // SAFETY: the context is current.
-                unsafe { sys::cuCtxSynchronize() }
-                    .result()
-                    .map_err(driver_error("cuCtxSynchronize"))
-            }),
+            Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| HostWait::Context.run()),
         };
         let verdict = match &waited {
             Ok(()) => AfterFailedWait::Free,
@@ -82,7 +81,7 @@ impl Job {
         };
         match (verdict, self) {
             (AfterFailedWait::Retry, job) => return Some(job),
-            (AfterFailedWait::Free, Job::Release { event, value }) => {
+            (AfterFailedWait::Free, Job::Release { event, value, .. }) => {
                 drop(value);
                 drop(event);
             }
@@ -174,6 +173,7 @@ pub(super) fn reap(job: Job) -> Result<(), CudaError> {
 /// context still runs: it may still be read).
 pub(crate) fn release_after_raw(
     value: Box<dyn Send>,
+    after: ReadyEvents,
     ctx: &CudaContext,
     stream: sys::CUstream,
 ) -> Result<(), CudaError> {
@@ -184,7 +184,11 @@ pub(crate) fn release_after_raw(
         .and_then(|()| PooledEvent::take(ctx))
         .and_then(|event| event.record_on(stream).map(|()| event));
     match recorded {
-        Ok(event) => reap(Job::Release { event, value }),
+        Ok(event) => reap(Job::Release {
+            event,
+            after,
+            value,
+        }),
         Err(err @ CudaError::Capturing { .. }) => {
             // The captured work reads the tensor whenever the graph is launched: only a leak is
             // safe (and waiting on the stream would invalidate the capture).
@@ -193,11 +197,10 @@ pub(crate) fn release_after_raw(
             Err(err)
         }
         Err(err) => {
-            let waited = bind(ctx.cu_ctx()).and_then(|()| {
-                // SAFETY: `stream` is a stream of the bound context, valid for this call.
-                unsafe { result::stream::synchronize(stream) }
-                    .map_err(driver_error("cuStreamSynchronize"))
-            });
+            // `stream` is a stream of the bound context, valid for this call.
+            let waited = bind(ctx.cu_ctx())
+                .and_then(|()| HostWait::Stream(stream).run())
+                .and_then(|()| after.synchronize());
             match waited.as_ref().map_err(after_failed_wait) {
                 Ok(()) | Err(AfterFailedWait::Free) => drop(value),
                 Err(_) => {
