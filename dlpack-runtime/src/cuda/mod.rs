@@ -22,6 +22,29 @@
 //! handles, outlive the call); and [`release_after`], stream-ordered release: an imported
 //! tensor is dropped only after the consumer's stream has passed a recorded event, by a reaper
 //! thread (no CUDA call is made from a host callback).
+//!
+//! # Relays: lending an import on
+//!
+//! A tensor type that keeps an import ([`ImportedData`] or [`ManagedTensor`] as its data) and
+//! exports it again is a relay. The import remembers what it was made ready after, as events
+//! ([`ManagedTensor::ready_events`]): an export of this crate to a consumer stream keeps the
+//! events it recorded on the producer's streams with pending work (and one on a producer
+//! stream that is the consumer's own); a device copy keeps an event recorded after the copy;
+//! and [`from_dlpack_with`](crate::python::from_dlpack_with) records one on the consumer's
+//! stream when the CUDA tensor of another producer arrives. Lending the import on then, with no
+//! `#[dlpack(stream)]` field to add:
+//!
+//! - a consumer stream waits on those events (`cuStreamWaitEvent`), so it is ordered after the
+//!   original producer's work; the host does not block;
+//! - a host consumer (`dl_device=(CPU, 0)`, `stream=None` on host memory) and host copies wait
+//!   on the host for them; a device copy is enqueued after them;
+//! - the exported tensor carries them on, so a relay of a relay is ordered too;
+//! - [`release_after`] drops the import only after them as well as after its stream.
+//!
+//! What a relay does not order: work the relaying consumer enqueued itself on its own streams
+//! after the import (name those with a `#[dlpack(stream)]` field), and imports made with
+//! `stream=-1` (the consumer took the ordering on itself, so nothing is recorded), from a raw
+//! capsule, or on a stream being captured into a graph.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 

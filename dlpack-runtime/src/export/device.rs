@@ -237,9 +237,19 @@ impl<'r> StreamWork<'r> {
         let device = Device::from_raw(managed.dl_tensor().device);
         let copy = match self.copy.take() {
             Some(copy) => copy,
-            // Built without stream work (no producer stream, no elements, or prebuilt):
-            // nothing is pending, so nothing is ordered before the copy.
-            None => copy_plan(device, request, &[])?,
+            // Built without stream work (no producer stream, no elements, or prebuilt): nothing
+            // is pending but what a prebuilt tensor carries as ready events, which the copy's
+            // stream waits on.
+            None => {
+                let copy = copy_plan(device, request, &[])?;
+                let has_elements = managed.layout().map_or(true, |layout| layout.numel() > 0);
+                if let Some(ready) = managed.ready_events().filter(|_| has_elements) {
+                    init()?;
+                    check_primary_stream(copy.on, device.device_id)?;
+                    ready.wait_on_raw(copy.on, &*context(device.device_id)?)?;
+                }
+                copy
+            }
         };
         let (copied, ready) = copy_export(managed, request, &copy)?;
         if let Some(ready) = ready {

@@ -86,6 +86,23 @@
 //! takes the GIL. Dropping such an import on a thread other than the one holding the GIL blocks
 //! until the GIL is released; drop it while attached, or from a thread that can wait.
 //!
+//! No host wait of this crate holds the GIL (feature `cuda`): a copy of CUDA memory to the host
+//! (`dl_device=(CPU, 0)`, or [`from_dlpack_with`] with `device` CPU), a copy with `stream=-1`,
+//! a host synchronization with a producer's streams, and [`ReadyEvents::synchronize`] release
+//! it for the duration of the driver calls that block (pyo3's `Python::detach`), wherever they
+//! are reached from: `__dlpack__`, `from_dlpack`, or your own code while attached. Other Python
+//! threads run meanwhile, so a wait for work that a Python thread lets go on (a gate, a
+//! callback) ends. Only the driver calls run detached, and no lock of this crate is held across
+//! them. Builds on the limited API (`abi3`) cannot ask whether a thread holds the GIL
+//! (`PyGILState_Check`), and keep it during waits.
+//!
+//! Do the same for your own waits: a `cuStreamSynchronize`, or a copy to pageable host memory
+//! (which the driver completes before returning), called while attached, belongs in
+//! `py.detach(|| ...)`, with nothing inside that needs the GIL and no lock held that a Python
+//! thread may wait for. The example extension's `sum_on` does so.
+//!
+//! [`ReadyEvents::synchronize`]: crate::cuda::ReadyEvents::synchronize
+//!
 //! # Exceptions
 //!
 //! | error | Python exception |

@@ -15,6 +15,8 @@ N is moderate because the simulator runs every copy on the CPU.
 
 import ctypes
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -166,4 +168,149 @@ def test_the_checker_sees_a_consumer_that_skips_synchronization():
     report = _report()
     assert _driver.cuSimViolations() >= 1, "the checker missed an unsynchronized read"
     assert "cuMemcpyDtoHAsync" in report, report
+    _driver.cuSimReset()
+
+
+# Host waits and the GIL: with the producer's stream held by a gate, a host copy waits on the
+# host. It must let other Python threads run meanwhile (one of them may be the one that opens
+# the gate). The gate opens by itself after GATE_TIMEOUT seconds, so that a wait that kept the
+# GIL fails the test instead of hanging it.
+
+GATE_TIMEOUT = 20.0
+# Ticks of the ticker thread (one per millisecond or so) that the releasing thread waits for.
+TICKS = 20
+
+
+class Ticker:
+    """A Python thread that counts while it can run (it needs the GIL to count)."""
+
+    def __init__(self):
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.count += 1
+            time.sleep(0.001)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+
+def release_after_ticks(ticker, gate):
+    """Starts a Python thread that opens `gate` once `ticker` has ticked TICKS more times."""
+    start = ticker.count
+
+    def run():
+        deadline = time.monotonic() + 2 * GATE_TIMEOUT
+        while ticker.count < start + TICKS and time.monotonic() < deadline:
+            time.sleep(0.001)
+        gate.release()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def during(ticker, call):
+    """Runs `call()` with a gate-releasing thread started; returns its result and the ticks
+    counted while it ran."""
+    before = ticker.count
+    result = call()
+    return result, ticker.count - before
+
+
+def gated():
+    return de.cuda_arange_gated(N, GATE_TIMEOUT)
+
+
+def test_a_wait_that_keeps_the_gil_stops_python_threads():
+    # The negative control of the tests below: a host synchronization that keeps the GIL (a
+    # raw cuStreamSynchronize) lets the ticker run not once while it waits; the gate opens by
+    # its own timeout.
+    _x, gate = de.cuda_arange_gated(N, 0.5)
+    with Ticker() as ticker:
+        time.sleep(0.02)
+        _, ticks = during(ticker, lambda: de.cuda_synchronize_holding_gil(gate.stream))
+    assert ticks <= 2, f"the ticker ran {ticks} times while the GIL was held"
+
+
+def test_numpy_host_copy_waits_with_the_gil_released():
+    # np.from_dlpack(device="cpu") makes the producer copy to the host after its pending work:
+    # a host wait, during which a Python thread opens the gate.
+    x, gate = gated()
+    with Ticker() as ticker:
+        releaser = release_after_ticks(ticker, gate)
+        host, ticks = during(ticker, lambda: np.from_dlpack(x, device="cpu"))
+    releaser.join(5)
+    assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
+    np.testing.assert_array_equal(host, expected())
+
+
+class NoKeywords:
+    """A producer that predates `__dlpack__`'s keywords: the consumer copies to the host
+    itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, stream=None):
+        return self.inner.__dlpack__(stream=stream, max_version=(1, 3))
+
+
+def test_our_consumers_host_copy_waits_with_the_gil_released():
+    x, gate = gated()
+    with Ticker() as ticker:
+        releaser = release_after_ticks(ticker, gate)
+        total, ticks = during(ticker, lambda: de.host_sum(NoKeywords(x)))
+    releaser.join(5)
+    assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
+    assert total == expected_sum()
+
+
+def test_a_copy_without_synchronization_waits_with_the_gil_released():
+    # stream=-1 with copy=True: the producer waits on the host for the copy it cannot order
+    # before any consumer stream.
+    x, gate = gated()
+    with Ticker() as ticker:
+        releaser = release_after_ticks(ticker, gate)
+        capsule, ticks = during(
+            ticker, lambda: x.__dlpack__(stream=-1, copy=True, max_version=(1, 3))
+        )
+    releaser.join(5)
+    assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
+    assert de.cuda_sum(capsule, de.cuda_stream()) == expected_sum()
+
+
+# A relay: an import kept by Rust (CudaRelay, no stream field) and lent on to a second consumer
+# stream. The second stream must be ordered after the original producer's write.
+
+
+def test_a_relay_orders_the_second_consumer_stream_after_the_producer():
+    relay = de.cuda_relay(de.cuda_arange(N), de.cuda_stream(0))
+    assert de.cuda_sum(relay, de.cuda_stream(1)) == expected_sum()
+    # And once more through a relay of the relay.
+    relay = de.cuda_relay(de.cuda_relay(de.cuda_arange(N), de.cuda_stream(0)), de.cuda_stream(1))
+    assert de.cuda_sum(relay, de.cuda_stream(0)) == expected_sum()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_relay_that_was_never_made_ready():
+    # The negative control: the first import asks for no synchronization (stream=-1), so the
+    # relay carries nothing to order the second stream after; its read is reported.
+    s1 = de.cuda_stream(1)
+    relay = de.cuda_relay(de.cuda_arange(N), -1)
+    de.cuda_sum(relay, s1)  # the value read may be anything
+    report = _report()
+    assert _driver.cuSimViolations() >= 1, "the checker missed the unordered read of the relay"
+    assert "cuMemcpyHtoDAsync" in report, report
     _driver.cuSimReset()

@@ -320,7 +320,8 @@ fn relay(x: &Bound<'_, PyAny>, access: Option<&str>) -> PyResult<Relay> {
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
 
-    use std::sync::{Arc, OnceLock};
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::Duration;
 
     use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
     use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
@@ -376,40 +377,57 @@ mod gpu {
         )
     }
 
-    /// The stream `cuda_stream` hands out: created on first use, alive until the process exits.
-    static STREAM: OnceLock<Arc<CudaStream>> = OnceLock::new();
+    /// The streams `cuda_stream` hands out: each created on first use, alive until the process
+    /// exits.
+    static STREAMS: [OnceLock<Arc<CudaStream>>; 2] = [OnceLock::new(), OnceLock::new()];
 
-    /// `cuda_stream() -> int`: the handle (`CUstream`, as an integer) of a non-blocking stream
-    /// on device 0 that the module owns for the life of the process (the same one on every
-    /// call), for use as a consumer stream, as in `cuda_sum(x, cuda_stream())`.
+    /// `cuda_stream(index=0) -> int`: the handle (`CUstream`, as an integer) of one of two
+    /// non-blocking streams on device 0 that the module owns for the life of the process (the
+    /// same one for an index on every call), for use as a consumer stream, as in
+    /// `cuda_sum(x, cuda_stream())`.
     #[pyfunction]
-    pub fn cuda_stream() -> PyResult<usize> {
-        let stream = match STREAM.get() {
+    #[pyo3(signature = (index=0))]
+    pub fn cuda_stream(index: usize) -> PyResult<usize> {
+        let slot = STREAMS.get(index).ok_or_else(|| {
+            pyo3::exceptions::PyIndexError::new_err(format!("stream index {index}, expected 0 or 1"))
+        })?;
+        let stream = match slot.get() {
             Some(stream) => stream,
             None => {
                 let stream = device0()?.new_stream().map_err(cuda_err)?;
                 // Under a race the first stream stored wins; the other is destroyed on drop.
-                STREAM.get_or_init(|| stream)
+                slot.get_or_init(|| stream)
             }
         };
         Ok(stream.cu_stream() as usize)
     }
 
-    /// Copies `view` to the host on `stream` and sums it.
-    fn sum_on(view: &ImportedData<f32>, numel: usize, stream: sys::CUstream) -> PyResult<f64> {
+    /// Copies `view` to the host on `stream` and sums it. The copy to pageable memory and the
+    /// wait block the host: they run with the GIL released (`py.detach`), so that other Python
+    /// threads run meanwhile, as every host wait reached from Python should.
+    fn sum_on(
+        py: Python<'_>,
+        view: &ImportedData<f32>,
+        numel: usize,
+        stream: sys::CUstream,
+    ) -> PyResult<f64> {
         let ptr = view.cuda_device_ptr()?;
-        let mut host = vec![0f32; numel];
-        // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor (C-contiguous:
-        // the consumer has no strides field); `host` has room for them; synchronized below.
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream)
-                .result()
-                .map_err(cuda_err)?;
-            sys::cuStreamSynchronize(stream)
-                .result()
-                .map_err(cuda_err)?;
-        }
-        Ok(host.iter().map(|&v| f64::from(v)).sum())
+        // Plain integers cross `detach` (raw pointers are not `Send`).
+        let stream = stream as usize;
+        let host = py.detach(move || -> Result<Vec<f32>, cudarc::driver::DriverError> {
+            let mut host = vec![0f32; numel];
+            let stream = stream as sys::CUstream;
+            // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor
+            // (C-contiguous: the consumer has no strides field), which the caller keeps alive;
+            // `host` has room for them; synchronized before it is read.
+            unsafe {
+                sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream)
+                    .result()?;
+                sys::cuStreamSynchronize(stream).result()?;
+            }
+            Ok(host)
+        });
+        Ok(host.map_err(cuda_err)?.iter().map(|&v| f64::from(v)).sum())
     }
 
     /// `cuda_sum(x, stream)`: imports a CUDA producer passing `stream` (the caller's current
@@ -421,7 +439,115 @@ mod gpu {
         let view: GpuView =
             python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
         let numel = view.shape.iter().product();
-        sum_on(&view.data, numel, stream as usize as sys::CUstream)
+        sum_on(x.py(), &view.data, numel, stream as usize as sys::CUstream)
+    }
+
+    /// A gate on a CUDA stream: work enqueued on the stream after the gate waits until
+    /// `release()` is called, or until `timeout` seconds have passed (so that a test that goes
+    /// wrong fails instead of hanging). Made by `cuda_arange_gated`.
+    #[pyclass(frozen, module = "dlpack_example")]
+    pub struct CudaGate {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        stream: Arc<CudaStream>,
+    }
+
+    /// The host function a gate enqueues: waits until the gate opens or its timeout passes.
+    unsafe extern "C" fn wait_for_gate(user_data: *mut std::ffi::c_void) {
+        // SAFETY: `user_data` is the `Box::into_raw` of `hold`, taken back here exactly once.
+        let held = unsafe { Box::from_raw(user_data.cast::<(Arc<(Mutex<bool>, Condvar)>, f64)>()) };
+        let (gate, timeout) = *held;
+        let (open, cv) = &*gate;
+        let guard = open.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = cv.wait_timeout_while(guard, Duration::from_secs_f64(timeout), |open| !*open);
+    }
+
+    #[pymethods]
+    impl CudaGate {
+        /// Lets the stream go on. Any thread may call it.
+        fn release(&self) {
+            let (open, cv) = &*self.open;
+            *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+            cv.notify_all();
+        }
+
+        /// The held stream's handle (`CUstream` as an integer).
+        #[getter]
+        fn stream(&self) -> usize {
+            self.stream.cu_stream() as usize
+        }
+    }
+
+    /// `cuda_arange_gated(n, timeout) -> (tensor, gate)`: as `cuda_arange`, with the write held
+    /// behind a gate on its stream until `gate.release()` (or `timeout` seconds).
+    #[pyfunction]
+    pub fn cuda_arange_gated(
+        py: Python<'_>,
+        n: usize,
+        timeout: f64,
+    ) -> PyResult<(Bound<'_, python::ExportOnce>, CudaGate)> {
+        let stream = device0()?.new_stream().map_err(cuda_err)?;
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let user_data = Box::into_raw(Box::new((open.clone(), timeout)));
+        // SAFETY: `wait_for_gate` matches `CUhostFn` and takes `user_data` back once it runs.
+        unsafe { sys::cuLaunchHostFunc(stream.cu_stream(), Some(wait_for_gate), user_data.cast()) }
+            .result()
+            .map_err(cuda_err)?;
+        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        let data = stream.clone_htod(&host).map_err(cuda_err)?;
+        let tensor = export_once(
+            py,
+            GpuTensor {
+                data,
+                shape: vec![n],
+                stream: stream.clone(),
+            },
+        )?;
+        Ok((tensor, CudaGate { open, stream }))
+    }
+
+    /// `cuda_synchronize_holding_gil(stream)`: `cuStreamSynchronize` called directly, keeping
+    /// the GIL (what this crate never does): the negative control of the GIL tests.
+    #[pyfunction]
+    pub fn cuda_synchronize_holding_gil(stream: usize) -> PyResult<()> {
+        // SAFETY: a live stream handle (the caller's, from `CudaGate.stream`).
+        unsafe { sys::cuStreamSynchronize(stream as sys::CUstream) }
+            .result()
+            .map_err(cuda_err)
+    }
+
+    /// `host_sum(x)`: imports `x` for the host (`from_dlpack(x, device=cpu)`) and sums it. A
+    /// producer that cannot copy to the host itself (one without the `dl_device` keyword) is
+    /// copied by this consumer.
+    #[pyfunction]
+    pub fn host_sum(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+        let view: GpuView = python::from_dlpack_with(
+            x,
+            &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
+        )?;
+        Ok(view.data.as_slice()?.iter().map(|&v| f64::from(v)).sum())
+    }
+
+    /// A CUDA tensor imported by Rust and lent on (a relay), with no stream field: made by
+    /// `cuda_relay(x, stream)`.
+    #[pyclass(frozen, module = "dlpack_example")]
+    #[derive(DlpackExport)]
+    pub struct CudaRelay {
+        #[dlpack(data)]
+        data: ImportedData<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+    }
+
+    /// `cuda_relay(x, stream) -> CudaRelay`: imports `x` for the consumer stream `stream` (an
+    /// int as `__dlpack__` takes it; `-1`: no synchronization) and keeps it, to lend it on.
+    #[pyfunction]
+    pub fn cuda_relay(x: &Bound<'_, PyAny>, stream: i64) -> PyResult<CudaRelay> {
+        let view: GpuView =
+            python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
+        Ok(CudaRelay {
+            data: view.data,
+            shape: view.shape,
+        })
     }
 
     /// `cuda_sum_via_c_api(x) -> (sum, used_c_api)`: the N0 pattern of the C exchange API
@@ -463,7 +589,7 @@ mod gpu {
         }
         let view = GpuView::from_managed(managed)?;
         let numel = view.shape.iter().product();
-        Ok((sum_on(&view.data, numel, stream.cast())?, true))
+        Ok((sum_on(x.py(), &view.data, numel, stream.cast())?, true))
     }
 }
 
@@ -496,6 +622,14 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(gpu::cuda_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum_via_c_api, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_stream, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_arange_gated, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_synchronize_holding_gil, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::host_sum, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_relay, m)?)?;
+        m.add_class::<gpu::CudaGate>()?;
+        m.add_class::<gpu::CudaRelay>()?;
+        // A shared, read-only export of the imported CUDA memory it holds.
+        python::add_dlpack_methods::<gpu::CudaRelay>(m.py())?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, result, sys};
 
 use super::reaper::{Job, reap};
+use super::wait::detached;
 use super::{CudaError, bind, driver_error, synchronize};
 use crate::copy::{Block, StridedCopy};
 use crate::dtype::DataType;
@@ -194,29 +195,40 @@ pub(crate) unsafe fn copy_to_host(
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let staged = plan.blocks() > 1 && span_len <= 2 * plan.bytes() + (1 << 20);
     let mut staging: Vec<u8> = Vec::new();
-    let enqueued = if staged {
-        staging
-            .try_reserve_exact(span_len)
-            .map_err(|_| CudaError::Driver {
-                call: "host staging allocation",
-                code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            })
-            .and_then(|()| {
-                // SAFETY: `base` is the start of the tensor's validated span in device memory,
-                // `span_len` bytes; `staging` has room for them (reserved); synchronized below
-                // before anything reads it.
-                unsafe {
-                    sys::cuMemcpyDtoHAsync_v2(staging.as_mut_ptr().cast(), base, span_len, stream)
-                }
-                .result()
-                .map_err(driver_error("cuMemcpyDtoHAsync"))
-            })
-    } else {
-        plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
+    let copy = || {
+        let enqueued = if staged {
+            staging
+                .try_reserve_exact(span_len)
+                .map_err(|_| CudaError::Driver {
+                    call: "host staging allocation",
+                    code: sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                })
+                .and_then(|()| {
+                    // SAFETY: `base` is the start of the tensor's validated span in device
+                    // memory, `span_len` bytes; `staging` has room for them (reserved);
+                    // synchronized below before anything reads it.
+                    unsafe {
+                        sys::cuMemcpyDtoHAsync_v2(
+                            staging.as_mut_ptr().cast(),
+                            base,
+                            span_len,
+                            stream,
+                        )
+                    }
+                    .result()
+                    .map_err(driver_error("cuMemcpyDtoHAsync"))
+                })
+        } else {
+            plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Host(dst), stream))
+        };
+        // Wait even after a failed enqueue: the copies already enqueued write to host memory.
+        let waited = synchronize(stream);
+        enqueued.and(waited)
     };
-    // Wait even after a failed enqueue: the copies already enqueued write to host memory.
-    let waited = synchronize(stream);
-    enqueued.and(waited)?;
+    // The copies to pageable host memory, and the wait, block the host: with the GIL released
+    // where this thread holds it.
+    // SAFETY: driver calls on this function's own pointers and memory; nothing touches Python.
+    unsafe { detached(copy) }?;
     if staged {
         // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
         unsafe { staging.set_len(span_len) };

@@ -1,11 +1,13 @@
-//! Host waits: every place where this crate blocks the host on the device
-//! (`cuStreamSynchronize`, `cuEventSynchronize`, `cuCtxSynchronize`) goes through [`HostWait`].
+//! Host waits: every place where this crate blocks the host on the device goes through here:
+//! the synchronizations ([`HostWait`]: `cuStreamSynchronize`, `cuEventSynchronize`,
+//! `cuCtxSynchronize`) and copies to pageable host memory, which the driver completes before it
+//! returns ([`detached`]).
 //!
 //! With the `python` feature, a wait on a thread that holds the GIL releases it for the
 //! duration of the wait (pyo3's `Python::detach`), so that other Python threads run meanwhile:
 //! one of them may be the one that lets the awaited work finish, and a wait that kept the GIL
-//! would then never end. Only the driver call runs detached; nothing inside it needs the GIL,
-//! and no lock of this crate is held across it. The limited Python API (`abi3`) has no way to
+//! would then never end. Only the driver calls run detached; nothing inside needs the GIL, and
+//! no lock of this crate is held across them. The limited Python API (`abi3`) has no way to
 //! ask whether the thread holds the GIL (`PyGILState_Check`): there the wait keeps it.
 
 use cudarc::driver::sys;
@@ -36,13 +38,8 @@ impl HostWait {
     ///
     /// [`CudaError::Driver`] from the driver call, naming it.
     pub(crate) fn run(self) -> Result<(), CudaError> {
-        #[cfg(all(feature = "python", not(any(Py_LIMITED_API, PyPy, GraalPy))))]
-        if holds_gil() {
-            if let Some(result) = pyo3::Python::try_attach(|py| py.detach(move || self.now())) {
-                return result;
-            }
-        }
-        self.now()
+        // SAFETY: the driver call touches no Python object.
+        unsafe { detached(move || self.now()) }
     }
 
     /// The driver call itself, on this thread, as it is.
@@ -57,6 +54,37 @@ impl HostWait {
         };
         result.result().map_err(driver_error(call))
     }
+}
+
+/// Runs `f`, blocking driver work, on this thread, with the GIL released meanwhile where this
+/// thread holds it (module docs); as it is otherwise.
+///
+/// # Safety
+///
+/// `f` touches no Python object and calls nothing that does: it runs while this thread does
+/// not hold the GIL. (pyo3's `detach` asks for a `Send` closure to keep Python references out;
+/// `f` is not `Send` when it captures raw pointers, which is why this function is `unsafe`.)
+pub(crate) unsafe fn detached<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(all(feature = "python", not(any(Py_LIMITED_API, PyPy, GraalPy))))]
+    if holds_gil() {
+        /// `f` or its result crossing pyo3's `detach`, which runs its closure on this thread.
+        struct OnThisThread<T>(T);
+        // SAFETY: the value never leaves the thread that made it (`detach` runs the closure
+        // synchronously, on the calling thread); `Send` only lets it cross the bound that keeps
+        // Python references out of `detach`, which the caller's contract covers.
+        unsafe impl<T> Send for OnThisThread<T> {}
+        // SAFETY: this thread holds the GIL (`holds_gil`), so it is attached to the
+        // interpreter; the token is used only to detach, and not kept.
+        let py = unsafe { pyo3::Python::assume_attached() };
+        let f = OnThisThread(f);
+        return py
+            .detach(move || {
+                let f = f;
+                OnThisThread((f.0)())
+            })
+            .0;
+    }
+    f()
 }
 
 /// Whether this thread holds the GIL of an initialized interpreter (`PyGILState_Check`).
