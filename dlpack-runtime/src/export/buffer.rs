@@ -95,7 +95,7 @@ pub unsafe trait ExportBuffer {
     /// The export orders the consumer after them: its stream waits on them, or the host does
     /// for a host consumer; the exported tensor carries them on.
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
         None
     }
 }

@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 
 use super::keep_current_context;
 use crate::cuda::driver::{
-    CudaError, CurrentContext, ReadyEvents, bind, check_not_capturing, context, raw_stream,
+    CudaError, CurrentContext, ReadyEvents, bind, check_not_capturing, context, init, raw_stream,
 };
 use crate::device::{Device, DeviceType};
 use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
@@ -198,8 +198,8 @@ impl ManagedTensor {
 /// answer to `__dlpack__(stream=...)`, or its C exchange API tensor ordered before that
 /// stream), made to carry an event recorded on that stream now, unless it carries readiness
 /// already: what it is ready after, for whoever it is lent to next. Tensors not in CUDA
-/// device memory, `stream=-1` and host requests, and streams being captured into a graph are
-/// left as they are.
+/// device memory, `stream=-1` and host requests, streams being captured into a graph, and
+/// every tensor where no driver is loaded are left as they are.
 ///
 /// # Errors
 ///
@@ -216,6 +216,10 @@ pub(crate) fn made_ready_on(
     let Some(consumer) = StreamId::of_request(request) else {
         return Ok(managed);
     };
+    // Without a driver no stream runs: there is nothing to be ready after.
+    if init().is_err() {
+        return Ok(managed);
+    }
     let ctx = context(device.device_id)?;
     let _current = CurrentContext::save();
     bind(ctx.cu_ctx())?;

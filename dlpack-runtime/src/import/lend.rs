@@ -91,7 +91,7 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
         lent_bytes(self.managed()).0.cast_const().cast()
     }
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
         self.managed().ready_events()
     }
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
@@ -140,7 +140,7 @@ unsafe impl ExportBuffer for ManagedTensor {
         Some(lent_bytes(self).0.cast())
     }
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
         ManagedTensor::ready_events(self)
     }
 }
