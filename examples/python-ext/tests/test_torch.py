@@ -17,6 +17,8 @@ import torch.utils.dlpack
 
 import dlpack_example as de
 
+pytestmark = pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+
 # Every torch dtype DLPack carries (bfloat16, complex32 and the float8 kinds included).
 DTYPES = [
     torch.bool,
