@@ -13,6 +13,7 @@
 //! `__dlpack__`.
 
 use pyo3::exceptions::PyBufferError;
+#[cfg(not(Py_LIMITED_API))]
 use pyo3::ffi as pyffi;
 use pyo3::intern;
 use pyo3::prelude::*;
