@@ -45,7 +45,9 @@ echo "==> example extension module (feature cuda, release) and its borrow peer: 
 # second extension module with its own copy of dlpack-runtime (one borrow registry per process).
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda --manifest-path examples/python-ext/Cargo.toml
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path tests/python-peer/Cargo.toml
-timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests
+timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
+echo "==> PyTorch interop: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
+timeout 300 .venv/bin/python -m pytest -q examples/python-ext/tests/test_torch.py
 echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"

@@ -16,6 +16,7 @@ use crate::ffi::{self, DLManagedTensorVersioned};
 use crate::import::DlpackImport;
 use crate::managed::ManagedTensor;
 
+use super::torch;
 use super::*;
 
 /// Options of `from_dlpack(x, /, *, device=None, copy=None)` (the array API's
@@ -93,10 +94,18 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
 /// describes, and the tensor is validated by `T`'s import before anything reads it.
 ///
+/// PyTorch tensors (types found once per type, from `sys.modules`, never importing torch): what
+/// PyTorch's `Tensor.__dlpack__` refuses (requires grad, conjugate bit, a layout other than
+/// strided, quantized dtypes) and the negative bit, which it exports wrongly, are refused with
+/// `BufferError` on both paths; a C exchange API call that fails for a torch tensor falls back
+/// to `__dlpack__`. Subclasses that override `__dlpack__`, `__torch_function__` or
+/// `__torch_dispatch__` are read through `__dlpack__` (see the module docs).
+///
 /// # Errors
 ///
 /// `AttributeError` when `obj` has no `__dlpack__`; the producer's own exceptions; those of
-/// [`consume_capsule`]; `BufferError` when the result cannot be on `device`, when `copy=False`
+/// [`consume_capsule`]; `BufferError` for the torch tensors above, when the result cannot be on
+/// `device`, when `copy=False`
 /// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
 pub fn from_dlpack_with<T: DlpackImport>(
     obj: &Bound<'_, PyAny>,
@@ -122,22 +131,32 @@ pub fn managed_from_object(
         return settle(consume_capsule(obj)?, options, true);
     }
     let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
-    if options.device.is_none() && options.copy.is_none() {
-        if let Some((api, own)) = exchange_api_of(&obj.get_type())? {
-            match via_exchange_api(obj, api, own) {
-                Ok(managed) => match order_exchanged(py, &managed, api, options)? {
+    let producer = producer_of(&obj.get_type())?;
+    if let (Some(api), None, None) = (producer.api, options.device, options.copy) {
+        let torch = producer.torch == torch::Kind::Plain;
+        match via_exchange_api(obj, api, producer.own) {
+            Ok(managed) => {
+                let managed = if torch {
+                    torch::refuse_exported(obj, managed)?
+                } else {
+                    managed
+                };
+                match order_exchanged(py, &managed, api, options)? {
                     true => return made_ready(managed, options),
                     // Memory this consumer cannot order: give it back and ask `__dlpack__`,
                     // which synchronizes.
                     false => drop(managed),
-                },
-                // A producer that cannot serve the C path (pending streams, say) may still
-                // serve `__dlpack__`, which raises its own error otherwise.
-                Err(err) if err.is_instance_of::<PyBufferError>(py) => {}
-                Err(err) => return Err(err),
+                }
             }
+            // A producer that cannot serve the C path (pending streams, say) may still
+            // serve `__dlpack__`, which raises its own error otherwise. PyTorch's raises
+            // `RuntimeError` for what its `__dlpack__` refuses with `BufferError` (sparse
+            // layouts, quantized dtypes): its `__dlpack__` gives the answer.
+            Err(err) if torch || err.is_instance_of::<PyBufferError>(py) => {}
+            Err(err) => return Err(err),
         }
     }
+    torch::refuse(obj, producer.torch)?;
     // The consumer's stream, if any, is the caller's choice; so the producer's device does not
     // change the call, and `__dlpack_device__` is not asked.
     let first = if plain {
@@ -276,46 +295,83 @@ fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     if intact { Ok(kwargs.clone()) } else { fresh() }
 }
 
-/// The C exchange API table a type publishes (`__dlpack_c_exchange_api__`, a capsule named
-/// `"dlpack_exchange_api"` of major version 1), looked up once per type and cached, as
-/// `dlpack.h` allows (`DLPackExchangeAPI`). The cache holds a reference to each type, so a
-/// type's address is never reused while its entry exists; it holds at most [`CACHED_TYPES`]
-/// types and is emptied when full, so a program that makes producer types at run time does not
-/// keep them all alive.
-///
-/// With the table, whether it is one this crate made (`python::dlpack_c_exchange_api`), whose
-/// tensors come from this crate's exporter, validated.
-fn exchange_api_of(
-    ty: &Bound<'_, pyo3::types::PyType>,
-) -> PyResult<Option<(&'static ffi::DLPackExchangeAPI, bool)>> {
+/// What the consumer knows of a producer type: the C exchange API table it publishes, if any,
+/// whether that table is one this crate made (`python::dlpack_c_exchange_api`, whose tensors
+/// come from this crate's exporter, validated), and how the type relates to PyTorch.
+#[derive(Clone, Copy)]
+struct Producer {
+    api: Option<&'static ffi::DLPackExchangeAPI>,
+    own: bool,
+    torch: torch::Kind,
+}
+
+// The cache's words: a table's address (0 for none), with tag bits. Tables hold pointers, so
+// their addresses are multiples of 8 (`lookup_exchange_api` refuses others).
+/// The table is this crate's.
+const OWN: usize = 1;
+/// [`torch::Kind`], in two bits.
+const TORCH_SHIFT: u32 = 1;
+const TORCH_MASK: usize = 0b110;
+const TAGS: usize = OWN | TORCH_MASK;
+
+impl Producer {
+    fn from_word(word: usize) -> Self {
+        let address = word & !TAGS;
+        let api = (address != 0).then(|| {
+            // SAFETY: cached addresses are 0 or tables that live for the whole process
+            // (`lookup_exchange_api`), with the tag bits cleared.
+            unsafe { &*(address as *const ffi::DLPackExchangeAPI) }
+        });
+        let torch = match (word & TORCH_MASK) >> TORCH_SHIFT {
+            0 => torch::Kind::Other,
+            1 => torch::Kind::Plain,
+            2 => torch::Kind::Dunder,
+            _ => torch::Kind::Overridden,
+        };
+        Self {
+            api,
+            own: word & OWN != 0,
+            torch,
+        }
+    }
+
+    fn word(address: usize, own: bool, torch: torch::Kind) -> usize {
+        let torch = match torch {
+            torch::Kind::Other => 0,
+            torch::Kind::Plain => 1,
+            torch::Kind::Dunder => 2,
+            torch::Kind::Overridden => 3,
+        };
+        address | usize::from(own) | torch << TORCH_SHIFT
+    }
+}
+
+/// What the consumer knows of a type ([`Producer`]), found once per type and cached: the C
+/// exchange API table it publishes (`__dlpack_c_exchange_api__`, a capsule named
+/// `"dlpack_exchange_api"` of major version 1), as `dlpack.h` allows (`DLPackExchangeAPI`),
+/// and its [`torch::Kind`]. Only a torch tensor type of [`torch::Kind::Plain`] keeps its table:
+/// the other torch types are read through `__dlpack__`. The cache holds a reference to each
+/// type, so a type's address is never reused while its entry exists; it holds at most
+/// [`CACHED_TYPES`] types and is emptied when full, so a program that makes producer types at
+/// run time does not keep them all alive.
+fn producer_of(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<Producer> {
     use core::sync::atomic::{AtomicUsize, Ordering};
     type Cache = std::collections::HashMap<usize, (Py<pyo3::types::PyType>, usize)>;
     static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
     /// Changes, under the cache's lock, each time the cache is emptied.
     static GENERATION: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        /// The last type this thread looked up, its table's address and the cache's generation
+        /// The last type this thread looked up, its cached word and the cache's generation
         /// then: a front for `CACHE` that spares the lock and the hash when one type is
         /// exchanged repeatedly. Used only while the generation is unchanged, that is while
         /// `CACHE` holds the type, whose address is therefore not reused.
         static LAST: core::cell::Cell<(usize, usize, usize)> =
             const { core::cell::Cell::new((0, 0, usize::MAX)) };
     }
-    // Cached addresses are 0 (no usable table) or the table's address, with `OWN` added for a
-    // table of this crate (tables are boxed, so their addresses are even).
-    const OWN: usize = 1;
-    let table = |address: usize| {
-        (address != 0).then(|| {
-            // SAFETY: cached addresses are 0 or tables that live for the whole process (below),
-            // with the `OWN` bit cleared.
-            let api = unsafe { &*((address & !OWN) as *const ffi::DLPackExchangeAPI) };
-            (api, address & OWN != 0)
-        })
-    };
     let key = ty.as_ptr() as usize;
-    if let Ok((last, address, generation)) = LAST.try_with(core::cell::Cell::get) {
+    if let Ok((last, word, generation)) = LAST.try_with(core::cell::Cell::get) {
         if last == key && generation == GENERATION.load(Ordering::Acquire) {
-            return Ok(table(address));
+            return Ok(Producer::from_word(word));
         }
     }
     let cache = CACHE.get_or_init(Default::default);
@@ -325,18 +381,19 @@ fn exchange_api_of(
         let cache = cache.lock().map_err(|_| poisoned())?;
         cache
             .get(&key)
-            .map(|(_, address)| (*address, GENERATION.load(Ordering::Acquire)))
+            .map(|(_, word)| (*word, GENERATION.load(Ordering::Acquire)))
     };
-    let (address, generation) = match cached {
+    let (word, generation) = match cached {
         Some(found) => found,
         None => {
             // Looked up without the lock: the lookup runs Python code.
-            let address = lookup_exchange_api(ty)?;
-            let address = if address != 0 && super::exchange_api::is_own_table(address) {
-                address | OWN
-            } else {
-                address
+            let torch = torch::kind_of(ty)?;
+            let address = match torch {
+                torch::Kind::Other | torch::Kind::Plain => lookup_exchange_api(ty)?,
+                torch::Kind::Dunder | torch::Kind::Overridden => 0,
             };
+            let own = address != 0 && super::exchange_api::is_own_table(address);
+            let word = Producer::word(address, own, torch);
             let mut cache = cache.lock().map_err(|_| poisoned())?;
             // The types let go of are released after the lock: releasing a type can run Python
             // code (weak reference callbacks), which may exchange tensors itself.
@@ -346,25 +403,26 @@ fn exchange_api_of(
             } else {
                 Cache::new()
             };
-            cache.insert(key, (ty.clone().unbind(), address));
-            let found = (address, GENERATION.load(Ordering::Acquire));
+            cache.insert(key, (ty.clone().unbind(), word));
+            let found = (word, GENERATION.load(Ordering::Acquire));
             drop(cache);
             drop(evicted);
             found
         }
     };
-    let _ = LAST.try_with(|last| last.set((key, address, generation)));
-    Ok(table(address))
+    let _ = LAST.try_with(|last| last.set((key, word, generation)));
+    Ok(Producer::from_word(word))
 }
 
-/// Producer types whose exchange API lookup [`exchange_api_of`] keeps at most.
+/// Producer types whose exchange API lookup [`producer_of`] keeps at most.
 const CACHED_TYPES: usize = 64;
 
 fn poisoned() -> PyErr {
     PyBufferError::new_err("exchange API cache poisoned by a panic")
 }
 
-/// Address of the type's exchange API table, or 0 when it publishes none usable.
+/// Address of the type's exchange API table, or 0 when it publishes none usable (none, another
+/// major version, or an address not a multiple of 8, which a table of pointers cannot have).
 fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
     let Some(capsule) = ty.getattr_opt(intern!(ty.py(), "__dlpack_c_exchange_api__"))? else {
         return Ok(0);
@@ -379,7 +437,9 @@ fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
     let api = unsafe { pyffi::PyCapsule_GetPointer(capsule.as_ptr(), name) }
         .cast::<ffi::DLPackExchangeAPI>();
     // SAFETY: as above; the header is readable.
-    let usable = !api.is_null() && unsafe { (*api).header.version.major } == ffi::DLPACK_MAJOR_VERSION
+    let usable = !api.is_null() && api as usize & TAGS == 0
+        // SAFETY: as above.
+        && unsafe { (*api).header.version.major } == ffi::DLPACK_MAJOR_VERSION
         // SAFETY: as above.
         && unsafe { (*api).managed_tensor_from_py_object_no_sync }.is_some();
     Ok(if usable { api as usize } else { 0 })

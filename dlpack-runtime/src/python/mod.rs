@@ -63,6 +63,20 @@
 //! whose type publishes the C exchange API are read through it when no synchronization is
 //! needed.
 //!
+//! PyTorch tensors get one answer on both paths: PyTorch's
+//! [`Tensor.__dlpack__`](https://github.com/pytorch/pytorch/blob/main/torch/_tensor.py) refuses
+//! tensors that require grad, have the conjugate bit set, have a layout other than
+//! `torch.strided` (sparse) or a quantized dtype, and its C exchange API does not; it exports a
+//! tensor with the negative bit set as its memory (the values before the negation) on both.
+//! The consumer refuses all five with `BufferError`, whichever path it takes, naming the fix
+//! (`tensor.detach()`, `tensor.resolve_conj()`, `tensor.to_dense()`, `tensor.dequantize()`,
+//! `tensor.resolve_neg()`). A torch subclass is read through the C exchange API only when its
+//! `__dlpack__`, `__torch_function__` (or PyTorch's disabled one, as `torch.nn.Parameter` has),
+//! `__torch_dispatch__` and table are PyTorch's own; otherwise through `__dlpack__` (an
+//! overridden `__dlpack__` after the negative bit check alone). These checks call PyTorch's own
+//! accessors (`requires_grad`, `is_neg()`, and `is_conj()` for complex tensors): they roughly
+//! double the cost of a torch import through the C exchange API.
+//!
 //! # C exchange API (`DLPackExchangeAPI` in `dlpack.h`)
 //!
 //! [`dlpack_c_exchange_api`] builds the
@@ -138,6 +152,7 @@ mod export_once;
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;
 mod producer;
+mod torch;
 
 pub use capsule::{consume_capsule, to_capsule};
 pub use consumer::{FromDlpackOptions, from_dlpack, from_dlpack_with, managed_from_object};

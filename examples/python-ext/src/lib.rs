@@ -316,6 +316,46 @@ fn relay(x: &Bound<'_, PyAny>, access: Option<&str>) -> PyResult<Relay> {
     })
 }
 
+/// Any tensor of any dtype, imported as it is and lent on to Python (a relay for every dtype):
+/// made by `any_relay(x, copy=None)`. Exported read-only, with the import's shape and strides
+/// (which must not be negative: the export starts at element `(0, ..., 0)`).
+#[pyclass(frozen, module = "dlpack_example")]
+#[derive(DlpackExport, DlpackImport)]
+struct AnyRelay {
+    #[dlpack(data)]
+    data: dlpack_runtime::ManagedTensor,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(strides)]
+    strides: Vec<isize>,
+    #[dlpack(dtype)]
+    dtype: dlpack_runtime::DataType,
+}
+
+#[pymethods]
+impl AnyRelay {
+    /// `(shape, strides)` as imported, strides in elements.
+    #[getter]
+    fn layout(&self) -> (Vec<usize>, Vec<isize>) {
+        (self.shape.clone(), self.strides.clone())
+    }
+
+    /// The imported data's address (the producer's memory: no copy was made).
+    #[getter]
+    fn data_ptr(&self) -> usize {
+        self.data.dl_tensor().data as usize + self.data.dl_tensor().byte_offset as usize
+    }
+}
+
+/// `any_relay(x, copy=None)`: see [`AnyRelay`]. `copy` is passed to `from_dlpack`: `False`
+/// (no copy) or `True` make the import call `x.__dlpack__(...)` even where `x`'s type
+/// publishes the C exchange API, which `None` uses.
+#[pyfunction]
+#[pyo3(signature = (x, copy=None))]
+fn any_relay(x: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<AnyRelay> {
+    python::from_dlpack_with(x, &python::FromDlpackOptions::new().copy(copy))
+}
+
 #[cfg(feature = "cuda")]
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
@@ -615,6 +655,9 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // A shared, read-only export of the imported memory it holds.
     python::add_dlpack_methods::<Relay>(m.py())?;
     m.add_function(wrap_pyfunction!(relay, m)?)?;
+    m.add_class::<AnyRelay>()?;
+    python::add_dlpack_methods::<AnyRelay>(m.py())?;
+    m.add_function(wrap_pyfunction!(any_relay, m)?)?;
     m.add_function(wrap_pyfunction!(hold, m)?)?;
     #[cfg(feature = "cuda")]
     {
