@@ -39,11 +39,16 @@ impl<'a> ExportParts<'a> {
         self
     }
 
-    /// Whether the producer names streams with pending work on the data: `#[dlpack(stream)]`
-    /// fields, or the buffer's own stream.
+    /// Whether the producer names pending work on the data: `#[dlpack(stream)]` fields, the
+    /// buffer's own stream, or the ready events of an import lent on (a relay).
     #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn has_producer_streams(&self) -> bool {
-        !self.streams.is_empty() || self.buffer().producer_stream().is_some()
+        let buffer = self.buffer();
+        !self.streams.is_empty()
+            || buffer.producer_stream().is_some()
+            || buffer
+                .ready_events()
+                .is_some_and(|events| !events.is_empty())
     }
 }
 
@@ -209,8 +214,9 @@ impl<'r> StreamWork<'r> {
                     self.kept.extend_from(upstream);
                 }
                 None if stream_request == StreamRequest::Host => upstream.synchronize()?,
-                // `stream=-1`: the consumer orders itself.
-                None => {}
+                // `stream=-1`: the consumer orders itself; the events still go on with the
+                // tensor, for whoever it is lent to next.
+                None => self.kept.extend_from(upstream),
             }
         }
         if self.want_ready {

@@ -33,7 +33,8 @@ use super::export_once::export_managed;
 /// `dltensor_from_py_object_no_sync` is NULL (optional; the shape is not stored as `int64_t`);
 /// `current_work_stream` reports NULL (no current stream). The conversion performs no
 /// synchronization, as `dlpack.h` requires of its `_no_sync` functions; a tensor whose producer
-/// names CUDA streams with pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers) is
+/// names CUDA streams with pending work (`#[dlpack(stream)]` fields, `CudaSlice` buffers, the
+/// ready events of an import lent on) is
 /// refused with `BufferError`, since the C exchange API cannot name those streams:
 /// `__dlpack__(stream=...)` orders them before the consumer's stream. This crate's consumer
 /// then falls back to `__dlpack__`.

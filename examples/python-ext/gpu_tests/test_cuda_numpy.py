@@ -203,8 +203,9 @@ class Ticker:
         self._thread.join(5)
 
 
-def release_after_ticks(ticker, gate):
-    """Starts a Python thread that opens `gate` once `ticker` has ticked TICKS more times."""
+def while_a_thread_releases(ticker, gate, call):
+    """Runs `call()` while a Python thread opens `gate` once `ticker` has ticked TICKS times
+    since the call began; returns its result and the ticks counted while it ran."""
     start = ticker.count
 
     def run():
@@ -213,17 +214,12 @@ def release_after_ticks(ticker, gate):
             time.sleep(0.001)
         gate.release()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
-def during(ticker, call):
-    """Runs `call()` with a gate-releasing thread started; returns its result and the ticks
-    counted while it ran."""
-    before = ticker.count
+    releaser = threading.Thread(target=run, daemon=True)
+    releaser.start()
     result = call()
-    return result, ticker.count - before
+    ticks = ticker.count - start
+    releaser.join(5)
+    return result, ticks
 
 
 def gated():
@@ -237,7 +233,9 @@ def test_a_wait_that_keeps_the_gil_stops_python_threads():
     _x, gate = de.cuda_arange_gated(N, 0.5)
     with Ticker() as ticker:
         time.sleep(0.02)
-        _, ticks = during(ticker, lambda: de.cuda_synchronize_holding_gil(gate.stream))
+        start = ticker.count
+        de.cuda_synchronize_holding_gil(gate.stream)
+        ticks = ticker.count - start
     assert ticks <= 2, f"the ticker ran {ticks} times while the GIL was held"
 
 
@@ -246,9 +244,7 @@ def test_numpy_host_copy_waits_with_the_gil_released():
     # a host wait, during which a Python thread opens the gate.
     x, gate = gated()
     with Ticker() as ticker:
-        releaser = release_after_ticks(ticker, gate)
-        host, ticks = during(ticker, lambda: np.from_dlpack(x, device="cpu"))
-    releaser.join(5)
+        host, ticks = while_a_thread_releases(ticker, gate, lambda: np.from_dlpack(x, device="cpu"))
     assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
     np.testing.assert_array_equal(host, expected())
 
@@ -270,9 +266,7 @@ class NoKeywords:
 def test_our_consumers_host_copy_waits_with_the_gil_released():
     x, gate = gated()
     with Ticker() as ticker:
-        releaser = release_after_ticks(ticker, gate)
-        total, ticks = during(ticker, lambda: de.host_sum(NoKeywords(x)))
-    releaser.join(5)
+        total, ticks = while_a_thread_releases(ticker, gate, lambda: de.host_sum(NoKeywords(x)))
     assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
     assert total == expected_sum()
 
@@ -282,11 +276,9 @@ def test_a_copy_without_synchronization_waits_with_the_gil_released():
     # before any consumer stream.
     x, gate = gated()
     with Ticker() as ticker:
-        releaser = release_after_ticks(ticker, gate)
-        capsule, ticks = during(
-            ticker, lambda: x.__dlpack__(stream=-1, copy=True, max_version=(1, 3))
+        capsule, ticks = while_a_thread_releases(
+            ticker, gate, lambda: x.__dlpack__(stream=-1, copy=True, max_version=(1, 3))
         )
-    releaser.join(5)
     assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
     assert de.cuda_sum(capsule, de.cuda_stream()) == expected_sum()
 
@@ -296,11 +288,19 @@ def test_a_copy_without_synchronization_waits_with_the_gil_released():
 
 
 def test_a_relay_orders_the_second_consumer_stream_after_the_producer():
-    relay = de.cuda_relay(de.cuda_arange(N), de.cuda_stream(0))
-    assert de.cuda_sum(relay, de.cuda_stream(1)) == expected_sum()
-    # And once more through a relay of the relay.
-    relay = de.cuda_relay(de.cuda_relay(de.cuda_arange(N), de.cuda_stream(0)), de.cuda_stream(1))
-    assert de.cuda_sum(relay, de.cuda_stream(0)) == expected_sum()
+    # The streams exist before the tensors (creating a stream may synchronize the context,
+    # which would order everything before it), and the exchange is repeated.
+    s0, s1 = de.cuda_stream(0), de.cuda_stream(1)
+    for _ in range(5):
+        relay = de.cuda_relay(de.cuda_arange(N), s0)
+        assert de.cuda_sum(relay, s1) == expected_sum()
+        # Through our consumer's host copy, and through a relay of the relay.
+        assert de.host_sum(de.cuda_relay(de.cuda_arange(N), s0)) == expected_sum()
+        relay = de.cuda_relay(de.cuda_relay(de.cuda_arange(N), s0), s1)
+        assert de.cuda_sum(relay, s0) == expected_sum()
+        if SIMULATOR:
+            count = _driver.cuSimViolations()
+            assert count == 0, f"{count} violation(s):\n{_report()}"
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")

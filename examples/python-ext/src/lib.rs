@@ -375,10 +375,22 @@ mod gpu {
     }
 
     /// Device 0's context, after probing for the driver: no driver is a `RuntimeError`, not the
-    /// panic of cudarc's loader.
+    /// panic of cudarc's loader. Made once, with the two module streams (`cuda_stream`): cudarc
+    /// synchronizes a context when its first stream is created, so that happens here, once,
+    /// and never behind a tensor's pending work.
     fn device0() -> PyResult<Arc<CudaContext>> {
+        static CONTEXT: OnceLock<Arc<CudaContext>> = OnceLock::new();
+        if let Some(ctx) = CONTEXT.get() {
+            return Ok(ctx.clone());
+        }
         dlpack_runtime::cuda::init()?;
-        CudaContext::new(0).map_err(cuda_err)
+        let ctx = CudaContext::new(0).map_err(cuda_err)?;
+        for slot in &STREAMS {
+            let stream = ctx.new_stream().map_err(cuda_err)?;
+            // Under a race the first stream stored wins; the other is destroyed on drop.
+            let _ = slot.get_or_init(|| stream);
+        }
+        Ok(CONTEXT.get_or_init(|| ctx).clone())
     }
 
     /// A float32 CUDA tensor and the stream its contents were written on.
@@ -417,8 +429,8 @@ mod gpu {
         )
     }
 
-    /// The streams `cuda_stream` hands out: each created on first use, alive until the process
-    /// exits.
+    /// The streams `cuda_stream` hands out: created with the context (`device0`), alive until
+    /// the process exits.
     static STREAMS: [OnceLock<Arc<CudaStream>>; 2] = [OnceLock::new(), OnceLock::new()];
 
     /// `cuda_stream(index=0) -> int`: the handle (`CUstream`, as an integer) of one of two
@@ -431,14 +443,10 @@ mod gpu {
         let slot = STREAMS.get(index).ok_or_else(|| {
             pyo3::exceptions::PyIndexError::new_err(format!("stream index {index}, expected 0 or 1"))
         })?;
-        let stream = match slot.get() {
-            Some(stream) => stream,
-            None => {
-                let stream = device0()?.new_stream().map_err(cuda_err)?;
-                // Under a race the first stream stored wins; the other is destroyed on drop.
-                slot.get_or_init(|| stream)
-            }
-        };
+        device0()?;
+        let stream = slot
+            .get()
+            .ok_or_else(|| PyRuntimeError::new_err("the module streams were not created"))?;
         Ok(stream.cu_stream() as usize)
     }
 
