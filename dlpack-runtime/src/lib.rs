@@ -113,6 +113,8 @@ mod device;
 mod dtype;
 mod export;
 pub mod ffi;
+#[cfg(feature = "python")]
+mod gil;
 mod import;
 mod layout;
 mod managed;

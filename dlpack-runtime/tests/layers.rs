@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 /// crate root (`lib.rs`) sits above them all.
 const LAYERS: &[&str] = &[
     "words",
+    "gil",
     "ffi",
     "dtype",
     "device",
@@ -227,8 +228,8 @@ fn paths_resolve_to_their_modules() {
     assert_eq!(path_at("cuda::driver::{bind, init};"), "cuda::driver");
     assert_eq!(path_at("layout::LayoutError"), "layout");
     assert_eq!(path_at("Element"), "");
-    assert_eq!(layer_of("cuda::driver::event"), Some(8));
-    assert_eq!(layer_of("cuda"), Some(13));
+    assert_eq!(layer_of("cuda::driver::event"), Some(9));
+    assert_eq!(layer_of("cuda"), Some(14));
     assert_eq!(layer_of("cudax"), None);
     assert_eq!(module_of(Path::new("cuda/driver/mod.rs")), "cuda::driver");
     assert_eq!(module_of(Path::new("export/block.rs")), "export::block");

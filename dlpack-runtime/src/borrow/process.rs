@@ -83,25 +83,12 @@ mod python {
     /// The published table (publishing [`LOCAL`] if there is none), when this thread holds
     /// the GIL; `None` otherwise, without waiting for it.
     pub(super) fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
-        if !holds_gil() {
+        // The limited API cannot tell: borrows look only in the Python consumer (`prepare`),
+        // which holds the GIL.
+        if !crate::gil::holds_gil() {
             return None;
         }
         Python::try_attach(published)
-    }
-
-    /// Whether this thread holds the GIL (`PyGILState_Check`).
-    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-    fn holds_gil() -> bool {
-        // SAFETY: `Py_IsInitialized` may be called at any time; `PyGILState_Check` once the
-        // interpreter is initialized, from any thread.
-        unsafe { pyo3::ffi::Py_IsInitialized() != 0 && pyo3::ffi::PyGILState_Check() != 0 }
-    }
-
-    /// The limited API has no `PyGILState_Check`: borrows look only in the Python consumer
-    /// (`prepare`), which holds the GIL.
-    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-    fn holds_gil() -> bool {
-        false
     }
 
     /// The published table, publishing [`LOCAL`] if there is none.

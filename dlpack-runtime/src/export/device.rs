@@ -169,10 +169,7 @@ impl<'r> StreamWork<'r> {
                     execute(&copy.before, pending)?;
                 }
                 if let Some(upstream) = upstream.filter(|_| has_elements) {
-                    // The copy is enqueued on `copy.on`: it waits there for the relayed memory.
-                    init()?;
-                    check_primary_stream(copy.on, device.device_id)?;
-                    upstream.wait_on_raw(copy.on, &*context(device.device_id)?)?;
+                    wait_before_copy(upstream, &copy, device)?;
                 }
                 self.copy = Some(copy);
                 return Ok(());
@@ -195,18 +192,24 @@ impl<'r> StreamWork<'r> {
             check_consumer_stream(consumer, device.device_id)?;
         }
         let plan = plan_sync(device, &identities, stream_request)?;
-        match (&plan, consumer) {
+        // Whether `kept` holds an event of every pending stream.
+        let recorded = match (&plan, consumer) {
             // The consumer's stream waits on an event of each other pending stream; those
             // events, and one on a pending stream that is the consumer's own, are what the
             // tensor is ready after.
             (SyncPlan::EventDependency { record_on, wait_on }, _) => {
                 self.kept = record_and_order(record_on, *wait_on, pending)?;
+                true
             }
             (SyncPlan::Nothing, Some(consumer)) if !pending.is_empty() => {
                 self.kept = record_and_order(&[], consumer, pending)?;
+                true
             }
-            _ => execute(&plan, pending)?,
-        }
+            _ => {
+                execute(&plan, pending)?;
+                pending.is_empty()
+            }
+        };
         if let Some(upstream) = upstream {
             match consumer {
                 Some(consumer) => {
@@ -220,14 +223,12 @@ impl<'r> StreamWork<'r> {
             }
         }
         if self.want_ready {
-            self.ready = Some(if self.kept.is_empty() {
-                let mut ready = ReadyEvents::record(pending)?;
-                if let Some(upstream) = upstream {
-                    ready.extend_from(upstream);
-                }
-                ready
-            } else {
+            self.ready = Some(if recorded {
                 self.kept.clone()
+            } else {
+                let mut ready = ReadyEvents::record(pending)?;
+                ready.extend_from(&self.kept);
+                ready
             });
         }
         Ok(())
@@ -250,9 +251,7 @@ impl<'r> StreamWork<'r> {
                 let copy = copy_plan(device, request, &[])?;
                 let has_elements = managed.layout().map_or(true, |layout| layout.numel() > 0);
                 if let Some(ready) = managed.ready_events().filter(|_| has_elements) {
-                    init()?;
-                    check_primary_stream(copy.on, device.device_id)?;
-                    ready.wait_on_raw(copy.on, &*context(device.device_id)?)?;
+                    wait_before_copy(ready, &copy, device)?;
                 }
                 copy
             }
@@ -263,8 +262,6 @@ impl<'r> StreamWork<'r> {
                 self.ready = Some(ready.clone());
             }
             self.kept = ready;
-        } else if self.want_ready {
-            self.ready = Some(ReadyEvents::default());
         }
         Ok(copied)
     }
@@ -318,6 +315,18 @@ unsafe impl ExportBuffer for DeviceMemory {
     fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
         Some(self.ptr() as usize as *mut core::ffi::c_void)
     }
+}
+
+/// Makes the stream a CUDA copy is enqueued on (`copy.on`, a stream of the device's primary
+/// context) wait for `events`: the copy reads the source after them.
+fn wait_before_copy(
+    events: &ReadyEvents,
+    copy: &CopyPlan,
+    device: Device,
+) -> Result<(), ExportError> {
+    init()?;
+    check_primary_stream(copy.on, device.device_id)?;
+    Ok(events.wait_on_raw(copy.on, &*context(device.device_id)?)?)
 }
 
 /// A copy's owner: its memory and its shape, in elements.

@@ -127,20 +127,6 @@ impl Drop for PooledEvent {
     }
 }
 
-/// Records a pooled event on `producer` and makes the `consumer` stream wait on it. A special
-/// handle (legacy or per-thread default stream) is resolved in `primary`, the device's primary
-/// context; the event may come from another context (`cuStreamWaitEvent` allows it).
-fn record_and_wait(
-    producer: &CudaStream,
-    consumer: StreamId,
-    primary: &CudaContext,
-) -> Result<(), CudaError> {
-    let event = PooledEvent::take(producer.context())?;
-    // The producer's stream is live (borrowed), of the event's context.
-    event.record_on(producer.cu_stream())?;
-    wait_for(&event, consumer, primary.cu_ctx())
-}
-
 /// Makes the `consumer` stream wait for a recorded `event`, with the stream's own context bound
 /// (`primary`, the device's primary context, for the special handles). Restores nothing: the
 /// caller holds a [`CurrentContext`].
@@ -225,21 +211,12 @@ pub(crate) fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), Cu
     match plan {
         SyncPlan::Nothing => Ok(()),
         SyncPlan::EventDependency { record_on, wait_on } => {
-            init()?;
-            let _current = CurrentContext::save();
-            let mut recorded = pending
+            let recorded: Vec<&CudaStream> = pending
                 .iter()
                 .copied()
                 .filter(|s| record_on.contains(&stream_id(s)))
-                .peekable();
-            let Some(first) = recorded.peek() else {
-                return Ok(());
-            };
-            let primary = context(first.context().ordinal() as i32)?;
-            for stream in recorded {
-                record_and_wait(stream, *wait_on, &primary)?;
-            }
-            Ok(())
+                .collect();
+            record_and_order(record_on, *wait_on, &recorded).map(drop)
         }
         SyncPlan::HostSync { streams } => {
             init()?;
@@ -345,26 +322,12 @@ impl ReadyEvents {
     ///
     /// # Errors
     ///
-    /// [`CudaError::Driver`] from `cuStreamWaitEvent`.
+    /// [`CudaError::Capturing`] for a stream being captured into a CUDA graph (an event
+    /// recorded outside the capture cannot be waited on inside it); [`CudaError::Driver`] from
+    /// `cuStreamWaitEvent`.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
-        if self.events.is_empty() {
-            return Ok(());
-        }
-        let _current = CurrentContext::save();
-        bind(stream.context().cu_ctx())?;
-        for event in &self.events {
-            // SAFETY: a live stream (borrowed) of the bound context and a recorded event; an
-            // event of another context may be waited on.
-            unsafe {
-                result::stream::wait_event(
-                    stream.cu_stream(),
-                    event.cu_event(),
-                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-                )
-            }
-            .map_err(driver_error("cuStreamWaitEvent"))?;
-        }
-        Ok(())
+        // A live stream (borrowed); its default stream resolves in its own context.
+        self.wait_on_raw(stream_id(stream), stream.context())
     }
 
     /// Makes the consumer's stream `consumer` (named in this call, valid for it; the special

@@ -26,10 +26,6 @@ pub(crate) enum HostWait {
     Context,
 }
 
-// SAFETY: plain driver handles, usable from any thread; the wait is run on the thread that made
-// it, and `Send` only lets it cross pyo3's `detach`, which keeps the thread.
-unsafe impl Send for HostWait {}
-
 impl HostWait {
     /// Blocks the host until the wait is over, releasing the GIL meanwhile where this thread
     /// holds it (module docs).
@@ -65,8 +61,8 @@ impl HostWait {
 /// not hold the GIL. (pyo3's `detach` asks for a `Send` closure to keep Python references out;
 /// `f` is not `Send` when it captures raw pointers, which is why this function is `unsafe`.)
 pub(crate) unsafe fn detached<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(all(feature = "python", not(any(Py_LIMITED_API, PyPy, GraalPy))))]
-    if holds_gil() {
+    #[cfg(feature = "python")]
+    if crate::gil::holds_gil() {
         /// `f` or its result crossing pyo3's `detach`, which runs its closure on this thread.
         struct OnThisThread<T>(T);
         // SAFETY: the value never leaves the thread that made it (`detach` runs the closure
@@ -85,14 +81,6 @@ pub(crate) unsafe fn detached<R>(f: impl FnOnce() -> R) -> R {
             .0;
     }
     f()
-}
-
-/// Whether this thread holds the GIL of an initialized interpreter (`PyGILState_Check`).
-#[cfg(all(feature = "python", not(any(Py_LIMITED_API, PyPy, GraalPy))))]
-fn holds_gil() -> bool {
-    // SAFETY: `Py_IsInitialized` may be called at any time; `PyGILState_Check` once the
-    // interpreter is initialized, from any thread.
-    unsafe { pyo3::ffi::Py_IsInitialized() != 0 && pyo3::ffi::PyGILState_Check() != 0 }
 }
 
 /// Waits for `stream` (valid for the call, of the current context): [`HostWait::Stream`].
