@@ -32,7 +32,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_driver
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_driver
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \

@@ -4,16 +4,19 @@ use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use cudarc::driver::sys::{
-    CUDA_MEMCPY2D, CUcontext, CUctxCreateParams, CUdevice, CUdevice_attribute, CUdeviceptr,
-    CUevent, CUgraph, CUhostFn, CUmemorytype, CUpointer_attribute, CUresult, CUstream,
-    CUstreamCaptureMode, CUstreamCaptureStatus, CUuuid,
+    CUDA_GRAPH_INSTANTIATE_PARAMS, CUDA_MEMCPY2D, CUcontext, CUctxCreateParams, CUdevice,
+    CUdevice_attribute, CUdeviceptr, CUevent, CUgraph, CUgraphEdgeData, CUgraphExec,
+    CUgraphInstantiateResult, CUgraphNode, CUhostFn, CUmemorytype, CUpointer_attribute, CUresult,
+    CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, CUuuid, cuuint64_t,
 };
 
 use crate::checker::Pattern;
 use crate::engine::{
-    self, Copy2D, DISABLE_TIMING, Event, Handle, Kind, Loc, Res, Resolved, State, Waiter, Work,
+    self, Copy2D, DISABLE_TIMING, Event, Handle, Kind, LastRecord, Loc, Res, Resolved, State,
+    Waiter, Work,
 };
-use crate::{driver, out, state};
+use crate::graph::Node;
+use crate::{driver, maybe_out, out, state};
 
 use CUresult::*;
 
@@ -350,13 +353,14 @@ driver! {
     }
 
     /// Blocks until the stream's work so far is done (the legacy default stream's includes the
-    /// blocking streams' earlier work).
+    /// blocking streams' earlier work). A capturing stream is
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and its capture is invalidated.
     fn cuStreamSynchronize(stream: CUstream) {
         let waiter = {
             let mut st = state();
             let i = st.stream(h(stream))?;
             if st.streams[i].capture.is_some() {
-                st.streams[i].capture.as_mut().expect("checked").invalidated = true;
+                st.invalidate_stream_capture(i);
                 return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
             }
             if st.streams[i].kind == Kind::Legacy {
@@ -369,14 +373,18 @@ driver! {
         Ok(())
     }
 
-    /// `CUDA_ERROR_NOT_READY` while work is pending.
+    /// `CUDA_ERROR_NOT_READY` while work is pending. A capturing stream is
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and its capture is invalidated; the legacy
+    /// default stream beside a capturing blocking stream is `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`
+    /// and invalidates that capture.
     fn cuStreamQuery(stream: CUstream) {
         let mut st = state();
         let i = st.stream(h(stream))?;
         if st.streams[i].capture.is_some() {
-            st.streams[i].capture.as_mut().expect("checked").invalidated = true;
+            st.invalidate_stream_capture(i);
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
+        st.check_implicit(i, true)?;
         let w = st.waiter(i);
         engine::ready(State::is_done(&w))?;
         st.observed(&w);
@@ -384,81 +392,128 @@ driver! {
     }
 
     /// Work enqueued on `stream` afterwards waits for the event's position at its last record;
-    /// a never-recorded event adds no wait.
+    /// a never-recorded event adds no wait. Flags: 0 or `CU_EVENT_WAIT_EXTERNAL` (0x1, which
+    /// has an effect only on a capturing stream).
+    ///
+    /// Stream capture: on a capturing stream, an event recorded in the same capture adds a
+    /// dependency inside the capture; otherwise, with `CU_EVENT_WAIT_EXTERNAL`, the wait becomes
+    /// an event-wait node of the graph; without it, an event recorded outside the capture is
+    /// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, one recorded in another capture under way
+    /// `CUDA_ERROR_STREAM_CAPTURE_MERGE` (both invalidate). A stream that is not capturing and
+    /// waits on an event recorded in a capture under way joins that capture; one recorded in a
+    /// capture that has ended is `CUDA_ERROR_CAPTURED_EVENT`.
     fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) {
-        if flags & !0x1 != 0 {
+        if flags & !WAIT_EXTERNAL != 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let mut st = state();
         let i = st.stream(h(stream))?;
-        let recorded = st
-            .events
-            .get(&h(event))
-            .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-            .recorded
-            .clone();
-        // While capturing, only events recorded in the same capture may be waited on, unless
-        // the wait is external (`CU_EVENT_WAIT_EXTERNAL`): another dependency would cross the
-        // capture's boundary, which invalidates the capture.
-        if let Some(c) = st.streams[i].capture {
-            let inside = recorded.as_ref().is_none_or(|r| r.capture == Some(c.id));
-            if !inside && flags & 0x1 == 0 && !c.invalidated {
-                st.streams[i].capture.as_mut().expect("checked").invalidated = true;
-                return Err(CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
-            }
-        }
-        if let Some(r) = recorded {
-            st.enqueue(i, "cuStreamWaitEvent", &[], Some(&r), None)?;
-        }
-        Ok(())
+        st.wait_event(i, h(event), flags & WAIT_EXTERNAL != 0)
     }
 
-    /// Runs `f(user_data)` on the stream's thread, in stream order.
+    /// Runs `f(user_data)` on the stream's thread, in stream order; on a capturing stream, a
+    /// host node of the graph, called at each launch.
     fn cuLaunchHostFunc(stream: CUstream, f: CUhostFn, user_data: *mut c_void) {
         let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let mut st = state();
         let i = st.stream(h(stream))?;
         let data = user_data as usize;
+        if st.capturing(i)?.is_some() {
+            st.add_node(i, Node::Host { f, data });
+            return Ok(());
+        }
         // SAFETY: the caller's host function and its argument (driver API contract).
         let work: Work = Box::new(move || unsafe { f(data as *mut c_void) });
         st.enqueue(i, "cuLaunchHostFunc", &[], None, Some(work))?;
         Ok(())
     }
 
+    /// The legacy default stream while a blocking stream of its context is capturing is
+    /// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` (the capture is not invalidated).
     fn cuStreamIsCapturing(stream: CUstream, status: *mut CUstreamCaptureStatus) {
         let mut st = state();
         let i = st.stream(h(stream))?;
+        st.check_implicit(i, false)?;
         let s = st.capture_status(i);
         // SAFETY: an out-pointer.
         unsafe { out(status, s) }
     }
 
-    /// Work enqueued while capturing goes into the capture and does not run.
+    /// Status, id and graph of the stream's capture; every out-pointer may be NULL. The id is
+    /// unique per capture sequence and never 0; with no capture under way the id is 0 and the
+    /// graph NULL. The dependencies are not modelled: always 0, with NULL arrays. The legacy
+    /// default stream while a blocking stream of its context is capturing is
+    /// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`.
+    fn cuStreamGetCaptureInfo_v3(
+        stream: CUstream,
+        status_out: *mut CUstreamCaptureStatus,
+        id_out: *mut cuuint64_t,
+        graph_out: *mut CUgraph,
+        dependencies_out: *mut *const CUgraphNode,
+        edge_data_out: *mut *const CUgraphEdgeData,
+        count_out: *mut usize,
+    ) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        st.check_implicit(i, false)?;
+        let status = st.capture_status(i);
+        let (id, graph) = match st.streams[i].capture {
+            Some(id) if status == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {
+                (id, st.captures[&id].graph)
+            }
+            Some(id) => (id, 0),
+            None => (0, 0),
+        };
+        // SAFETY: each is NULL or an out-pointer of its type (contract); NULL ones are skipped.
+        unsafe {
+            maybe_out(status_out, status);
+            maybe_out(id_out, id);
+            maybe_out(graph_out, ptr(graph));
+            maybe_out(dependencies_out, std::ptr::null());
+            maybe_out(edge_data_out, std::ptr::null());
+            maybe_out(count_out, 0);
+        }
+        Ok(())
+    }
+
+    /// Operations enqueued on the stream (and on streams that join the capture through
+    /// events) become nodes of a graph and do not run; see the crate documentation. The legacy
+    /// default stream cannot be captured (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`); a stream
+    /// already capturing is `CUDA_ERROR_ILLEGAL_STATE`.
     fn cuStreamBeginCapture_v2(stream: CUstream, mode: CUstreamCaptureMode) {
         let mut st = state();
         let i = st.stream(h(stream))?;
         st.begin_capture(i, mode)
     }
 
+    /// Ends the capture begun on `stream`, for every stream in it, and returns its graph.
+    /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` or `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` (a stream
+    /// that joined was not joined back) end it with a NULL graph;
+    /// `CUDA_ERROR_STREAM_CAPTURE_UNMATCHED` (not the origin stream, and the capture is
+    /// invalidated), `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` and `CUDA_ERROR_ILLEGAL_STATE` (not
+    /// capturing) leave it as it is; a NULL `graph` is `CUDA_ERROR_INVALID_VALUE`.
     fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) {
+        if graph.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
         let mut st = state();
         let i = st.stream(h(stream))?;
-        let capture = st.streams[i].capture.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-        if capture.thread != std::thread::current().id()
-            && capture.mode != CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED
-        {
-            st.streams[i].capture = Some(capture);
-            return Err(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+        match st.end_capture(i) {
+            Ok(g) => {
+                // SAFETY: an out-pointer, not NULL.
+                unsafe { out(graph, ptr(g)) }
+            }
+            Err(e) => {
+                if matches!(
+                    e,
+                    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED | CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+                ) {
+                    // SAFETY: an out-pointer, not NULL.
+                    unsafe { out(graph, std::ptr::null_mut())? };
+                }
+                Err(e)
+            }
         }
-        if capture.invalidated {
-            // SAFETY: an out-pointer.
-            unsafe { out(graph, std::ptr::null_mut())? };
-            return Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-        }
-        let g = st.handle();
-        st.graphs.insert(g);
-        // SAFETY: an out-pointer.
-        unsafe { out(graph, ptr(g)) }
     }
 
     fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) {
@@ -469,10 +524,109 @@ driver! {
         unsafe { *mode = engine::exchange_capture_mode(*mode) };
         Ok(())
     }
+}
 
-    /// Graphs from captures can be destroyed; they cannot be instantiated.
+// ---------------------------------------------------------------------------------------------
+// Graphs (from stream capture only)
+
+/// `CUDA_GRAPH_INSTANTIATE_FLAG_*`: auto-free on launch, upload, device launch, node priority.
+const INSTANTIATE_AUTO_FREE: u64 = 0x1;
+const INSTANTIATE_KNOWN: u64 = 0x1 | 0x2 | 0x4 | 0x8;
+const INSTANTIATE_DEVICE_LAUNCH: u64 = 0x4;
+
+/// Instantiates `graph` with `flags`: auto-free on launch and node priorities have no effect
+/// (no graph memory nodes, no concurrency), an upload has nothing to do; device launch is not
+/// modelled (`CUDA_ERROR_NOT_SUPPORTED`), and `CUDA_ERROR_INVALID_VALUE` with auto-free.
+fn instantiate(exec: *mut CUgraphExec, graph: CUgraph, flags: u64) -> Res {
+    if exec.is_null() || flags & !INSTANTIATE_KNOWN != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if flags & INSTANTIATE_DEVICE_LAUNCH != 0 {
+        if flags & INSTANTIATE_AUTO_FREE != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        crate::stubs::unsupported("CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH");
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let mut st = state();
+    st.check_init()?;
+    let e = st.instantiate(h(graph))?;
+    // SAFETY: an out-pointer, not NULL.
+    unsafe { out(exec, ptr(e)) }
+}
+
+driver! {
+    /// Destroys a graph from `cuStreamEndCapture`; executable graphs made from it stay usable.
     fn cuGraphDestroy(graph: CUgraph) {
-        if state().graphs.remove(&h(graph)) {
+        if state().graphs.remove(&h(graph)).is_some() {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+
+    /// An executable graph of a graph from `cuStreamEndCapture`: a copy of its nodes,
+    /// independent of the graph afterwards. Flags as `CUDA_GRAPH_INSTANTIATE_FLAG_*`; device
+    /// launch is `CUDA_ERROR_NOT_SUPPORTED`.
+    fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, flags: c_ulonglong) {
+        instantiate(exec, graph, flags)
+    }
+
+    /// As `cuGraphInstantiateWithFlags`, with `params.flags`; sets `result_out`
+    /// (`CUDA_GRAPH_INSTANTIATE_SUCCESS`, or `CUDA_GRAPH_INSTANTIATE_ERROR` with the error
+    /// returned) and `hErrNode_out` (NULL). An upload stream is checked, and has nothing to do.
+    fn cuGraphInstantiateWithParams(
+        exec: *mut CUgraphExec,
+        graph: CUgraph,
+        params: *mut CUDA_GRAPH_INSTANTIATE_PARAMS,
+    ) {
+        if params.is_null() {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        // SAFETY: not NULL; a valid, writable parameter block (contract).
+        let p = unsafe { &mut *params };
+        p.hErrNode_out = std::ptr::null_mut();
+        let result = (|| {
+            if p.flags & 0x2 != 0 {
+                state().stream(h(p.hUploadStream))?;
+            }
+            instantiate(exec, graph, p.flags)
+        })();
+        p.result_out = if result.is_ok() {
+            CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS
+        } else {
+            CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_ERROR
+        };
+        result
+    }
+
+    /// Destroys an executable graph; launches already enqueued still run.
+    fn cuGraphExecDestroy(exec: CUgraphExec) {
+        if state().execs.remove(&h(exec)).is_some() {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_INVALID_VALUE)
+        }
+    }
+
+    /// Enqueues the graph's nodes on `stream`, in captured order, after the stream's earlier
+    /// work and after the previous launch of `exec` (launches of one executable graph are
+    /// ordered). Each node is enqueued like the operation it was captured from, so legacy
+    /// stream barriers and the checker apply with the launch stream's order; device addresses
+    /// are resolved at each launch (freed memory is reported as a use after free, and the
+    /// launch is `CUDA_ERROR_INVALID_VALUE` with nothing enqueued). A capturing `stream` (a
+    /// child graph) is `CUDA_ERROR_NOT_SUPPORTED` and invalidates its capture.
+    fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) {
+        let mut st = state();
+        let i = st.stream(h(stream))?;
+        st.launch(h(exec), i)
+    }
+
+    /// Checks the handles; there is nothing to upload to a simulated device.
+    fn cuGraphUpload(exec: CUgraphExec, stream: CUstream) {
+        let mut st = state();
+        st.stream(h(stream))?;
+        if st.execs.contains_key(&h(exec)) {
             Ok(())
         } else {
             Err(CUDA_ERROR_INVALID_VALUE)
@@ -491,21 +645,29 @@ driver! {
         let mut st = state();
         let ctx = st.current()?;
         let handle = st.handle();
-        st.events.insert(handle, Event { ctx, flags, recorded: None });
+        st.events.insert(handle, Event { ctx, flags, last: LastRecord::Never });
         // SAFETY: an out-pointer, not NULL.
         unsafe { out(ph, ptr(handle)) }
     }
 
-    /// Captures the stream's position now; the stream must be in the event's context.
+    /// Captures the stream's position now; the stream must be in the event's context. On a
+    /// capturing stream, the record is inside the capture: only streams of the capture may
+    /// wait on it (a stream outside any capture that does joins it), and host queries and
+    /// waits are `CUDA_ERROR_CAPTURED_EVENT` until the event is recorded again.
     fn cuEventRecord(event: CUevent, stream: CUstream) {
-        record(event, stream)
+        record(event, stream, 0)
     }
 
-    fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, _flags: c_uint) {
-        record(event, stream)
+    /// As `cuEventRecord`; flags 0 or `CU_EVENT_RECORD_EXTERNAL` (0x1): on a capturing stream,
+    /// an event-record node of the graph, which records the event at that point of each
+    /// launch (the event itself is left as it was); elsewhere, no effect.
+    fn cuEventRecordWithFlags(event: CUevent, stream: CUstream, flags: c_uint) {
+        record(event, stream, flags)
     }
 
     /// `CUDA_SUCCESS` once the recorded position has completed (or if never recorded).
+    /// `CUDA_ERROR_CAPTURED_EVENT` if last recorded in a stream capture (which is
+    /// invalidated if still under way).
     fn cuEventQuery(event: CUevent) {
         let mut st = state();
         if let Some(r) = recorded_for_host(&mut st, event)? {
@@ -540,8 +702,11 @@ driver! {
             if ev.flags & DISABLE_TIMING != 0 {
                 return Err(CUDA_ERROR_INVALID_HANDLE);
             }
-            let r = ev.recorded.as_ref().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-            Ok(*engine::lock(&r.done_at))
+            match &ev.last {
+                LastRecord::Stream(r) => Ok(*engine::lock(&r.done_at)),
+                LastRecord::Capture { .. } => Err(CUDA_ERROR_CAPTURED_EVENT),
+                LastRecord::Never => Err(CUDA_ERROR_INVALID_HANDLE),
+            }
         };
         let (Some(a), Some(b)) = (stamp(start)?, stamp(end)?) else {
             return Err(CUDA_ERROR_NOT_READY);
@@ -557,20 +722,37 @@ driver! {
 }
 
 /// The position an event was last recorded at (`None`: never recorded), for a host query or
-/// wait, which a stream capture in progress may forbid.
+/// wait: `CUDA_ERROR_CAPTURED_EVENT` for an event last recorded in a stream capture (invalidated
+/// if still under way), and refused while a stream capture forbids potentially unsafe calls.
 fn recorded_for_host(st: &mut State, event: CUevent) -> Res<Option<engine::Recorded>> {
     st.check_init()?;
-    let recorded = st
+    let last = st
         .events
         .get(&h(event))
         .ok_or(CUDA_ERROR_INVALID_HANDLE)?
-        .recorded
+        .last
         .clone();
+    let recorded = match last {
+        LastRecord::Never => None,
+        LastRecord::Stream(r) => Some(r),
+        LastRecord::Capture { id, .. } => {
+            st.invalidate(id);
+            return Err(CUDA_ERROR_CAPTURED_EVENT);
+        }
+    };
     st.check_capture_safe()?;
     Ok(recorded)
 }
 
-fn record(event: CUevent, stream: CUstream) -> Res {
+/// `CU_EVENT_RECORD_EXTERNAL`.
+const RECORD_EXTERNAL: c_uint = 0x1;
+/// `CU_EVENT_WAIT_EXTERNAL`.
+const WAIT_EXTERNAL: c_uint = 0x1;
+
+fn record(event: CUevent, stream: CUstream, flags: c_uint) -> Res {
+    if flags & !RECORD_EXTERNAL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
     let mut st = state();
     let i = st.stream(h(stream))?;
     let ctx = st
@@ -581,9 +763,7 @@ fn record(event: CUevent, stream: CUstream) -> Res {
     if ctx != st.streams[i].ctx {
         return Err(CUDA_ERROR_INVALID_HANDLE);
     }
-    let r = st.record(i)?;
-    st.events.get_mut(&h(event)).expect("checked").recorded = Some(r);
-    Ok(())
+    st.record_event(i, h(event), flags & RECORD_EXTERNAL != 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -604,13 +784,15 @@ driver! {
     }
 
     /// Stream-ordered allocation: work not ordered after this point of `stream` that touches
-    /// the memory is a violation.
+    /// the memory is a violation. On a capturing stream (graph memory nodes), not modelled:
+    /// `CUDA_ERROR_NOT_SUPPORTED`, and the capture is invalidated.
     fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytes: usize, stream: CUstream) {
         if dptr.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let mut st = state();
         let i = st.stream(h(stream))?;
+        refuse_in_capture(&mut st, i, "cuMemAllocAsync")?;
         let ctx = st.streams[i].ctx;
         let p = st.alloc(bytes, ctx, Some(i))?;
         // SAFETY: an out-pointer, not NULL.
@@ -626,10 +808,12 @@ driver! {
         st.free(dptr, None, "cuMemFree")
     }
 
-    /// A stream-ordered free: every access must be ordered before this point of `stream`.
+    /// A stream-ordered free: every access must be ordered before this point of `stream`. On
+    /// a capturing stream, not modelled, as for `cuMemAllocAsync`.
     fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) {
         let mut st = state();
         let i = st.stream(h(stream))?;
+        refuse_in_capture(&mut st, i, "cuMemFreeAsync")?;
         st.free(dptr, Some(i), "cuMemFreeAsync")
     }
 
@@ -689,6 +873,18 @@ driver! {
         }
         Ok(())
     }
+}
+
+/// Stream-ordered allocation in a stream capture (graph memory nodes) is not modelled:
+/// `CUDA_ERROR_NOT_SUPPORTED` on a capturing stream, which invalidates its capture.
+fn refuse_in_capture(st: &mut State, i: usize, op: &str) -> Res {
+    st.check_implicit(i, true)?;
+    if st.streams[i].capture.is_some() {
+        crate::stubs::unsupported(&format!("{op} in a stream capture"));
+        st.invalidate_stream_capture(i);
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    Ok(())
 }
 
 fn alloc_host(pp: *mut *mut c_void, bytes: usize) -> Res {
@@ -792,7 +988,7 @@ unsafe fn write_attribute(
 
 /// One side of a copy as the caller named it.
 #[derive(Clone, Copy)]
-enum Side {
+pub(crate) enum Side {
     Device(CUdeviceptr),
     Host(usize),
 }
@@ -806,13 +1002,21 @@ enum Mode {
     Sync,
 }
 
-struct CopyRequest {
+/// A copy of `height` rows of `width` bytes; pitches in bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct CopyRequest {
     src: Side,
     src_pitch: usize,
     dst: Side,
     dst_pitch: usize,
     width: usize,
     height: usize,
+}
+
+/// A copy or memset ready to enqueue: its accesses for the checker and its work.
+pub(crate) struct Prepared {
+    pub(crate) accesses: Vec<(engine::Alloc, Pattern, bool)>,
+    pub(crate) work: Work,
 }
 
 /// The bytes one side of a copy touches, from its first byte.
@@ -881,7 +1085,108 @@ fn device_side(st: &mut State, p: CUdeviceptr, len: usize, op: &str) -> Res<engi
     }
 }
 
-fn copy(op: &str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
+/// What a violation report calls operation `op`: its name, and the graph launch replaying it.
+fn described(op: &str, replay: Option<&str>) -> String {
+    match replay {
+        Some(launch) => format!("{op} (replayed by {launch})"),
+        None => op.to_string(),
+    }
+}
+
+/// Resolves the sides of a copy and makes its work; also says whether the destination is
+/// pageable host memory. A direct call (`replay` is `None`) stages a pageable source now (the
+/// caller may reuse it on return); a graph launch (`replay` names it) replaying a captured copy
+/// needs its host memory still pinned, or reports a violation and refuses it
+/// (`CUDA_ERROR_INVALID_VALUE`). Freed device memory is reported as a use after free.
+pub(crate) fn prepare_copy(
+    st: &mut State,
+    op: &str,
+    r: &CopyRequest,
+    replay: Option<&str>,
+) -> Res<(Prepared, bool)> {
+    let what = described(op, replay);
+    let mut accesses = Vec::new();
+    let src = match r.src {
+        Side::Device(p) => {
+            let pattern = pattern_of(r, r.src_pitch);
+            device_loc(st, p, pattern, false, &what, &mut accesses)?
+        }
+        Side::Host(addr) => {
+            let len = extent(r, r.src_pitch);
+            if host_is_pinned(st, addr, len)? {
+                Loc::Host(addr)
+            } else if replay.is_some() {
+                return Err(no_longer_pinned(st, &what, addr));
+            } else {
+                let mut staged = vec![0u8; len];
+                // SAFETY: the caller's source of `len` bytes (contract).
+                unsafe { engine::copy_bytes(staged.as_mut_ptr(), addr as *const u8, len) };
+                Loc::Staged(Arc::new(staged), 0)
+            }
+        }
+    };
+    let (dst, pageable_dst) = match r.dst {
+        Side::Device(p) => {
+            let pattern = pattern_of(r, r.dst_pitch);
+            let loc = device_loc(st, p, pattern, true, &what, &mut accesses)?;
+            (loc, false)
+        }
+        Side::Host(addr) => {
+            let pinned = host_is_pinned(st, addr, extent(r, r.dst_pitch))?;
+            if !pinned && replay.is_some() {
+                return Err(no_longer_pinned(st, &what, addr));
+            }
+            (Loc::Host(addr), !pinned)
+        }
+    };
+    let job = Copy2D {
+        src,
+        src_pitch: r.src_pitch,
+        dst,
+        dst_pitch: r.dst_pitch,
+        width: r.width,
+        height: r.height,
+    };
+    let work: Work = Box::new(move || job.run());
+    Ok((Prepared { accesses, work }, pageable_dst))
+}
+
+/// Reports a replayed copy whose host memory is no longer pinned (freed with
+/// `cuMemFreeHost`): what it touched may be any memory of the process by now.
+fn no_longer_pinned(st: &mut State, what: &str, addr: usize) -> CUresult {
+    st.checker.misuse(format!(
+        "{what} touches host memory at {addr:#x}, which is no longer pinned host memory \
+         (freed with cuMemFreeHost); the launch was refused"
+    ));
+    CUDA_ERROR_INVALID_VALUE
+}
+
+/// Checks a copy enqueued on capturing stream `i`: device sides in live allocations
+/// (`CUDA_ERROR_INVALID_VALUE`), host sides in pinned memory. A copy involving pageable host
+/// memory is refused with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` and invalidates the capture:
+/// its bytes would have to be taken at capture time or read at each launch, and the simulator
+/// does neither.
+fn check_capturable_copy(st: &mut State, i: usize, r: &CopyRequest) -> Res {
+    for (side, pitch) in [(r.src, r.src_pitch), (r.dst, r.dst_pitch)] {
+        let len = extent(r, pitch);
+        match side {
+            Side::Device(p) => {
+                if !matches!(st.memory.resolve(p, len), Resolved::Live(_)) {
+                    return Err(CUDA_ERROR_INVALID_VALUE);
+                }
+            }
+            Side::Host(addr) => {
+                if !host_is_pinned(st, addr, len)? {
+                    st.invalidate_stream_capture(i);
+                    return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn copy(op: &'static str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
     if r.width == 0 || r.height == 0 {
         return Ok(());
     }
@@ -894,52 +1199,14 @@ fn copy(op: &str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
             st.check_capture_safe()?;
         }
         let i = st.stream(h(stream))?;
-        let mut accesses = Vec::new();
-        let src = match r.src {
-            Side::Device(p) => device_loc(
-                &mut st,
-                p,
-                pattern_of(&r, r.src_pitch),
-                false,
-                op,
-                &mut accesses,
-            )?,
-            Side::Host(addr) => {
-                let len = extent(&r, r.src_pitch);
-                if host_is_pinned(&st, addr, len)? {
-                    Loc::Host(addr)
-                } else {
-                    // Pageable memory is staged now: the caller may reuse it on return.
-                    let mut staged = vec![0u8; len];
-                    // SAFETY: the caller's source of `len` bytes (contract).
-                    unsafe { engine::copy_bytes(staged.as_mut_ptr(), addr as *const u8, len) };
-                    Loc::Staged(Arc::new(staged), 0)
-                }
-            }
-        };
-        let (dst, pageable_dst) = match r.dst {
-            Side::Device(p) => {
-                let pattern = pattern_of(&r, r.dst_pitch);
-                (
-                    device_loc(&mut st, p, pattern, true, op, &mut accesses)?,
-                    false,
-                )
-            }
-            Side::Host(addr) => (
-                Loc::Host(addr),
-                !host_is_pinned(&st, addr, extent(&r, r.dst_pitch))?,
-            ),
-        };
-        let job = Copy2D {
-            src,
-            src_pitch: r.src_pitch,
-            dst,
-            dst_pitch: r.dst_pitch,
-            width: r.width,
-            height: r.height,
-        };
-        let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
-        st.enqueue(i, op, &refs, None, Some(Box::new(move || job.run())))?;
+        if st.capturing(i)?.is_some() {
+            check_capturable_copy(&mut st, i, &r)?;
+            st.add_node(i, Node::Copy { op, req: r });
+            return Ok(());
+        }
+        let (p, pageable_dst) = prepare_copy(&mut st, op, &r, None)?;
+        let refs: Vec<_> = p.accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
+        st.enqueue(i, op, &refs, None, Some(p.work))?;
         match mode {
             Mode::Sync => Some(st.waiter(i)),
             // "For transfers from device memory to pageable host memory, the function will
@@ -1029,7 +1296,8 @@ fn copy_2d(c: *const CUDA_MEMCPY2D, stream: CUstream, mode: Mode) -> Res {
 }
 
 /// A memset of `height` rows of `n` values of `size` bytes (1 or 4), rows `pitch` bytes apart.
-struct Fill {
+#[derive(Clone, Copy)]
+pub(crate) struct Fill {
     value: u32,
     size: usize,
     n: usize,
@@ -1037,48 +1305,80 @@ struct Fill {
     height: usize,
 }
 
-fn memset(op: &str, dst: CUdeviceptr, f: Fill, stream: CUstream, mode: Mode) -> Res {
+impl Fill {
+    /// Bytes per row and bytes from the first to one past the last (`None` on overflow).
+    fn extent(&self) -> Option<(usize, usize)> {
+        let width = self.n.checked_mul(self.size)?;
+        let extent = (self.height - 1)
+            .checked_mul(self.pitch)
+            .and_then(|rows| rows.checked_add(width))?;
+        Some((width, extent))
+    }
+}
+
+/// Resolves a memset's destination and makes its work (see [`prepare_copy`] for `replay`).
+pub(crate) fn prepare_memset(
+    st: &mut State,
+    op: &str,
+    dst: CUdeviceptr,
+    f: &Fill,
+    replay: Option<&str>,
+) -> Res<Prepared> {
+    let (width, extent) = f.extent().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let a = device_side(st, dst, extent, &described(op, replay))?;
+    let offset = (dst - a.base) as usize;
+    let buf = a.buf.clone();
+    let f = *f;
+    let work: Work = Box::new(move || {
+        for row in 0..f.height {
+            let p = buf.ptr().wrapping_add(offset + row * f.pitch);
+            // SAFETY: every row lies in the allocation (checked against `extent`), which
+            // `buf` keeps alive; rows are aligned to `size` (`dst` and `pitch` are).
+            unsafe {
+                if f.size == 4 {
+                    engine::fill_u32(p, f.value, f.n)
+                } else {
+                    engine::fill_u8(p, f.value as u8, f.n)
+                }
+            }
+        }
+    });
+    let p = Pattern {
+        start: offset as u64,
+        width: width as u64,
+        pitch: f.pitch.max(width) as u64,
+        height: f.height as u64,
+    };
+    Ok(Prepared {
+        accesses: vec![(a, p, true)],
+        work,
+    })
+}
+
+fn memset(op: &'static str, dst: CUdeviceptr, f: Fill, stream: CUstream, mode: Mode) -> Res {
     if f.n == 0 || f.height == 0 {
         return Ok(());
     }
-    let width = f.n.checked_mul(f.size).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let (width, extent) = f.extent().ok_or(CUDA_ERROR_INVALID_VALUE)?;
     if dst % f.size as u64 != 0 || (f.height > 1 && (f.pitch < width || f.pitch % f.size != 0)) {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let extent = (f.height - 1)
-        .checked_mul(f.pitch)
-        .and_then(|rows| rows.checked_add(width))
-        .ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let waiter = {
         let mut st = state();
         if mode == Mode::Sync {
             st.check_capture_safe()?;
         }
         let i = st.stream(h(stream))?;
-        let a = device_side(&mut st, dst, extent, op)?;
-        let offset = (dst - a.base) as usize;
-        let buf = a.buf.clone();
-        let work: Work = Box::new(move || {
-            for row in 0..f.height {
-                let p = buf.ptr().wrapping_add(offset + row * f.pitch);
-                // SAFETY: every row lies in the allocation (checked against `extent`), which
-                // `buf` keeps alive; rows are aligned to `size` (`dst` and `pitch` are).
-                unsafe {
-                    if f.size == 4 {
-                        engine::fill_u32(p, f.value, f.n)
-                    } else {
-                        engine::fill_u8(p, f.value as u8, f.n)
-                    }
-                }
+        if st.capturing(i)?.is_some() {
+            if !matches!(st.memory.resolve(dst, extent), Resolved::Live(_)) {
+                return Err(CUDA_ERROR_INVALID_VALUE);
             }
-        });
-        let p = Pattern {
-            start: offset as u64,
-            width: width as u64,
-            pitch: f.pitch.max(width) as u64,
-            height: f.height as u64,
-        };
-        st.enqueue(i, op, &[(&a, p, true)], None, Some(work))?;
+            st.add_node(i, Node::Memset { op, dst, fill: f });
+            return Ok(());
+        }
+        let p = prepare_memset(&mut st, op, dst, &f, None)?;
+        let refs: Vec<_> = p.accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
+        st.enqueue(i, op, &refs, None, Some(p.work))?;
         (mode == Mode::Sync).then(|| st.waiter(i))
     };
     if let Some(w) = waiter {

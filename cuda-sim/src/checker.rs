@@ -279,6 +279,12 @@ impl Checker {
         ));
     }
 
+    /// A misuse of the driver API that a GPU would turn into undefined behaviour (such as a
+    /// graph launch reaching a destroyed event), described by `text`.
+    pub(crate) fn misuse(&mut self, text: String) {
+        self.violation(text);
+    }
+
     /// Drops records that the host knows to be complete: every later operation is enqueued
     /// after the host's clock and so is ordered after them.
     pub(crate) fn prune(&mut self, host: &VClock) {

@@ -6,15 +6,16 @@
 //! takes the global lock, so a host function running on a stream may call the driver.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::Instant;
 
-use cudarc::driver::sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cudarc::driver::sys::{CUresult, CUstreamCaptureMode};
 
 use crate::checker::{Actor, AllocInfo, Checker, HOST, Pattern, VClock};
+use crate::graph::{CaptureSeq, Exec, Graph};
 
 pub(crate) type Handle = usize;
 pub(crate) type Res<T = ()> = Result<T, CUresult>;
@@ -127,15 +128,6 @@ pub(crate) enum Kind {
 /// `CU_STREAM_NON_BLOCKING`.
 pub(crate) const NON_BLOCKING: u32 = 0x1;
 
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Capture {
-    pub(crate) mode: CUstreamCaptureMode,
-    pub(crate) thread: ThreadId,
-    pub(crate) invalidated: bool,
-    /// Which capture sequence (events recorded in it may be waited on inside it).
-    pub(crate) id: u64,
-}
-
 /// The enqueue half of a stream.
 pub(crate) struct Stream {
     pub(crate) core: Arc<StreamCore>,
@@ -144,9 +136,13 @@ pub(crate) struct Stream {
     pub(crate) kind: Kind,
     submitted: u64,
     clock: VClock,
-    pub(crate) capture: Option<Capture>,
+    /// The capture sequence the stream is in (its origin or a stream that joined it), by id.
+    pub(crate) capture: Option<u64>,
+    /// While capturing: the nodes of the capture's graph that the stream's next node depends
+    /// on (indices into [`CaptureSeq::nodes`]).
+    pub(crate) frontier: Vec<usize>,
     pub(crate) destroyed: bool,
-    label: Arc<str>,
+    pub(crate) label: Arc<str>,
 }
 
 impl Stream {
@@ -164,7 +160,7 @@ pub(crate) struct Context {
     pub(crate) retained: u32,
     pub(crate) legacy: usize,
     /// Blocking streams (created or per-thread), which the legacy stream synchronizes with.
-    blocking: Vec<usize>,
+    pub(crate) blocking: Vec<usize>,
     /// Every stream of the context, for `cuCtxSynchronize`.
     all: Vec<usize>,
     pub(crate) destroyed: bool,
@@ -177,14 +173,24 @@ pub(crate) struct Recorded {
     pub(crate) seq: u64,
     pub(crate) clock: VClock,
     pub(crate) done_at: Arc<Mutex<Option<Instant>>>,
-    /// The capture sequence the record was made in, if any.
-    pub(crate) capture: Option<u64>,
+}
+
+/// An event's most recent record.
+#[derive(Clone)]
+pub(crate) enum LastRecord {
+    /// Never recorded: an empty set of work, complete.
+    Never,
+    /// Recorded on a stream that was not capturing: a position of that stream.
+    Stream(Recorded),
+    /// Recorded (with default flags) on a stream capturing into capture sequence `id`: a set
+    /// of nodes of that capture's graph, which only streams of that capture may wait on.
+    Capture { id: u64, frontier: Vec<usize> },
 }
 
 pub(crate) struct Event {
     pub(crate) ctx: Handle,
     pub(crate) flags: u32,
-    pub(crate) recorded: Option<Recorded>,
+    pub(crate) last: LastRecord,
 }
 
 /// `CU_EVENT_DISABLE_TIMING`.
@@ -514,7 +520,12 @@ pub(crate) struct State {
     by_handle: HashMap<Handle, usize>,
     per_thread: HashMap<(ThreadId, Handle), usize>,
     pub(crate) events: HashMap<Handle, Event>,
-    pub(crate) graphs: HashSet<Handle>,
+    /// Capture sequences under way (begun and not yet ended), by id.
+    pub(crate) captures: HashMap<u64, CaptureSeq>,
+    /// Graphs returned by `cuStreamEndCapture` and not destroyed.
+    pub(crate) graphs: HashMap<Handle, Graph>,
+    /// Executable graphs (`cuGraphInstantiate*`) not destroyed.
+    pub(crate) execs: HashMap<Handle, Exec>,
     pub(crate) memory: Memory,
     host: VClock,
     host_seq: u64,
@@ -522,7 +533,7 @@ pub(crate) struct State {
     /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
     pub(crate) operations: HashMap<String, u64>,
     next_handle: Handle,
-    next_capture: u64,
+    pub(crate) next_capture: u64,
 }
 
 impl State {
@@ -536,7 +547,9 @@ impl State {
             by_handle: HashMap::new(),
             per_thread: HashMap::new(),
             events: HashMap::new(),
-            graphs: HashSet::new(),
+            captures: HashMap::new(),
+            graphs: HashMap::new(),
+            execs: HashMap::new(),
             memory: Memory {
                 live: BTreeMap::new(),
                 freed: BTreeMap::new(),
@@ -646,6 +659,7 @@ impl State {
             submitted: 0,
             clock: VClock::default(),
             capture: None,
+            frontier: Vec::new(),
             destroyed: false,
             label,
         };
@@ -694,6 +708,7 @@ impl State {
     }
 
     pub(crate) fn destroy_stream(&mut self, i: usize) {
+        self.leave_capture(i);
         let s = &mut self.streams[i];
         s.destroyed = true;
         s.core.close();
@@ -730,17 +745,15 @@ impl State {
         }
         let me = std::thread::current().id();
         let mut refused = false;
-        for s in self.streams.iter_mut() {
-            if let Some(c) = &mut s.capture {
-                let applies = match c.mode {
-                    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL => true,
-                    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => c.thread == me,
-                    _ => false,
-                };
-                if applies {
-                    c.invalidated = true;
-                    refused = true;
-                }
+        for c in self.captures.values_mut() {
+            let applies = match c.mode {
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL => true,
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => c.thread == me,
+                _ => false,
+            };
+            if applies {
+                c.invalidated = true;
+                refused = true;
             }
         }
         if refused {
@@ -750,36 +763,15 @@ impl State {
         }
     }
 
-    pub(crate) fn begin_capture(&mut self, i: usize, mode: CUstreamCaptureMode) -> Res {
-        let s = &self.streams[i];
-        if s.kind == Kind::Legacy {
-            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        }
-        if s.capture.is_some() {
-            return Err(CUDA_ERROR_ILLEGAL_STATE);
-        }
-        self.next_capture += 1;
-        self.streams[i].capture = Some(Capture {
-            mode,
-            thread: std::thread::current().id(),
-            invalidated: false,
-            id: self.next_capture,
-        });
-        Ok(())
-    }
-
-    pub(crate) fn capture_status(&self, i: usize) -> CUstreamCaptureStatus {
-        match &self.streams[i].capture {
-            None => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE,
-            Some(c) if c.invalidated => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED,
-            Some(_) => CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
-        }
-    }
-
     /// Enqueues an operation on stream `i`: it runs after the stream's earlier work, after
     /// `wait` (a recorded event's position), and with the legacy default stream's barriers;
-    /// its accesses are checked against the happens-before order. While the stream is being
-    /// captured the operation goes into the capture and does not run.
+    /// its accesses are checked against the happens-before order.
+    ///
+    /// The legacy default stream is unusable while a blocking stream of its context captures
+    /// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`, which invalidates those captures). Operations that
+    /// can be captured are put into the capture by their callers before they get here; any
+    /// other reaching a capturing stream is refused with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`
+    /// and invalidates the capture.
     pub(crate) fn enqueue(
         &mut self,
         i: usize,
@@ -788,12 +780,9 @@ impl State {
         wait: Option<&Recorded>,
         work: Option<Work>,
     ) -> Res<u64> {
-        if let Some(c) = &self.streams[i].capture {
-            return if c.invalidated {
-                Err(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-            } else {
-                Ok(self.streams[i].submitted)
-            };
+        if self.capturing(i)?.is_some() {
+            self.invalidate_stream_capture(i);
+            return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
         *self.operations.entry(op.to_string()).or_default() += 1;
         let mut deps = Vec::new();
@@ -842,8 +831,19 @@ impl State {
             seq,
             clock: s.clock.clone(),
             done_at,
-            capture: s.capture.map(|c| c.id),
         })
+    }
+
+    /// Stream `i`'s position now (everything enqueued on it so far), as a record that later
+    /// work can wait for.
+    pub(crate) fn position(&self, i: usize) -> Recorded {
+        let s = &self.streams[i];
+        Recorded {
+            core: s.core.clone(),
+            seq: s.submitted,
+            clock: s.clock.clone(),
+            done_at: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// A host wait for everything enqueued on stream `i` so far.

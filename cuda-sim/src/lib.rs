@@ -37,16 +37,90 @@
 //! streams (blocking and non-blocking), the legacy (`NULL`, `CU_STREAM_LEGACY`) and per-thread
 //! (`CU_STREAM_PER_THREAD`) default streams, events (positions, queries, waits, elapsed time),
 //! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
-//! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture status and
-//! the capture-mode rules for calls that may synchronize, error names and strings.
+//! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
+//! and their launch (below), error names and strings.
 //!
 //! Not modelled: kernels and modules (`cuLaunchKernel`, `cuModuleLoad*` return
-//! `CUDA_ERROR_NOT_SUPPORTED`), graphs beyond their capture, timing and throughput, unified
-//! memory faults and prefetching, peer access rules, IPC and multi-process use, and the device
-//! reset of a primary context whose retain count drops to zero (its state is kept). Every
-//! driver function that cudarc binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is
-//! exported; those not modelled return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr,
-//! once each. Nothing aborts, except on request.
+//! `CUDA_ERROR_NOT_SUPPORTED`), timing and throughput, unified memory faults and prefetching,
+//! peer access rules, IPC and multi-process use, and the device reset of a primary context
+//! whose retain count drops to zero (its state is kept). Every driver function that cudarc
+//! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
+//! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
+//! except on request.
+//!
+//! # Stream capture and graphs
+//!
+//! Capture (`cuStreamBeginCapture_v2`, `cuStreamEndCapture`): every operation enqueued on a
+//! capturing stream becomes a node of the capture's graph, in captured order, and does not
+//! run: 1-D and 2-D copies and memsets (their parameters kept; device addresses are resolved
+//! again at each launch), host functions (`cuLaunchHostFunc`: the function and its user data),
+//! and external event waits and records (below). A copy involving pageable host memory is
+//! refused on a capturing stream with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, which
+//! invalidates the capture (the simulator neither takes its bytes at capture time nor reads
+//! them at each launch); pinned memory (`cuMemHostAlloc`, `cuMemAllocHost_v2`) is read or
+//! written at each launch. Stream-ordered allocation (`cuMemAllocAsync`, `cuMemFreeAsync`) on a
+//! capturing stream is not modelled: `CUDA_ERROR_NOT_SUPPORTED`, and the capture is
+//! invalidated. Calls that may synchronize (`cuMemAlloc_v2`, `cuMemFree_v2`, synchronous copies
+//! and memsets, `cuCtxSynchronize`, `cuEventQuery`, `cuEventSynchronize`, the legacy stream's
+//! `cuStreamSynchronize`) are refused with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` while a
+//! capture in global mode is under way on any thread, or one in thread-local mode on the calling
+//! thread, unless the calling thread's mode (`cuThreadExchangeStreamCaptureMode`) is relaxed;
+//! the refusal invalidates those captures. Synchronizing or querying a capturing stream is
+//! refused likewise. While a blocking stream (created without `CU_STREAM_NON_BLOCKING`, or a
+//! per-thread default stream) is capturing, any use of the legacy default stream of its context
+//! is `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` and invalidates the capture, except
+//! `cuStreamIsCapturing` and `cuStreamGetCaptureInfo_v3`, which return that error and leave the
+//! capture valid. The legacy stream cannot be captured.
+//!
+//! Events and captures (`cuEventRecord`, `cuEventRecordWithFlags`, `cuStreamWaitEvent`): an
+//! event recorded on a capturing stream with default flags carries a dependency inside the
+//! capture only. A stream of the capture waiting on it depends on the nodes captured before the
+//! record; a stream that is not capturing and waits on it joins the capture (a fork: its later
+//! work goes into the same graph), and the origin stream waiting on an event recorded on the
+//! joined stream joins it back. `cuStreamEndCapture` on the origin ends the capture for all its
+//! streams; it fails with `CUDA_ERROR_STREAM_CAPTURE_UNJOINED` (and a NULL graph) if a node is
+//! not ordered before the origin's last nodes, and on another stream of the capture with
+//! `CUDA_ERROR_STREAM_CAPTURE_UNMATCHED`. A capturing stream waiting on an event recorded
+//! outside the capture is `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, on one recorded in another
+//! capture under way `CUDA_ERROR_STREAM_CAPTURE_MERGE`; both invalidate. With
+//! `CU_EVENT_WAIT_EXTERNAL` the wait is an event-wait node: each launch waits for the event's
+//! most recent record as of the `cuGraphLaunch` call (as `cuStreamWaitEvent` takes an event's
+//! record at call time); a never-recorded event, or one last recorded inside a capture, adds no
+//! wait. With `CU_EVENT_RECORD_EXTERNAL`, `cuEventRecordWithFlags` is an event-record node that
+//! records the event at that point of each launch. Host queries and waits of an event last
+//! recorded inside a capture (`cuEventQuery`, `cuEventSynchronize`, `cuEventElapsedTime_v2`)
+//! are `CUDA_ERROR_CAPTURED_EVENT` (invalidating the capture if still under way) until the
+//! event is recorded again outside a capture, and so is `cuStreamWaitEvent` on it from a stream
+//! outside any capture once that capture has ended.
+//!
+//! `cuStreamGetCaptureInfo_v3` gives the status, the capture sequence's id (unique, never 0
+//! for a capture under way, 0 with none) and the graph being built; it returns no dependencies
+//! (0, NULL arrays). `cuStreamIsCapturing` gives the status.
+//!
+//! Graphs: `cuStreamEndCapture` returns the graph (a node list); `cuGraphDestroy` destroys it.
+//! `cuGraphInstantiateWithFlags` and `cuGraphInstantiateWithParams` (which sets `result_out`)
+//! make an executable graph, a copy of the nodes that stays usable after `cuGraphDestroy`;
+//! `CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH` is `CUDA_ERROR_NOT_SUPPORTED`.
+//! `cuGraphExecDestroy` destroys it (launches already enqueued still run); `cuGraphUpload`
+//! has nothing to do. `cuGraphLaunch(exec, stream)` enqueues the nodes on the launch stream
+//! in captured order, each through the same path as the operation it was captured from: legacy
+//! stream barriers apply, the checker sees every access with the launch stream's order, and
+//! `cuSimOperations` counts each replayed operation under its usual name, plus one
+//! `cuGraphLaunch` per launch. Dependencies inside the capture need no operation in this
+//! serialized replay. A launch is ordered after the previous launch of the same executable
+//! graph (the driver orders launches of one executable graph), on whatever stream it ran.
+//! Every node is resolved at the launch call: memory freed since the capture is reported as a
+//! use after free and the launch is refused with `CUDA_ERROR_INVALID_VALUE`, nothing enqueued;
+//! an event-wait or event-record node whose event was destroyed is reported as a violation (the
+//! driver leaves it undefined) and adds no wait or record. Launching on a capturing stream (a
+//! child graph) is `CUDA_ERROR_NOT_SUPPORTED` and invalidates that capture.
+//!
+//! Not modelled for graphs: concurrency inside a graph (the replay is serialized in captured
+//! order on the launch stream, so a race between two branches of one graph is not reported),
+//! kernel nodes, graph memory nodes (`cuMemAllocAsync` in a capture), child graphs, graphs
+//! built or edited node by node (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphExecUpdate_v2`
+//! and the other `cuGraph*` functions are stubs), and capture into an existing graph
+//! (`cuStreamBeginCaptureToGraph`).
 
 #![allow(non_snake_case)]
 
@@ -54,6 +128,7 @@ mod api;
 mod checker;
 mod control;
 mod engine;
+mod graph;
 mod stubs;
 
 use std::sync::{LazyLock, Mutex};
@@ -138,6 +213,17 @@ pub(crate) unsafe fn out<T>(out: *mut T, value: T) -> Result<(), CUresult> {
     // SAFETY: not NULL, and valid for a write (caller).
     unsafe { out.write(value) };
     Ok(())
+}
+
+/// Writes a result through an optional out-pointer: nothing if it is NULL.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+pub(crate) unsafe fn maybe_out<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: not NULL, and valid for a write (caller).
+        unsafe { out.write(value) };
+    }
 }
 
 /// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function

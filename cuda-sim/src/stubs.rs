@@ -140,7 +140,6 @@ stub! {
     fn cuGraphEventWaitNodeSetEvent(_hNode: CUgraphNode, _event: CUevent);
     fn cuGraphExecBatchMemOpNodeSetParams(_hGraphExec: CUgraphExec, _hNode: CUgraphNode, _nodeParams: *const CUDA_BATCH_MEM_OP_NODE_PARAMS);
     fn cuGraphExecChildGraphNodeSetParams(_hGraphExec: CUgraphExec, _hNode: CUgraphNode, _childGraph: CUgraph);
-    fn cuGraphExecDestroy(_hGraphExec: CUgraphExec);
     fn cuGraphExecEventRecordNodeSetEvent(_hGraphExec: CUgraphExec, _hNode: CUgraphNode, _event: CUevent);
     fn cuGraphExecEventWaitNodeSetEvent(_hGraphExec: CUgraphExec, _hNode: CUgraphNode, _event: CUevent);
     fn cuGraphExecExternalSemaphoresSignalNodeSetParams(_hGraphExec: CUgraphExec, _hNode: CUgraphNode, _nodeParams: *const CUDA_EXT_SEM_SIGNAL_NODE_PARAMS);
@@ -163,14 +162,11 @@ stub! {
     fn cuGraphGetRootNodes(_hGraph: CUgraph, _rootNodes: *mut CUgraphNode, _numRootNodes: *mut usize);
     fn cuGraphHostNodeGetParams(_hNode: CUgraphNode, _nodeParams: *mut CUDA_HOST_NODE_PARAMS);
     fn cuGraphHostNodeSetParams(_hNode: CUgraphNode, _nodeParams: *const CUDA_HOST_NODE_PARAMS);
-    fn cuGraphInstantiateWithFlags(_phGraphExec: *mut CUgraphExec, _hGraph: CUgraph, _flags: ::core::ffi::c_ulonglong);
-    fn cuGraphInstantiateWithParams(_phGraphExec: *mut CUgraphExec, _hGraph: CUgraph, _instantiateParams: *mut CUDA_GRAPH_INSTANTIATE_PARAMS);
     fn cuGraphKernelNodeCopyAttributes(_dst: CUgraphNode, _src: CUgraphNode);
     fn cuGraphKernelNodeGetAttribute(_hNode: CUgraphNode, _attr: CUkernelNodeAttrID, _value_out: *mut CUkernelNodeAttrValue);
     fn cuGraphKernelNodeGetParams_v2(_hNode: CUgraphNode, _nodeParams: *mut CUDA_KERNEL_NODE_PARAMS);
     fn cuGraphKernelNodeSetAttribute(_hNode: CUgraphNode, _attr: CUkernelNodeAttrID, _value: *const CUkernelNodeAttrValue);
     fn cuGraphKernelNodeSetParams_v2(_hNode: CUgraphNode, _nodeParams: *const CUDA_KERNEL_NODE_PARAMS);
-    fn cuGraphLaunch(_hGraphExec: CUgraphExec, _hStream: CUstream);
     fn cuGraphMemAllocNodeGetParams(_hNode: CUgraphNode, _params_out: *mut CUDA_MEM_ALLOC_NODE_PARAMS);
     fn cuGraphMemFreeNodeGetParams(_hNode: CUgraphNode, _dptr_out: *mut CUdeviceptr);
     fn cuGraphMemcpyNodeGetParams(_hNode: CUgraphNode, _nodeParams: *mut CUDA_MEMCPY3D);
@@ -192,7 +188,6 @@ stub! {
     fn cuGraphReleaseUserObject(_graph: CUgraph, _object: CUuserObject, _count: ::core::ffi::c_uint);
     fn cuGraphRemoveDependencies_v2(_hGraph: CUgraph, _from: *const CUgraphNode, _to: *const CUgraphNode, _edgeData: *const CUgraphEdgeData, _numDependencies: usize);
     fn cuGraphRetainUserObject(_graph: CUgraph, _object: CUuserObject, _count: ::core::ffi::c_uint, _flags: ::core::ffi::c_uint);
-    fn cuGraphUpload(_hGraphExec: CUgraphExec, _hStream: CUstream);
     fn cuGraphicsMapResources(_count: ::core::ffi::c_uint, _resources: *mut CUgraphicsResource, _hStream: CUstream);
     fn cuGraphicsResourceGetMappedMipmappedArray(_pMipmappedArray: *mut CUmipmappedArray, _resource: CUgraphicsResource);
     fn cuGraphicsResourceGetMappedPointer_v2(_pDevPtr: *mut CUdeviceptr, _pSize: *mut usize, _resource: CUgraphicsResource);
@@ -381,7 +376,6 @@ stub! {
     fn cuStreamCopyAttributes(_dst: CUstream, _src: CUstream);
     fn cuStreamEndCaptureToCig(_hStream: CUstream);
     fn cuStreamGetAttribute(_hStream: CUstream, _attr: CUstreamAttrID, _value_out: *mut CUstreamAttrValue);
-    fn cuStreamGetCaptureInfo_v3(_hStream: CUstream, _captureStatus_out: *mut CUstreamCaptureStatus, _id_out: *mut cuuint64_t, _graph_out: *mut CUgraph, _dependencies_out: *mut *const CUgraphNode, _edgeData_out: *mut *const CUgraphEdgeData, _numDependencies_out: *mut usize);
     fn cuStreamGetCtx_v2(_hStream: CUstream, _pCtx: *mut CUcontext, _pGreenCtx: *mut CUgreenCtx);
     fn cuStreamGetDevResource(_hStream: CUstream, _resource: *mut CUdevResource, _type_: CUdevResourceType);
     fn cuStreamGetDevice(_hStream: CUstream, _device: *mut CUdevice);

@@ -1,8 +1,8 @@
 //! Conformance tests of the CUDA driver API semantics that the DLPack hand-off relies on: the
 //! stream position an event captures, never-recorded and re-recorded events, not-ready queries,
 //! the legacy and per-thread default streams against blocking and non-blocking streams, the
-//! per-thread context stack, pointer attributes, stream capture, copies and memsets, error codes
-//! and context synchronization.
+//! per-thread context stack, pointer attributes, stream capture into graphs and their launch,
+//! copies and memsets, error codes and context synchronization.
 //!
 //! Written against the driver API only (cudarc's raw `sys` functions), with no branch for any
 //! particular driver: the test command runs it on the CUDA simulator (`cuda-sim`, a stand-in
@@ -11,9 +11,10 @@
 //! [`Gate`]s (host functions that hold a stream until released), never by timing.
 #![cfg(feature = "cuda")]
 
-use std::ffi::{CStr, c_char, c_int};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
@@ -21,15 +22,19 @@ use std::time::Duration;
 use cudarc::driver::{CudaContext, sys};
 use dlpack_tests::gpu::{Gate, checker};
 use sys::CUresult;
-use sys::CUstreamCaptureMode::{CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED};
+use sys::CUstreamCaptureMode::{
+    CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+};
 use sys::CUstreamCaptureStatus::{
     CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_INVALIDATED,
     CU_STREAM_CAPTURE_STATUS_NONE,
 };
 use sys::cudaError_enum::{
     CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE,
-    CUDA_ERROR_NOT_READY as NOT_READY, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
-    CUDA_SUCCESS as SUCCESS,
+    CUDA_ERROR_NOT_READY as NOT_READY, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED, CUDA_SUCCESS as SUCCESS,
 };
 
 /// Elements (`u32`) of the test buffers.
@@ -1140,4 +1145,593 @@ fn two_dimensional_memsets_write_only_their_rows() {
     if let Some(c) = checker {
         c.assert_clean("2-D memsets");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream capture and graphs
+
+/// The capture status, id and graph of a stream (`cuStreamGetCaptureInfo_v3`).
+struct CaptureInfo {
+    status: sys::CUstreamCaptureStatus,
+    id: u64,
+    graph: sys::CUgraph,
+}
+
+impl Stream {
+    fn begin_capture(&self, mode: sys::CUstreamCaptureMode) {
+        // SAFETY: the handle is live and not capturing.
+        let result = unsafe { sys::cuStreamBeginCapture_v2(self.raw, mode) };
+        ok(result, "cuStreamBeginCapture");
+    }
+
+    /// `cuStreamEndCapture`: its result and the graph it gave (NULL on failure).
+    fn end_capture(&self) -> (CUresult, sys::CUgraph) {
+        let mut graph = null_mut();
+        // SAFETY: the handle is live; the out-pointer is a live local.
+        let result = unsafe { sys::cuStreamEndCapture(self.raw, &mut graph) };
+        (result, graph)
+    }
+
+    /// Ends a capture that must succeed, with its graph.
+    fn end_capture_graph(&self) -> Graph {
+        let (result, graph) = self.end_capture();
+        ok(result, "cuStreamEndCapture");
+        assert!(!graph.is_null(), "a successful capture gives a graph");
+        Graph(graph)
+    }
+
+    /// `cuStreamIsCapturing`: its result and the status (NONE unless it succeeded).
+    fn is_capturing(&self) -> (CUresult, sys::CUstreamCaptureStatus) {
+        let mut status = CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: the handle is live or special; the out-pointer is a live local.
+        let result = unsafe { sys::cuStreamIsCapturing(self.raw, &mut status) };
+        (result, status)
+    }
+
+    fn capture_info(&self) -> CaptureInfo {
+        let mut info = CaptureInfo {
+            status: CU_STREAM_CAPTURE_STATUS_NONE,
+            id: 0,
+            graph: null_mut(),
+        };
+        // SAFETY: the handle is live; the out-pointers are live locals or NULL (optional).
+        let result = unsafe {
+            sys::cuStreamGetCaptureInfo_v3(
+                self.raw,
+                &mut info.status,
+                &mut info.id,
+                &mut info.graph,
+                null_mut(),
+                null_mut(),
+                null_mut(),
+            )
+        };
+        ok(result, "cuStreamGetCaptureInfo_v3");
+        info
+    }
+
+    /// `cuStreamWaitEvent` with `flags`, for its result.
+    fn wait_with_flags(&self, event: &Event, flags: u32) -> CUresult {
+        // SAFETY: both handles are live.
+        unsafe { sys::cuStreamWaitEvent(self.raw, event.0, flags) }
+    }
+
+    /// Enqueues a host function that counts its calls in `calls`.
+    fn count_calls(&self, calls: &'static AtomicUsize) {
+        let user_data = std::ptr::from_ref(calls).cast_mut().cast();
+        // SAFETY: `count_call` matches `CUhostFn`; `user_data` is a `'static` counter.
+        let result = unsafe { sys::cuLaunchHostFunc(self.raw, Some(count_call), user_data) };
+        ok(result, "cuLaunchHostFunc");
+    }
+}
+
+unsafe extern "C" fn count_call(user_data: *mut c_void) {
+    // SAFETY: `user_data` is the `&'static AtomicUsize` of `Stream::count_calls`.
+    let calls = unsafe { &*user_data.cast::<AtomicUsize>() };
+    calls.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A graph from a stream capture, destroyed on drop.
+struct Graph(sys::CUgraph);
+
+impl Graph {
+    /// `cuGraphInstantiateWithFlags` with no flags.
+    fn instantiate(&self) -> Exec {
+        let mut exec = null_mut();
+        // SAFETY: the graph is live; the out-pointer is a live local.
+        let result = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.0, 0) };
+        ok(result, "cuGraphInstantiateWithFlags");
+        Exec(exec)
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: the graph came from a capture and is destroyed once.
+        let result = unsafe { sys::cuGraphDestroy(self.0) };
+        if !thread::panicking() {
+            ok(result, "cuGraphDestroy");
+        }
+    }
+}
+
+/// An executable graph, destroyed on drop.
+struct Exec(sys::CUgraphExec);
+
+impl Exec {
+    fn launch(&self, stream: &Stream) {
+        // SAFETY: both handles are live; the tests keep the graphs' buffers alive until the
+        // launch stream is synchronized.
+        ok(
+            unsafe { sys::cuGraphLaunch(self.0, stream.raw) },
+            "cuGraphLaunch",
+        );
+    }
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        // SAFETY: the executable graph is destroyed once; launches already enqueued still run.
+        let result = unsafe { sys::cuGraphExecDestroy(self.0) };
+        if !thread::panicking() {
+            ok(result, "cuGraphExecDestroy");
+        }
+    }
+}
+
+#[test]
+fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
+    let _ctx = ctx();
+    let checker = checker();
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let (src, dst) = (DevBuf::new(N), DevBuf::new(N));
+    let (stream, launch) = (Stream::non_blocking(), Stream::non_blocking());
+    stream.fill(&src, 0);
+    stream.fill(&dst, 0);
+    ok(stream.sync(), "initial fills");
+    CALLS.store(0, Ordering::SeqCst);
+
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    stream.fill(&src, 7);
+    stream.copy(&dst, &src);
+    stream.count_calls(&CALLS);
+    let graph = stream.end_capture_graph();
+    ok(stream.sync(), "the capturing stream after the capture");
+    assert_eq!(stream.read(&src), vec![0; N], "captured work does not run");
+    assert_eq!(stream.read(&dst), vec![0; N], "captured work does not run");
+    assert_eq!(
+        CALLS.load(Ordering::SeqCst),
+        0,
+        "nor does a captured host function"
+    );
+
+    let exec = graph.instantiate();
+    for launches in 1..=3u32 {
+        // Each launch runs the nodes again, over what was written in between.
+        launch.fill(&src, launches);
+        launch.fill(&dst, 100 + launches);
+        exec.launch(&launch);
+        assert_eq!(
+            launch.read(&src),
+            vec![7; N],
+            "launch {launches}: the memset"
+        );
+        assert_eq!(launch.read(&dst), vec![7; N], "launch {launches}: the copy");
+        assert_eq!(
+            CALLS.load(Ordering::SeqCst),
+            launches as usize,
+            "launch {launches}: the host function"
+        );
+    }
+    if let Some(c) = checker {
+        c.assert_clean("graph launches");
+    }
+}
+
+#[test]
+fn launches_of_one_executable_graph_are_ordered() {
+    let _ctx = ctx();
+    let checker = checker();
+    let buf = DevBuf::new(N);
+    let (stream, first, second) = (
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+    );
+    stream.fill(&buf, 0);
+    ok(stream.sync(), "initial fill");
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    stream.fill(&buf, 4);
+    let exec = stream.end_capture_graph().instantiate();
+
+    // "Each launch is ordered behind both any previous work in hStream and any previous
+    // launches of hGraphExec" (cuGraphLaunch).
+    let gate = first.gate();
+    exec.launch(&first);
+    exec.launch(&second);
+    assert_eq!(
+        second.query(),
+        NOT_READY,
+        "the second launch waits for the first"
+    );
+    gate.release();
+    ok(second.sync(), "the second launch after the gate");
+    assert_eq!(first.query(), SUCCESS, "the first launch is done before it");
+    assert_eq!(second.read(&buf), vec![4; N]);
+    if let Some(c) = checker {
+        c.assert_clean("ordered launches");
+    }
+}
+
+#[test]
+fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
+    let _ctx = ctx();
+    let checker = checker();
+    let (buf, out) = (DevBuf::new(N), DevBuf::new(N));
+    let (producer, capturing, launch) = (
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+    );
+    producer.fill(&buf, 0);
+    capturing.fill(&out, 0);
+    ok(producer.sync(), "initial fill");
+    ok(capturing.sync(), "initial fill");
+    let event = Event::new();
+    let gate = producer.gate();
+    producer.fill(&buf, 5);
+    event.record(&producer);
+
+    // Wrong: a default wait on an event recorded outside the capture.
+    capturing.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    assert_eq!(
+        capturing.wait_with_flags(&event, 0),
+        CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+    );
+    assert_eq!(
+        capturing.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    );
+    let (result, graph) = capturing.end_capture();
+    assert_eq!(result, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    assert!(graph.is_null(), "an invalidated capture gives no graph");
+
+    // Right: CU_EVENT_WAIT_EXTERNAL makes it an event-wait node of the graph.
+    let external = sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL as u32;
+    capturing.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    ok(
+        capturing.wait_with_flags(&event, external),
+        "cuStreamWaitEvent(CU_EVENT_WAIT_EXTERNAL) while capturing",
+    );
+    capturing.copy(&out, &buf);
+    let exec = capturing.end_capture_graph().instantiate();
+    exec.launch(&launch);
+    assert_eq!(
+        launch.query(),
+        NOT_READY,
+        "the launch waits for the producer's record"
+    );
+    gate.release();
+    ok(launch.sync(), "the launch after the gate");
+    assert_eq!(launch.read(&out), vec![5; N], "the producer's values");
+    ok(producer.sync(), "the producer");
+    if let Some(c) = checker {
+        c.assert_clean("an external event wait");
+    }
+}
+
+#[test]
+fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
+    let _ctx = ctx();
+    let checker = checker();
+    let (buf, other) = (DevBuf::new(N), DevBuf::new(N));
+    let (blocking, non_blocking) = (Stream::blocking(), Stream::non_blocking());
+    Stream::legacy().fill(&buf, 0);
+    Stream::legacy().fill(&other, 0);
+    ok(Stream::legacy().sync(), "initial fills");
+
+    blocking.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    for (legacy, name) in [
+        (Stream::legacy(), "CU_STREAM_LEGACY"),
+        (Stream::null(), "NULL"),
+    ] {
+        let (result, _) = legacy.is_capturing();
+        assert_eq!(result, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "{name}");
+    }
+    assert_eq!(
+        blocking.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "cuStreamIsCapturing does not invalidate the capture"
+    );
+    blocking.fill(&buf, 3);
+    let exec = blocking.end_capture_graph().instantiate();
+    assert_eq!(
+        Stream::legacy().is_capturing(),
+        (SUCCESS, CU_STREAM_CAPTURE_STATUS_NONE),
+        "after the capture"
+    );
+
+    // A capture on a non-blocking stream leaves the legacy stream usable.
+    non_blocking.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    assert_eq!(
+        Stream::legacy().is_capturing(),
+        (SUCCESS, CU_STREAM_CAPTURE_STATUS_NONE)
+    );
+    Stream::legacy().fill(&other, 6);
+    non_blocking.fill(&other, 9);
+    let _graph = non_blocking.end_capture_graph();
+    exec.launch(&Stream::legacy());
+    assert_eq!(Stream::legacy().read(&buf), vec![3; N], "the launch");
+    assert_eq!(
+        Stream::legacy().read(&other),
+        vec![6; N],
+        "the legacy stream's fill ran, the captured one did not"
+    );
+    if let Some(c) = checker {
+        c.assert_clean("the legacy stream beside captures");
+    }
+}
+
+#[test]
+fn the_per_thread_default_stream_can_be_captured() {
+    let _ctx = ctx();
+    let checker = checker();
+    let buf = DevBuf::new(N);
+    let stream = Stream::per_thread();
+    stream.fill(&buf, 0);
+    ok(stream.sync(), "initial fill");
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    assert_eq!(stream.capture_status(), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    stream.fill(&buf, 5);
+    let exec = stream.end_capture_graph().instantiate();
+    assert_eq!(stream.read(&buf), vec![0; N], "captured work does not run");
+    exec.launch(&stream);
+    assert_eq!(stream.read(&buf), vec![5; N]);
+    if let Some(c) = checker {
+        c.assert_clean("a capture of the per-thread default stream");
+    }
+}
+
+#[test]
+fn capture_modes_decide_which_threads_may_make_potentially_unsafe_calls() {
+    let ctx = ctx();
+    // The checker counts the whole process: one such test at a time.
+    let _turn = checker();
+    let stream = Stream::non_blocking();
+    let alloc = || {
+        let mut ptr = 0;
+        // SAFETY: the out-pointer is a live local; a context is current.
+        let result = unsafe { sys::cuMemAlloc_v2(&mut ptr, 1024) };
+        (result, ptr)
+    };
+    let alloc_on_another_thread = || {
+        thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    ctx.bind_to_thread().expect("bind the context");
+                    alloc()
+                })
+                .join()
+                .expect("the other thread")
+        })
+    };
+    let free = |(result, ptr): (CUresult, sys::CUdeviceptr)| {
+        if result == SUCCESS {
+            // SAFETY: allocated above and freed once, with no capture under way.
+            ok(unsafe { sys::cuMemFree_v2(ptr) }, "cuMemFree");
+        }
+    };
+    let exchange = |mut mode: sys::CUstreamCaptureMode| {
+        // SAFETY: the in/out-pointer is a live local.
+        let result = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        ok(result, "cuThreadExchangeStreamCaptureMode");
+        mode
+    };
+
+    // Global: another thread's potentially unsafe call is refused and invalidates.
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_GLOBAL);
+    let refused = alloc_on_another_thread();
+    eprintln!(
+        "cuMemAlloc on another thread during a global capture: {:?}",
+        refused.0
+    );
+    assert_eq!(
+        stream.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    );
+    let (result, graph) = stream.end_capture();
+    free(refused);
+    assert_ne!(refused.0, SUCCESS, "cuMemAlloc during a global capture");
+    assert_eq!(result, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    assert!(graph.is_null());
+
+    // Thread-local: another thread is not concerned.
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    let allowed = alloc_on_another_thread();
+    assert_eq!(stream.capture_status(), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    let _graph = stream.end_capture_graph();
+    free(allowed);
+    ok(
+        allowed.0,
+        "cuMemAlloc on another thread during a thread-local capture",
+    );
+
+    // The capturing thread itself: refused in thread-local mode ...
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    let refused = alloc();
+    assert_eq!(
+        stream.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    );
+    let (result, _) = stream.end_capture();
+    free(refused);
+    assert_ne!(refused.0, SUCCESS, "cuMemAlloc on the capturing thread");
+    assert_eq!(result, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+
+    // ... and allowed once the thread's mode is relaxed.
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    let previous = exchange(CU_STREAM_CAPTURE_MODE_RELAXED);
+    let allowed = alloc();
+    exchange(previous);
+    assert_eq!(stream.capture_status(), CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    let _graph = stream.end_capture_graph();
+    free(allowed);
+    ok(
+        allowed.0,
+        "cuMemAlloc on a capturing thread in relaxed mode",
+    );
+}
+
+#[test]
+fn capture_info_gives_each_capture_its_own_id() {
+    let _ctx = ctx();
+    // The checker counts the whole process: one such test at a time.
+    let _turn = checker();
+    let stream = Stream::non_blocking();
+    assert_eq!(stream.capture_info().status, CU_STREAM_CAPTURE_STATUS_NONE);
+
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        let info = stream.capture_info();
+        assert_eq!(info.status, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+        assert_ne!(info.id, 0, "an id for the capture sequence");
+        assert!(!info.graph.is_null(), "the graph being captured into");
+        let graph = stream.end_capture_graph();
+        assert_eq!(graph.0, info.graph, "the graph that was being built");
+        ids.push(info.id);
+        assert_eq!(stream.capture_info().status, CU_STREAM_CAPTURE_STATUS_NONE);
+    }
+    assert_ne!(ids[0], ids[1], "each capture sequence has its own id");
+}
+
+#[test]
+fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
+    let _ctx = ctx();
+    let checker = checker();
+    let [a, b, c] = [(); 3].map(|()| DevBuf::new(N));
+    let (origin, forked, launch) = (
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+        Stream::non_blocking(),
+    );
+    let (fork, join) = (Event::new(), Event::new());
+
+    // Right: fork to the other stream and join it back.
+    origin.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    origin.fill(&a, 1);
+    fork.record(&origin);
+    forked.wait(&fork);
+    assert_eq!(
+        forked.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the waiting stream joined the capture"
+    );
+    assert_eq!(forked.capture_info().id, origin.capture_info().id);
+    forked.copy(&b, &a);
+    join.record(&forked);
+    origin.wait(&join);
+    origin.copy(&c, &b);
+    let graph = origin.end_capture_graph();
+    assert_eq!(
+        forked.capture_status(),
+        CU_STREAM_CAPTURE_STATUS_NONE,
+        "the capture ended for every stream in it"
+    );
+    let exec = graph.instantiate();
+    for buf in [&a, &b, &c] {
+        launch.fill(buf, 0);
+    }
+    exec.launch(&launch);
+    assert_eq!(
+        launch.read(&c),
+        vec![1; N],
+        "through both streams, in order"
+    );
+    assert_eq!(launch.read(&b), vec![1; N]);
+
+    // Wrong: the forked stream's work is never joined back.
+    origin.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    origin.fill(&a, 2);
+    fork.record(&origin);
+    forked.wait(&fork);
+    forked.fill(&b, 2);
+    let (result, graph) = origin.end_capture();
+    assert_eq!(result, CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    assert!(graph.is_null(), "an unjoined capture gives no graph");
+    assert_eq!(origin.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
+    assert_eq!(forked.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
+    assert_eq!(launch.read(&b), vec![1; N], "captured work does not run");
+    if let Some(c) = checker {
+        c.assert_clean("fork and join");
+    }
+}
+
+#[test]
+fn an_executable_graph_outlives_its_graph() {
+    let _ctx = ctx();
+    let checker = checker();
+    let buf = DevBuf::new(N);
+    let stream = Stream::non_blocking();
+    stream.fill(&buf, 0);
+    ok(stream.sync(), "initial fill");
+    stream.begin_capture(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    stream.fill(&buf, 8);
+    let graph = stream.end_capture_graph();
+
+    let mut params = sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        flags: 0,
+        hUploadStream: null_mut(),
+        hErrNode_out: null_mut(),
+        result_out: sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_ERROR,
+    };
+    let mut exec = null_mut();
+    // SAFETY: the graph is live; the out-pointer and the parameters are live locals.
+    let result = unsafe { sys::cuGraphInstantiateWithParams(&mut exec, graph.0, &mut params) };
+    ok(result, "cuGraphInstantiateWithParams");
+    assert_eq!(
+        params.result_out,
+        sys::CUgraphInstantiateResult::CUDA_GRAPH_INSTANTIATE_SUCCESS
+    );
+    let exec = Exec(exec);
+    drop(graph);
+    exec.launch(&stream);
+    assert_eq!(
+        stream.read(&buf),
+        vec![8; N],
+        "launched after cuGraphDestroy"
+    );
+    drop(exec);
+    if let Some(c) = checker {
+        c.assert_clean("an executable graph after its graph");
+    }
+}
+
+#[test]
+fn cudarcs_capture_and_graph_launch_work() {
+    let ctx = ctx();
+    // The checker counts the whole process: one such test at a time.
+    let _turn = checker();
+    // SAFETY: this test orders its work itself: one stream only (cudarc's events would be
+    // recorded outside the capture and waited on inside it).
+    unsafe { ctx.disable_event_tracking() };
+    let stream = ctx.new_stream().expect("a stream");
+    let mut data = stream.clone_htod(&[1u32; 4]).expect("clone_htod");
+    stream.synchronize().expect("synchronize");
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin_capture");
+    stream.memset_zeros(&mut data).expect("memset_zeros");
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags(0))
+        .expect("end_capture")
+        .expect("a graph");
+    assert_eq!(stream.clone_dtoh(&data).expect("clone_dtoh"), [1; 4]);
+    graph.launch().expect("launch");
+    assert_eq!(stream.clone_dtoh(&data).expect("clone_dtoh"), [0; 4]);
+    stream
+        .memcpy_htod(&[2u32; 4], &mut data)
+        .expect("memcpy_htod");
+    graph.launch().expect("launch");
+    assert_eq!(stream.clone_dtoh(&data).expect("clone_dtoh"), [0; 4]);
 }
