@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use cudarc::driver::{CudaSlice, CudaStream, sys};
-use dlpack_runtime::{Device, DlpackExport, DlpackImport, ImportedData};
+use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportRequest, ImportedData};
 
 use crate::{Counter, DropGuard};
 
@@ -237,4 +237,120 @@ pub struct GpuStrided {
     pub stream: Arc<CudaStream>,
     /// Counts the drop (`DropGuard::default()` counts nothing).
     pub guard: DropGuard,
+}
+
+/// A CUDA graph captured from a stream (`cuStreamBeginCapture`, `cuStreamEndCapture`) and
+/// instantiated (`cuGraphInstantiateWithFlags`); both are destroyed on drop.
+#[derive(Debug)]
+pub struct CapturedGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl CapturedGraph {
+    /// Starts capturing `stream` in `mode`; panics if the driver refuses.
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live stream handle of the current context.
+    pub unsafe fn begin(stream: sys::CUstream, mode: sys::CUstreamCaptureMode) {
+        // SAFETY: a live stream (caller).
+        unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }
+            .result()
+            .expect("cuStreamBeginCapture");
+    }
+
+    /// Ends the capture of `stream` and instantiates its graph: the driver's error when the
+    /// capture fails (an invalidated capture gives `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
+    ///
+    /// # Safety
+    ///
+    /// `stream` is a live stream handle being captured.
+    pub unsafe fn end(stream: sys::CUstream) -> Result<Self, sys::CUresult> {
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: a live stream (caller); a valid out-pointer.
+        let ended = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
+        if ended != sys::CUresult::CUDA_SUCCESS {
+            return Err(ended);
+        }
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: the graph the capture returned; a valid out-pointer.
+        let made = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+        if made != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the graph is ours and used no more.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            return Err(made);
+        }
+        Ok(Self { graph, exec })
+    }
+
+    /// Enqueues the graph's work on `stream` (`cuGraphLaunch`); panics if the driver refuses.
+    pub fn launch(&self, stream: &CudaStream) {
+        self.try_launch(stream).result().expect("cuGraphLaunch");
+    }
+
+    /// [`CapturedGraph::launch`], returning the driver's result.
+    pub fn try_launch(&self, stream: &CudaStream) -> sys::CUresult {
+        // SAFETY: a live exec; a live stream.
+        unsafe { sys::cuGraphLaunch(self.exec, stream.cu_stream()) }
+    }
+}
+
+impl Drop for CapturedGraph {
+    fn drop(&mut self) {
+        // SAFETY: made by `end`, destroyed once, here.
+        unsafe {
+            let _ = sys::cuGraphExecDestroy(self.exec);
+            let _ = sys::cuGraphDestroy(self.graph);
+        }
+    }
+}
+
+/// Where `stream` stands with graph capture (`cuStreamIsCapturing`); panics on an error.
+///
+/// # Safety
+///
+/// `stream` is a live stream handle of the current context.
+pub unsafe fn capture_status(stream: sys::CUstream) -> sys::CUstreamCaptureStatus {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a valid out-pointer; a live stream (caller).
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .expect("cuStreamIsCapturing");
+    status
+}
+
+/// A graph captured on `b` in `mode` that copies an import of `t` (exported for `request`
+/// while `b` is being captured) into `dst_ptr` (as many bytes as the import has); and the
+/// import, which must outlive every launch.
+///
+/// A global capture forbids calls that may synchronize on every thread: tests that run beside
+/// others capture in thread-local mode, tests that hold the checker (one at a time) may
+/// capture globally, as PyTorch does.
+pub fn captured_copy(
+    t: GpuTensor,
+    request: &ExportRequest,
+    b: &Arc<CudaStream>,
+    dst_ptr: sys::CUdeviceptr,
+    mode: sys::CUstreamCaptureMode,
+) -> (CapturedGraph, GpuView) {
+    // SAFETY: a live stream of the current context (cudarc bound it when it made `b`).
+    unsafe { CapturedGraph::begin(b.cu_stream(), mode) };
+    let view = GpuView::from_managed(t.into_dlpack_with(request).unwrap()).unwrap();
+    let n = view.shape[0];
+    // SAFETY: `n` u32 of the import (kept alive by the caller for every launch) into `dst_ptr`,
+    // `n` u32 of live memory; captured on `b`.
+    unsafe {
+        sys::cuMemcpyDtoDAsync_v2(
+            dst_ptr,
+            view.data.cuda_device_ptr().unwrap(),
+            n * 4,
+            b.cu_stream(),
+        )
+    }
+    .result()
+    .unwrap();
+    // SAFETY: `b` is being captured (begun above).
+    let graph = unsafe { CapturedGraph::end(b.cu_stream()) }.expect("the capture stays valid");
+    (graph, view)
 }

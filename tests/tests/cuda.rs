@@ -12,8 +12,13 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
 use dlpack_runtime::__testing::cuda as driver;
 use dlpack_runtime::cuda::{self, CudaError};
-use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportError, ExportRequest};
-use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, checker};
+use dlpack_runtime::{
+    Device, DlpackExport, DlpackImport, ExportBuffer, ExportError, ExportRequest,
+};
+use dlpack_tests::gpu::{
+    CapturedGraph, Checker, Gate, GpuStrided, GpuTensor, GpuView, capture_status, captured_copy,
+    checker,
+};
 use dlpack_tests::{Counter, DropGuard, expected_driver};
 
 const NEEDS_DRIVER: &str =
@@ -921,17 +926,13 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
         "{err}"
     );
     assert_eq!(counter.get(), 1, "the refused export released its tensor");
-    // Nor an event dependency: the captured stream cannot wait on an event recorded outside
-    // the capture.
-    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
-    let err = t
-        .into_dlpack_with(&ExportRequest::versioned().stream(Some(b.cu_stream() as i64)))
-        .unwrap_err();
-    assert!(
-        matches!(err, ExportError::Cuda(CudaError::Capturing { .. })),
-        "{err}"
+    assert!(err.to_string().contains("a copy for the consumer"), "{err}");
+    // Refused before anything was enqueued: the capture goes on.
+    assert_eq!(
+        // SAFETY: a live stream.
+        unsafe { capture_status(b.cu_stream()) },
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
     );
-    assert_eq!(counter.get(), 2);
     // A tensor whose release is asked after a captured stream is leaked, never freed while the
     // graph may still read it.
     let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
@@ -942,8 +943,134 @@ fn streams_being_captured_take_no_copies_and_no_releases() {
     end_capture(&b);
     a.synchronize().unwrap();
     std::thread::sleep(BLOCKED);
-    assert_eq!(counter.get(), 2, "leaked, not released");
+    assert_eq!(counter.get(), 1, "leaked, not released");
     assert_clean(&checker, "captured streams");
+}
+
+/// Reads `buf` to the host after `stream`'s work so far.
+fn read(buf: &CudaSlice<u32>, stream: &Arc<CudaStream>) -> Vec<u32> {
+    stream.synchronize().unwrap();
+    stream.clone_dtoh(buf).unwrap()
+}
+
+/// Thread-local capture: a global one would refuse the stream creation of tests running beside
+/// these (it may synchronize), on every thread.
+const THREAD_LOCAL: sys::CUstreamCaptureMode =
+    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+
+#[test]
+fn an_export_to_a_stream_being_captured_orders_every_launch_of_its_graph() {
+    let (_ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    let dst = b.alloc_zeros::<u32>(N).unwrap();
+    let dst_ptr = cuda_ptr(&dst, &b);
+    let src = a.alloc_zeros::<u32>(N).unwrap();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
+    // The producer's write is held behind a gate through the capture and the first launch.
+    let gate = Gate::hold(&a);
+    fill(&src, &a, 7);
+    let t = GpuTensor::new(src, &a, &counter);
+    let request = ExportRequest::versioned().stream(Some(b.cu_stream() as i64));
+    let (graph, view) = captured_copy(t, &request, &b, dst_ptr, THREAD_LOCAL);
+    assert_eq!(
+        view.data.ready_events().map(|e| e.len()),
+        Some(1),
+        "the import keeps the event its graph waits on"
+    );
+    assert_eq!(read(&dst, &b), vec![0; N], "captured work does not run");
+    graph.launch(&b);
+    // The host did not wait for the producer: the launch is enqueued behind its write.
+    assert!(
+        !becomes_idle(&b, BLOCKED),
+        "the launch waits for the producer"
+    );
+    gate.release();
+    assert_eq!(
+        read(&dst, &b),
+        vec![7; N],
+        "launch 1 reads the producer's values"
+    );
+    for launch in 2..=3 {
+        // SAFETY: `dst_ptr` is `N` u32 of live memory; stream-ordered on `b`.
+        unsafe { sys::cuMemsetD32Async(dst_ptr, 0, N, b.cu_stream()) }
+            .result()
+            .unwrap();
+        graph.launch(&b);
+        assert_eq!(read(&dst, &b), vec![7; N], "launch {launch}");
+    }
+    drop(graph);
+    drop(view);
+    a.synchronize().unwrap();
+    assert_eq!(counter.get(), 1);
+    assert_clean(&checker, "an export under capture, launched three times");
+}
+
+/// A stream of the current context that synchronizes with the legacy default stream
+/// (`CU_STREAM_DEFAULT`, where cudarc makes non-blocking ones); destroyed on drop.
+struct BlockingStream(sys::CUstream);
+
+impl BlockingStream {
+    fn new(ctx: &CudaContext) -> Self {
+        ctx.bind_to_thread().unwrap();
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; flags 0; the context is current.
+        unsafe { sys::cuStreamCreate(&mut stream, 0) }
+            .result()
+            .unwrap();
+        Self(stream)
+    }
+}
+
+impl Drop for BlockingStream {
+    fn drop(&mut self) {
+        // SAFETY: made by `new`, destroyed once.
+        let _ = unsafe { sys::cuStreamDestroy_v2(self.0) };
+    }
+}
+
+#[test]
+fn stream_none_is_refused_while_a_blocking_stream_is_captured_and_the_capture_survives() {
+    let (ctx, a, b, checker) = setup();
+    let counter = Counter::new();
+    let blocking = BlockingStream::new(&ctx);
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+    let host = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+    // SAFETY: a live stream of the current context.
+    unsafe { CapturedGraph::begin(blocking.0, THREAD_LOCAL) };
+    // `stream=None`: the legacy default stream, which would join the capture.
+    let err = t.into_dlpack_with(&ExportRequest::versioned()).unwrap_err();
+    assert!(
+        matches!(err, ExportError::Cuda(CudaError::LegacyStreamUnderCapture)),
+        "{err}"
+    );
+    // A host copy goes on the per-thread default stream, outside the capture, and is waited for.
+    let copied = GpuView::from_managed(
+        host.into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(copied.data.as_slice().unwrap(), vec![0; N]);
+    assert_eq!(
+        // SAFETY: a live stream.
+        unsafe { capture_status(blocking.0) },
+        sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the capture goes on"
+    );
+    // SAFETY: being captured.
+    drop(unsafe { CapturedGraph::end(blocking.0) }.expect("a valid capture"));
+    assert_eq!(counter.get(), 2);
+    // While only a non-blocking stream is captured, the legacy stream is ordered as usual.
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+    // SAFETY: a live stream of the current context.
+    unsafe { CapturedGraph::begin(b.cu_stream(), THREAD_LOCAL) };
+    let view = GpuView::from_managed(t.into_dlpack_with(&ExportRequest::versioned()).unwrap());
+    // SAFETY: being captured.
+    drop(unsafe { CapturedGraph::end(b.cu_stream()) }.expect("a valid capture"));
+    drop(view.unwrap());
+    a.synchronize().unwrap();
+    assert_eq!(counter.get(), 3);
+    assert_clean(&checker, "stream=None under capture");
 }
 
 #[test]

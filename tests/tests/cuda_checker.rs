@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, checker};
+use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, captured_copy, checker};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -369,4 +369,98 @@ fn a_relay_released_after_a_stream_is_released_after_its_producer_too() {
     a.synchronize().unwrap();
     b.synchronize().unwrap();
     checker.assert_clean("a relay released after another stream");
+}
+
+/// Global capture, as PyTorch captures: these tests run one at a time (they hold the checker).
+const GLOBAL: sys::CUstreamCaptureMode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+/// A producer tensor of `N` u32 written with `value` on `a` behind a gate, and a destination of
+/// `N` u32 on `b` (with its pointer), made before any capture.
+fn gated_producer_and_destination(
+    a: &Arc<CudaStream>,
+    b: &Arc<CudaStream>,
+    value: u32,
+) -> (GpuTensor, Gate, CudaSlice<u32>, sys::CUdeviceptr) {
+    let dst = b.alloc_zeros::<u32>(N).unwrap();
+    let dst_ptr = ptr(&dst, b);
+    let src = a.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let gate = Gate::hold(a);
+    fill(ptr(&src, a), N, value, a);
+    (GpuTensor::new(src, a, &Counter::new()), gate, dst, dst_ptr)
+}
+
+#[test]
+fn a_captured_import_without_the_dependency_is_reported_at_launch() {
+    let (_ctx, a, b, checker) = setup();
+    // Wrong: the import under capture asks for no synchronization (`stream=-1`); the graph's
+    // copy reads the producer's memory while its write is held.
+    let (t, gate, dst, dst_ptr) = gated_producer_and_destination(&a, &b, 5);
+    let request = ExportRequest::versioned().stream(Some(-1));
+    let (graph, view) = captured_copy(t, &request, &b, dst_ptr, GLOBAL);
+    checker.assert_clean("a capture runs nothing");
+    graph.launch(&b);
+    let report = checker.report();
+    assert!(
+        checker.violations() >= 1,
+        "the unordered launch is reported"
+    );
+    assert!(
+        report.contains("cuMemsetD32Async") && report.contains("cuMemcpyDtoDAsync"),
+        "{report}"
+    );
+    gate.release();
+    b.synchronize().unwrap();
+    drop((graph, view, dst));
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    // Right: the import names the capturing stream; three launches, the first while held.
+    checker.reset();
+    let (t, gate, dst, dst_ptr) = gated_producer_and_destination(&a, &b, 6);
+    let request = ExportRequest::versioned().stream(Some(b.cu_stream() as i64));
+    let (graph, view) = captured_copy(t, &request, &b, dst_ptr, GLOBAL);
+    for _ in 0..3 {
+        graph.launch(&b);
+        gate.release();
+        b.synchronize().unwrap();
+        assert_eq!(b.clone_dtoh(&dst).unwrap(), vec![6; N]);
+    }
+    checker.assert_clean("an import under capture with its dependency");
+    drop((graph, view, dst));
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("the release after the launches");
+}
+
+#[test]
+fn a_launch_after_the_captured_import_was_released_is_reported() {
+    let (_ctx, a, b, checker) = setup();
+    let (t, gate, dst, dst_ptr) = gated_producer_and_destination(&a, &b, 8);
+    let request = ExportRequest::versioned().stream(Some(b.cu_stream() as i64));
+    let (graph, view) = captured_copy(t, &request, &b, dst_ptr, GLOBAL);
+    graph.launch(&b);
+    gate.release();
+    b.synchronize().unwrap();
+    assert_eq!(b.clone_dtoh(&dst).unwrap(), vec![8; N]);
+    // Wrong: the import (its memory and the event its graph waits on) is released while the
+    // graph is still launched.
+    drop(view);
+    a.synchronize().unwrap();
+    checker.assert_clean("launched while the import lived");
+    // The simulator reports the freed memory; what the launch returns is not asserted (a GPU
+    // would read freed memory).
+    let _ = graph.try_launch(&b);
+    let _ = b.synchronize();
+    let report = checker.report();
+    assert!(
+        checker.violations() >= 1,
+        "the launch after the release is reported"
+    );
+    assert!(report.contains("freed"), "{report}");
+    // The event the graph waited on went with the import: destroyed, never pooled for reuse
+    // (a reused event would silently move the launch's wait).
+    assert!(report.contains("which was destroyed"), "{report}");
+    drop((graph, dst));
+    checker.reset();
 }

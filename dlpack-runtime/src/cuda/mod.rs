@@ -44,7 +44,72 @@
 //! What a relay does not order: work the relaying consumer enqueued itself on its own streams
 //! after the import (name those with a `#[dlpack(stream)]` field), and imports made with
 //! `stream=-1` (the consumer took the ordering on itself, so nothing is recorded), from a raw
-//! capsule, or on a stream being captured into a graph.
+//! capsule, or on a stream being captured into a graph (except for the events the export
+//! recorded outside the capture, below).
+//!
+//! # CUDA graph capture
+//!
+//! A consumer that captures a region into a CUDA graph (`torch.cuda.graph`, `torch.compile`
+//! with CUDA graphs, a serving engine) passes the capturing stream as `stream`. The graph runs
+//! only when it is launched, as often as it is launched, so nothing may be ordered from
+//! outside it by waiting on the host, and an ordinary event dependency would cross the
+//! capture's boundary (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, which invalidates the capture).
+//! The driver provides the one dependency that does cross it: a capturing stream may wait on
+//! an event recorded outside the capture with `CU_EVENT_WAIT_EXTERNAL` (`cuStreamWaitEvent`);
+//! the graph then has an event-wait node, and every launch waits for the event's most recent
+//! record (`cuGraphAddEventWaitNode`). So an export to a stream being captured (checked with
+//! `cuStreamIsCapturing`, which never invalidates a capture, and `cuStreamGetCaptureInfo`):
+//!
+//! - records an event on each producer stream with pending work, outside the capture, and
+//!   makes the capturing stream wait on it as an external wait: every launch, the first one
+//!   included even while the producer's work is still running, is ordered after the work the
+//!   producer had enqueued when it exported. The host never blocks and the capture stays
+//!   valid;
+//! - the exported tensor owns those events ([`ManagedTensor::ready_events`]): a pooled event
+//!   would be recorded again by a later exchange and move every later launch's wait, so these
+//!   are never reused, and are destroyed when the tensor is released;
+//! - a producer stream that is the capturing stream itself needs no event: work enqueued on it
+//!   before the capture began runs before launches on that stream (a launch on another stream
+//!   must be ordered after it by the caller);
+//! - a producer stream captured in the same capture (forked into it with an event) gets an
+//!   event recorded inside the capture: an edge of the graph;
+//! - a producer stream being captured with a consumer stream outside its capture is refused
+//!   ([`CudaError::Capturing`]): its work runs only when its graph is launched.
+//!
+//! The rules a user keeps: the imported tensor lives as long as the graph may be launched (its
+//! memory and the events the graph waits on go with it: a launch after its release reads freed
+//! memory); a launch reads the memory as it is when the launch runs, ordered after the
+//! producer's work at export time only: if the producer writes the memory again, order those
+//! writes before the next launch yourself (for example, make the launch stream wait on
+//! [`ReadyEvents`] recorded after them).
+//!
+//! `stream=None` names the legacy default stream, which cannot be captured; while a blocking
+//! stream of its context is being captured, any work on it would join that capture and
+//! invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). An export with pending work to the
+//! legacy stream then is refused with [`CudaError::LegacyStreamUnderCapture`] (`BufferError`
+//! in Python) before anything is enqueued: the capture stays valid and nothing is read
+//! unordered. Without pending work nothing is enqueued and the export succeeds; while only
+//! non-blocking streams are captured, the legacy stream is ordered as usual (work captured on
+//! another stream is not ordered by it: pass the capturing stream). PyTorch chose otherwise
+//! (pytorch/pytorch#163242): its `__dlpack__` skips the synchronization while the current
+//! stream is captured, which keeps the capture valid but leaves the read unordered; whether
+//! `stream=None` should mean "no synchronization" is an open question of the array API
+//! (data-apis/array-api#974). A consumer that orders the work itself can pass `stream=-1`
+//! today.
+//!
+//! Copies (`copy=True`, or a `dl_device` the tensor is not on) to a stream being captured are
+//! refused with [`CudaError::Capturing`] before anything is enqueued: the copy's memory would
+//! be allocated once, now, and written at every launch. Copy before the capture begins or
+//! after it ends, or import without a copy and copy inside the capture into memory kept for
+//! the graph. A host copy (`dl_device=(CPU, 0)`) runs now, on the per-thread default stream
+//! (outside any capture unless that stream is the one captured), and the host waits for it.
+//! [`release_after`] a stream being captured is refused and the tensor leaked.
+//!
+//! The consumer: [`from_dlpack_with`](crate::python::from_dlpack_with) with the capturing
+//! stream passes it to `__dlpack__`, so this crate's producers order themselves as above;
+//! through a C exchange API (`dlpack.h`, `DLPackExchangeAPI`) the consumer orders the
+//! producer's `current_work_stream` with the same external wait, and the import keeps the
+//! event. A producer whose `__dlpack__` ignores `stream` is not ordered by anyone.
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 

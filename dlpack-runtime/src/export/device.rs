@@ -162,6 +162,7 @@ impl<'r> StreamWork<'r> {
         if needs_copy {
             if cuda {
                 let copy = copy_plan(device, request, &identities)?;
+                refuse_copy_under_capture(&copy, device)?;
                 // A copy of no elements reads nothing: nothing is ordered before it.
                 if copy.before != SyncPlan::Nothing && has_elements {
                     init()?;
@@ -329,6 +330,32 @@ fn wait_before_copy(
     Ok(events.wait_on_raw(copy.on, &*context(device.device_id)?)?)
 }
 
+/// What a copy under CUDA graph capture is refused as (`CudaError::Capturing`).
+const COPY_UNDER_CAPTURE: &str = "a copy for the consumer (copy=True, or a dl_device the tensor is not on: its memory would be allocated once and written at every launch, or waited for by the host)";
+/// What to do instead of a copy under capture.
+const COPY_INSTEAD: &str = "copy before the capture begins or after it ends, or import without a copy and copy inside the capture into memory kept for the graph";
+
+/// Refuses a copy whose stream (`copy.on`) is being captured into a CUDA graph, before
+/// anything is enqueued, so the capture is left as it was. Without a driver nothing is
+/// checked: the copy fails later for want of one.
+fn refuse_copy_under_capture(copy: &CopyPlan, device: Device) -> Result<(), ExportError> {
+    if init().is_err() {
+        return Ok(());
+    }
+    let ctx = context(device.device_id)?;
+    let _current = CurrentContext::save();
+    bind(ctx.cu_ctx())?;
+    check_primary_stream(copy.on, device.device_id)?;
+    bind(ctx.cu_ctx())?;
+    // The consumer's stream is valid for the call; the special handles resolve in the bound
+    // primary context.
+    Ok(check_not_capturing(
+        raw_stream(copy.on),
+        COPY_UNDER_CAPTURE,
+        COPY_INSTEAD,
+    )?)
+}
+
 /// A copy's owner: its memory and its shape, in elements.
 struct DeviceCopy {
     memory: DeviceMemory,
@@ -380,7 +407,7 @@ fn copy_export(
     check_primary_stream(copy.on, device.device_id)?;
     bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
-    check_not_capturing(stream)?;
+    check_not_capturing(stream, COPY_UNDER_CAPTURE, COPY_INSTEAD)?;
     let max_pitch = max_pitch(&ctx)?;
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();

@@ -52,7 +52,7 @@ pub(crate) use host_copy::allocate_host;
 use host_copy::copy_of;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
-pub(crate) use ready::made_ready_on;
+pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};
 pub use request::ExportRequest;
 
 use crate::device::{Device, DeviceType};

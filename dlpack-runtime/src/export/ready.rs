@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 
 use super::keep_current_context;
 use crate::cuda::driver::{
-    CudaError, CurrentContext, ReadyEvents, bind, check_not_capturing, context, init, raw_stream,
+    Capture, CudaError, CurrentContext, ReadyEvents, bind, capture_of, context, init, raw_stream,
 };
 use crate::device::{Device, DeviceType};
 use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
@@ -224,7 +224,7 @@ pub(crate) fn made_ready_on(
     let _current = CurrentContext::save();
     bind(ctx.cu_ctx())?;
     let stream: sys::CUstream = raw_stream(consumer);
-    if check_not_capturing(stream).is_err() {
+    if capture_of(stream)? != Capture::Not {
         return Ok(managed);
     }
     let events = ReadyEvents::record_raw(&ctx, stream)?;

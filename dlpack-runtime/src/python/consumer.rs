@@ -141,12 +141,11 @@ pub fn managed_from_object(
                 } else {
                     managed
                 };
-                match order_exchanged(py, &managed, api, options)? {
-                    true => return made_ready(managed, options),
-                    // Memory this consumer cannot order: give it back and ask `__dlpack__`,
-                    // which synchronizes.
-                    false => drop(managed),
+                if let Some(managed) = order_exchanged(py, managed, api, options)? {
+                    return made_ready(managed, options);
                 }
+                // Memory this consumer cannot order was given back: ask `__dlpack__`, which
+                // synchronizes.
             }
             // A producer that cannot serve the C path (pending streams, say) may still
             // serve `__dlpack__`, which raises its own error otherwise. PyTorch's raises
@@ -487,26 +486,27 @@ fn settle(
 /// `__dlpack__(stream=options.stream)` would (its `stream` parameter; `current_work_stream` in
 /// `dlpack.h`): host memory needs nothing; CUDA memory (feature `cuda`) gets an event
 /// dependency from the producer's `current_work_stream` to the consumer's stream (`None`: the
-/// legacy default stream). Returns `false` for memory this consumer cannot order, which the
-/// caller gives back.
+/// legacy default stream), which a consumer stream being captured into a CUDA graph keeps as
+/// part of the graph: the tensor then carries that event, so it lives as long as the tensor.
+/// Gives memory this consumer cannot order back (drops it) and returns `None`.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn order_exchanged(
     py: Python<'_>,
-    managed: &ManagedTensor,
+    managed: ManagedTensor,
     api: &ffi::DLPackExchangeAPI,
     options: &FromDlpackOptions,
-) -> PyResult<bool> {
+) -> PyResult<Option<ManagedTensor>> {
     let raw = managed.dl_tensor().device;
     let device = Device::from_raw(raw);
     if device.device_type == crate::DeviceType::Cpu {
-        return Ok(options.stream.is_none());
+        return Ok(options.stream.is_none().then_some(managed));
     }
     #[cfg(feature = "cuda")]
     // Host and managed CUDA memory: `current_work_stream` is per device, and these have none
     // (device 0 by convention), so `__dlpack__` orders them instead.
     if device.device_type == crate::DeviceType::Cuda {
         let Some(current) = api.current_work_stream else {
-            return Ok(false);
+            return Ok(None);
         };
         let request = crate::stream::parse_stream(device, options.stream)
             .map_err(crate::export::ExportError::from)?;
@@ -516,11 +516,11 @@ fn order_exchanged(
         if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
             return Err(PyErr::fetch(py));
         }
-        crate::cuda::driver::order_raw(device.device_id, stream.cast(), request)
+        let kept = crate::cuda::driver::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
-        return Ok(true);
+        return Ok(Some(crate::export::carry_ready_events(managed, kept)));
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// Takes the tensor through a C exchange API table (`dlpack.h`,

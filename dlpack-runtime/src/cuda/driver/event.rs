@@ -2,13 +2,13 @@
 //! tier carried out, and [`ReadyEvents`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 
 use super::{
-    CudaError, CurrentContext, HostWait, bind, check_consumer_stream, check_not_capturing, context,
+    Capture, CudaError, CurrentContext, HostWait, bind, capture_of, check_consumer_stream, context,
     driver_error, init, raw_stream, stream_context, stream_id,
 };
 use crate::stream::{StreamId, StreamRequest, SyncPlan};
@@ -46,10 +46,17 @@ pub fn events_created() -> usize {
     CREATED.load(Ordering::Relaxed)
 }
 
-/// An event taken from the per-context pool; returned to it when dropped. Driven with raw
-/// driver calls: no error recorded on a cudarc context by unrelated work can fail them.
+/// An event taken from the per-context pool; returned to it when dropped, unless a stream
+/// being captured into a CUDA graph waited on it (then destroyed). Driven with raw driver
+/// calls: no error recorded on a cudarc context by unrelated work can fail them.
 #[derive(Debug)]
-pub(crate) struct PooledEvent(RawEvent);
+pub(crate) struct PooledEvent {
+    raw: RawEvent,
+    /// Whether a captured graph waits on the event (`CU_EVENT_WAIT_EXTERNAL`): every launch of
+    /// the graph waits for its most recent record, so it is never recorded again, and is
+    /// destroyed, not pooled, when its holder lets it go.
+    captured: AtomicBool,
+}
 
 impl PooledEvent {
     /// Takes an event of `ctx` from the pool, creating one (timing disabled) if it is empty.
@@ -68,8 +75,8 @@ impl PooledEvent {
                 .lock()
                 .ok()
                 .and_then(|mut p| p.get_mut(&key).and_then(Vec::pop));
-            if let Some(event) = reused {
-                return Ok(Self(event));
+            if let Some(raw) = reused {
+                return Ok(Self::new(raw));
             }
         }
         let _current = CurrentContext::save();
@@ -83,47 +90,88 @@ impl PooledEvent {
             .result()
             .map_err(driver_error("cuEventCreate"))?;
         CREATED.fetch_add(1, Ordering::Relaxed);
-        Ok(Self(RawEvent {
+        Ok(Self::new(RawEvent {
             event,
             ctx: ctx.cu_ctx(),
             pooled,
         }))
     }
 
+    fn new(raw: RawEvent) -> Self {
+        Self {
+            raw,
+            captured: AtomicBool::new(false),
+        }
+    }
+
     /// The raw event handle.
     pub(crate) fn cu_event(&self) -> sys::CUevent {
-        self.0.event
+        self.raw.event
     }
 
     /// Records the event on `stream`, a stream of the event's context valid for the call.
     pub(crate) fn record_on(&self, stream: sys::CUstream) -> Result<(), CudaError> {
         let _current = CurrentContext::save();
-        bind(self.0.ctx)?;
+        bind(self.raw.ctx)?;
         // SAFETY: a live event of the bound context; `stream` is of that context (caller).
-        unsafe { result::event::record(self.0.event, stream) }
+        unsafe { result::event::record(self.raw.event, stream) }
             .map_err(driver_error("cuEventRecord"))
     }
 
     /// Blocks the host until the event has completed.
     pub(crate) fn synchronize(&self) -> Result<(), CudaError> {
         let _current = CurrentContext::save();
-        bind(self.0.ctx)?;
+        bind(self.raw.ctx)?;
         // A live event of the current context.
-        HostWait::Event(self.0.event).run()
+        HostWait::Event(self.raw.event).run()
     }
 }
 
 impl Drop for PooledEvent {
     fn drop(&mut self) {
-        if self.0.pooled {
+        if self.raw.pooled && !*self.captured.get_mut() {
             if let Ok(mut pool) = pool().lock() {
-                pool.entry(self.0.ctx as usize).or_default().push(self.0);
+                pool.entry(self.raw.ctx as usize)
+                    .or_default()
+                    .push(self.raw);
             }
         } else {
             // SAFETY: the event is ours and used no more; a failure (its context is gone,
             // destroying it already) leaves nothing to do.
-            let _ = unsafe { sys::cuEventDestroy_v2(self.0.event) };
+            let _ = unsafe { sys::cuEventDestroy_v2(self.raw.event) };
         }
+    }
+}
+
+/// How a consumer's stream waits on an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// `CU_EVENT_WAIT_DEFAULT`: the stream runs its work now, or the event was recorded in the
+    /// same capture as the stream's.
+    Now,
+    /// `CU_EVENT_WAIT_EXTERNAL`: the stream is being captured into a graph and the event was
+    /// recorded outside the capture. The graph gets an event-wait node: each launch waits for
+    /// the event's most recent record (`cuStreamWaitEvent`, `cuGraphAddEventWaitNode`).
+    External,
+}
+
+/// How the consumer's stream `consumer` (the special handles resolve in `primary`) waits on
+/// an event recorded outside any capture; binds the stream's context. Restores nothing: the
+/// caller holds a [`CurrentContext`].
+///
+/// # Errors
+///
+/// [`CudaError::LegacyStreamUnderCapture`] for the legacy default stream while a blocking
+/// stream of its context is being captured; [`CudaError::Driver`] from the driver.
+fn outside_wait(consumer: StreamId, primary: sys::CUcontext) -> Result<Wait, CudaError> {
+    match consumer {
+        StreamId::Handle(h) => bind(stream_context(h.get() as sys::CUstream)?)?,
+        _ => bind(primary)?,
+    }
+    match capture_of(raw_stream(consumer))? {
+        Capture::Not => Ok(Wait::Now),
+        Capture::Active { .. } => Ok(Wait::External),
+        Capture::Implicit => Err(CudaError::LegacyStreamUnderCapture),
     }
 }
 
@@ -134,48 +182,97 @@ fn wait_for(
     event: &PooledEvent,
     consumer: StreamId,
     primary: sys::CUcontext,
+    how: Wait,
 ) -> Result<(), CudaError> {
     match consumer {
         StreamId::Handle(h) => bind(stream_context(h.get() as sys::CUstream)?)?,
         _ => bind(primary)?,
     }
-    // A stream being captured into a graph cannot wait on an event recorded outside the
-    // capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, and the capture is invalidated): refuse
-    // it before the driver is asked.
-    check_not_capturing(raw_stream(consumer))?;
+    let flags = match how {
+        Wait::Now => sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+        Wait::External => {
+            // Every launch of the graph waits for the event's most recent record: it is never
+            // recorded again (nor pooled) from here on.
+            event.captured.store(true, Ordering::Relaxed);
+            sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL
+        }
+    };
     // SAFETY: the consumer's stream is valid for the duration of this call (the `stream`
     // parameter of the array API's `__dlpack__`,
     // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html);
-    // the event is recorded. `cuStreamWaitEvent` captures the event's state now, so the event
-    // may be reused once this returns.
-    unsafe {
-        result::stream::wait_event(
-            raw_stream(consumer),
-            event.cu_event(),
-            sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
-        )
-    }
-    .map_err(driver_error("cuStreamWaitEvent"))
+    // the event is recorded. Outside a capture `cuStreamWaitEvent` takes the event's state now,
+    // so the event may be reused once this returns; inside one (`Wait::External`) the graph
+    // refers to the event, which is marked never to be reused.
+    unsafe { result::stream::wait_event(raw_stream(consumer), event.cu_event(), flags) }
+        .map_err(driver_error("cuStreamWaitEvent"))
+}
+
+/// Records an event of `ctx` on the producer's stream `producer` (of `ctx`, valid for the
+/// call) and makes the consumer's stream `consumer` wait on it, as their captures allow:
+///
+/// - neither is being captured: an ordinary event dependency;
+/// - the consumer's stream is being captured and the producer's is not: an external wait
+///   ([`Wait::External`]), part of the graph;
+/// - both are captured in the same capture: an event recorded in the capture (an edge of the
+///   graph);
+/// - the producer's stream is captured and the consumer's is not in that capture: refused
+///   ([`CudaError::Capturing`]); the legacy default stream while a blocking stream is captured:
+///   refused ([`CudaError::LegacyStreamUnderCapture`]).
+///
+/// Returns the event when it was recorded outside any capture (what the tensor is ready after,
+/// for whoever it is lent to next); `None` for an event recorded inside a capture, which no
+/// stream outside it may wait on. Restores nothing: the caller holds a [`CurrentContext`].
+fn record_and_wait(
+    ctx: &CudaContext,
+    producer: sys::CUstream,
+    consumer: StreamId,
+    consumer_capture: Capture,
+    primary: sys::CUcontext,
+) -> Result<Option<PooledEvent>, CudaError> {
+    bind(ctx.cu_ctx())?;
+    let how = match (capture_of(producer)?, consumer_capture) {
+        (Capture::Implicit, _) | (_, Capture::Implicit) => {
+            return Err(CudaError::LegacyStreamUnderCapture);
+        }
+        (Capture::Active { id: p }, Capture::Active { id: c }) if p == c => None,
+        (Capture::Active { .. }, _) => {
+            return Err(CudaError::Capturing {
+                stream: producer as u64,
+                operation: "ordering the producer's captured work before a consumer outside its capture",
+                instead: "export after the capture ends (and after a launch of its graph), or to a stream of the same capture",
+            });
+        }
+        (Capture::Not, Capture::Not) => Some(Wait::Now),
+        (Capture::Not, Capture::Active { .. }) => Some(Wait::External),
+    };
+    let event = PooledEvent::take(ctx)?;
+    // `producer` is a live stream of the event's context (caller).
+    event.record_on(producer)?;
+    wait_for(&event, consumer, primary, how.unwrap_or(Wait::Now))?;
+    Ok(how.map(|_| event))
 }
 
 /// Orders a producer's work on its raw stream `producer` (a C exchange API's
 /// `current_work_stream`, of the primary context of CUDA device `device_id`; NULL is the legacy
 /// default stream) before the consumer's `request`: an event recorded on `producer` that the
 /// consumer's stream waits on, or nothing for the same stream or `stream=-1`. A host consumer
-/// ([`StreamRequest::Host`]) waits on the host.
+/// ([`StreamRequest::Host`]) waits on the host. A consumer stream being captured into a graph
+/// waits on the event at every launch of the graph: that event is returned, for the imported
+/// tensor to keep (it must not be reused while the graph may be launched); otherwise nothing is.
 ///
 /// # Errors
 ///
-/// [`CudaError`] from the probe, the device check of the consumer's stream, or the driver.
-#[cfg_attr(not(feature = "python"), allow(dead_code))]
+/// [`CudaError`] from the probe, the device check of the consumer's stream, the driver, or the
+/// captures of the two streams ([`record_and_wait`]).
+#[cfg_attr(not(any(feature = "python", test)), allow(dead_code))]
 pub(crate) fn order_raw(
     device_id: i32,
     producer: sys::CUstream,
     request: StreamRequest,
-) -> Result<(), CudaError> {
+) -> Result<ReadyEvents, CudaError> {
     use StreamRequest;
     if request == StreamRequest::NoSync {
-        return Ok(());
+        return Ok(ReadyEvents::default());
     }
     let ctx = context(device_id)?;
     let _current = CurrentContext::save();
@@ -187,18 +284,33 @@ pub(crate) fn order_raw(
     };
     let Some(consumer) = StreamId::of_request(request) else {
         // `producer` is the producer's current stream, valid for this call.
-        return HostWait::Stream(producer).run();
+        super::check_not_capturing(
+            producer,
+            "a host wait for the producer's work",
+            "read on the host after the capture ends",
+        )?;
+        return HostWait::Stream(producer)
+            .run()
+            .map(|()| ReadyEvents::default());
     };
     if raw_stream(consumer) == producer {
-        return Ok(());
+        return Ok(ReadyEvents::default());
     }
     check_consumer_stream(consumer, device_id)?;
-    bind(ctx.cu_ctx())?;
-    let event = PooledEvent::take(&ctx)?;
+    let consumer_capture = match outside_wait(consumer, ctx.cu_ctx())? {
+        Wait::Now => Capture::Not,
+        // The id is only compared with a captured producer stream's.
+        Wait::External => capture_of(raw_stream(consumer))?,
+    };
     // `producer` is a stream of the primary context, valid for this call (`dlpack.h`,
     // `DLPackExchangeAPI::current_work_stream`).
-    event.record_on(producer)?;
-    wait_for(&event, consumer, ctx.cu_ctx())
+    let event = record_and_wait(&ctx, producer, consumer, consumer_capture, ctx.cu_ctx())?;
+    Ok(match event {
+        Some(event) if consumer_capture != Capture::Not => ReadyEvents {
+            events: vec![Arc::new(event)],
+        },
+        _ => ReadyEvents::default(),
+    })
 }
 
 /// Carries out `plan` for the producer streams `pending` (the streams that named the plan's
@@ -240,9 +352,15 @@ pub(crate) fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), Cu
 /// each distinct pending stream, the consumer's own included: what the tensor is ready after,
 /// for whoever it is lent to next. The thread's current context is left as it was.
 ///
+/// Under CUDA graph capture ([`record_and_wait`]): a consumer stream being captured waits on
+/// each event as part of the graph, at every launch, and the tensor keeps those events (never
+/// reused while it lives); a pending stream that is the consumer's own, or is captured with it,
+/// needs no event outside the capture and gets none.
+///
 /// # Errors
 ///
-/// [`CudaError`] from the probe or the driver calls.
+/// [`CudaError`] from the probe or the driver calls; [`CudaError::Capturing`] and
+/// [`CudaError::LegacyStreamUnderCapture`] as [`record_and_wait`] says.
 pub(crate) fn record_and_order(
     record_on: &[StreamId],
     wait_on: StreamId,
@@ -250,6 +368,20 @@ pub(crate) fn record_and_order(
 ) -> Result<ReadyEvents, CudaError> {
     init()?;
     let _current = CurrentContext::save();
+    let Some(first) = pending.first() else {
+        return Ok(ReadyEvents::default());
+    };
+    // The consumer's stream is of the tensor's device, as every pending stream is (checked).
+    let primary = context(first.context().ordinal() as i32)?;
+    let consumer_capture = if record_on.is_empty() {
+        // Only the consumer's own stream is pending: nothing waits.
+        Capture::Not
+    } else {
+        match outside_wait(wait_on, primary.cu_ctx())? {
+            Wait::Now => Capture::Not,
+            Wait::External => capture_of(raw_stream(wait_on))?,
+        }
+    };
     let mut seen: Vec<StreamId> = Vec::with_capacity(pending.len());
     let mut events = Vec::with_capacity(pending.len());
     for stream in pending {
@@ -258,14 +390,27 @@ pub(crate) fn record_and_order(
             continue;
         }
         seen.push(id);
-        let event = PooledEvent::take(stream.context())?;
-        // The producer's stream is live (borrowed), of the event's context.
-        event.record_on(stream.cu_stream())?;
         if record_on.contains(&id) {
-            let primary = context(stream.context().ordinal() as i32)?;
-            wait_for(&event, wait_on, primary.cu_ctx())?;
+            // The producer's stream is live (borrowed), of the event's context.
+            let kept = record_and_wait(
+                stream.context(),
+                stream.cu_stream(),
+                wait_on,
+                consumer_capture,
+                primary.cu_ctx(),
+            )?;
+            events.extend(kept.map(Arc::new));
+            continue;
         }
-        events.push(Arc::new(event));
+        // The consumer's own stream: nothing to order; an event for whoever the tensor is lent
+        // to next, unless the stream is being captured (an event recorded in a capture can only
+        // be waited on inside it) or is the legacy stream while another is.
+        bind(stream.context().cu_ctx())?;
+        if capture_of(stream.cu_stream())? == Capture::Not {
+            let event = PooledEvent::take(stream.context())?;
+            event.record_on(stream.cu_stream())?;
+            events.push(Arc::new(event));
+        }
     }
     Ok(ReadyEvents { events })
 }
@@ -275,6 +420,12 @@ pub(crate) fn record_and_order(
 /// ([`ReadyEvents::synchronize`]). Beyond the DLPack standard, for Rust-to-Rust exchange.
 ///
 /// Cloning shares the events (each is recorded once and never again while a clone holds it).
+///
+/// Under CUDA graph capture: the events are always recorded outside any capture, and a stream
+/// being captured waits on them as part of the graph (`CU_EVENT_WAIT_EXTERNAL`): every launch
+/// of the graph waits for them. Keep them (and the tensor they come with) alive as long as the
+/// graph may be launched; once waited on in a capture, an event is destroyed, never reused,
+/// when its last holder drops it.
 #[derive(Debug, Default, Clone)]
 pub struct ReadyEvents {
     events: Vec<Arc<PooledEvent>>,
@@ -285,14 +436,25 @@ impl ReadyEvents {
     ///
     /// # Errors
     ///
-    /// [`CudaError`] from the probe or the driver.
+    /// [`CudaError::Capturing`] for a stream being captured into a CUDA graph (an event
+    /// recorded in a capture can be waited on only inside it);
+    /// [`CudaError::LegacyStreamUnderCapture`] for the legacy default stream while a blocking
+    /// stream is being captured; [`CudaError`] from the probe or the driver.
     pub fn record(streams: &[&CudaStream]) -> Result<Self, CudaError> {
         if streams.is_empty() {
             return Ok(Self::default());
         }
         init()?;
+        let _current = CurrentContext::save();
         let mut events = Vec::with_capacity(streams.len());
         for stream in streams {
+            bind(stream.context().cu_ctx())?;
+            // A live stream (borrowed), of the bound context.
+            super::check_not_capturing(
+                stream.cu_stream(),
+                "recording ready events",
+                "record them before the capture begins or after it ends",
+            )?;
             let event = PooledEvent::take(stream.context())?;
             event.record_on(stream.cu_stream())?;
             events.push(Arc::new(event));
@@ -318,12 +480,14 @@ impl ReadyEvents {
         self.events.extend(other.events.iter().cloned());
     }
 
-    /// Makes `stream` wait for every event; the host does not block.
+    /// Makes `stream` wait for every event; the host does not block. A stream being captured
+    /// into a CUDA graph waits on them as part of the graph, at every launch
+    /// (`CU_EVENT_WAIT_EXTERNAL`): keep `self` alive as long as the graph may be launched.
     ///
     /// # Errors
     ///
-    /// [`CudaError::Capturing`] for a stream being captured into a CUDA graph (an event
-    /// recorded outside the capture cannot be waited on inside it); [`CudaError::Driver`] from
+    /// [`CudaError::LegacyStreamUnderCapture`] for the legacy default stream while a blocking
+    /// stream of its context is being captured; [`CudaError::Driver`] from
     /// `cuStreamWaitEvent`.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
         // A live stream (borrowed); its default stream resolves in its own context.
@@ -336,8 +500,7 @@ impl ReadyEvents {
     ///
     /// # Errors
     ///
-    /// [`CudaError::Capturing`] for a stream being captured into a graph; [`CudaError::Driver`]
-    /// from the driver.
+    /// As [`ReadyEvents::wait_on`].
     pub(crate) fn wait_on_raw(
         &self,
         consumer: StreamId,
@@ -347,8 +510,9 @@ impl ReadyEvents {
             return Ok(());
         }
         let _current = CurrentContext::save();
+        let how = outside_wait(consumer, primary.cu_ctx())?;
         for event in &self.events {
-            wait_for(event, consumer, primary.cu_ctx())?;
+            wait_for(event, consumer, primary.cu_ctx(), how)?;
         }
         Ok(())
     }

@@ -18,7 +18,7 @@ mod tests;
 mod wait;
 
 pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch};
-#[cfg(feature = "python")]
+#[cfg(any(feature = "python", test))]
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
 pub(crate) use event::{execute, record_and_order};
@@ -81,15 +81,28 @@ pub enum CudaError {
         /// The tensor's device.
         device: i32,
     },
-    /// A stream being captured into a CUDA graph, where this crate would have to wait for work
-    /// it enqueues (a copy, a stream-ordered release): captured work runs only at launch.
+    /// A stream being captured into a CUDA graph where the operation `operation` needs a
+    /// stream that runs its work now: captured work runs only when the graph is launched, and
+    /// as often as it is launched.
     #[error(
-        "stream {stream:#x} is being captured into a CUDA graph, expected a stream that runs its work now (an event dependency, a copy or a stream-ordered release cannot be ordered from outside the capture)"
+        "stream {stream:#x} is being captured into a CUDA graph, where {operation} cannot be done; expected a stream that runs its work now: {instead}"
     )]
     Capturing {
         /// The stream handle.
         stream: u64,
+        /// What could not be done, such as `"a copy for the consumer (copy=True or dl_device)"`.
+        operation: &'static str,
+        /// What to do instead.
+        instead: &'static str,
     },
+    /// The legacy default stream (`stream=None` or `1`), or a host wait that needs it, while a
+    /// blocking stream of its context is being captured into a CUDA graph: any work on the
+    /// legacy stream would make the capture depend on it and invalidate it
+    /// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`, `cuStreamIsCapturing`).
+    #[error(
+        "the legacy default stream (stream=None or 1) cannot be ordered while a blocking stream of its context is being captured into a CUDA graph: its implicit synchronization would invalidate the capture (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); expected the capturing stream itself as the consumer's stream, or stream=-1 with the order kept by the caller"
+    )]
+    LegacyStreamUnderCapture,
     /// The reaper thread of stream-ordered release is gone.
     #[error(
         "the stream-ordered release thread has stopped; the tensor was released at once after a host synchronization"
@@ -236,21 +249,83 @@ pub(crate) fn stream_context(stream: sys::CUstream) -> Result<sys::CUcontext, Cu
     Ok(ctx)
 }
 
-/// Refuses a stream that is being captured into a CUDA graph, where this crate would enqueue
-/// work whose completion it then waits for (a copy, a stream-ordered release): captured work
-/// runs only when the graph is launched.
-pub(crate) fn check_not_capturing(stream: sys::CUstream) -> Result<(), CudaError> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+/// Where a stream stands with CUDA graph capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Capture {
+    /// Not being captured: its work runs as it is enqueued.
+    Not,
+    /// Being captured, in the capture sequence `id` (`cuStreamGetCaptureInfo`: unique per
+    /// sequence in the process), valid or already invalidated.
+    Active {
+        /// The capture sequence.
+        id: u64,
+    },
+    /// The legacy default stream while a blocking stream of its context is being captured:
+    /// work on it would join that capture and invalidate it.
+    Implicit,
+}
+
+/// Where `stream` (of the current context for the special handles; valid for the call) stands
+/// with CUDA graph capture: `cuStreamIsCapturing`, which does not invalidate a capture, and the
+/// capture's id (`cuStreamGetCaptureInfo_v3`) only for a stream being captured.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from those calls.
+pub(crate) fn capture_of(stream: sys::CUstream) -> Result<Capture, CudaError> {
+    use sys::CUstreamCaptureStatus as Status;
+    let mut status = Status::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: `stream` is valid for the call (caller); a valid out-pointer.
-    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
-        .result()
-        .map_err(driver_error("cuStreamIsCapturing"))?;
-    if status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        Ok(())
-    } else {
-        Err(CudaError::Capturing {
+    match unsafe { sys::cuStreamIsCapturing(stream, &mut status) } {
+        sys::CUresult::CUDA_SUCCESS => {}
+        // The driver documents this answer of `cuStreamIsCapturing` for the legacy default
+        // stream while a blocking stream of its context is captured; the capture goes on.
+        sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => return Ok(Capture::Implicit),
+        code => {
+            return Err(CudaError::Driver {
+                call: "cuStreamIsCapturing",
+                code,
+            });
+        }
+    }
+    if status == Status::CU_STREAM_CAPTURE_STATUS_NONE {
+        return Ok(Capture::Not);
+    }
+    let mut id: sys::cuuint64_t = 0;
+    // SAFETY: as above; the out-pointers not needed are NULL, which the driver allows.
+    unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            &mut id,
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+            core::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(driver_error("cuStreamGetCaptureInfo"))?;
+    Ok(Capture::Active { id })
+}
+
+/// Refuses a stream that is being captured into a CUDA graph (or the legacy stream while a
+/// blocking stream is), where this crate would enqueue work whose completion it then waits
+/// for, or that must run once (`operation`, with what to do `instead`): captured work runs
+/// only when the graph is launched.
+pub(crate) fn check_not_capturing(
+    stream: sys::CUstream,
+    operation: &'static str,
+    instead: &'static str,
+) -> Result<(), CudaError> {
+    match capture_of(stream)? {
+        Capture::Not => Ok(()),
+        Capture::Active { .. } => Err(CudaError::Capturing {
             stream: stream as u64,
-        })
+            operation,
+            instead,
+        }),
+        Capture::Implicit => Err(CudaError::LegacyStreamUnderCapture),
     }
 }
 

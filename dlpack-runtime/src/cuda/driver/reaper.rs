@@ -180,7 +180,13 @@ pub(crate) fn release_after_raw(
     let _current = CurrentContext::save();
     let recorded = init()
         .and_then(|()| bind(ctx.cu_ctx()))
-        .and_then(|()| check_not_capturing(stream))
+        .and_then(|()| {
+            check_not_capturing(
+                stream,
+                "a stream-ordered release (the graph reads the tensor at every launch)",
+                "release after the graph's last launch, with release_after on a stream that runs its work",
+            )
+        })
         .and_then(|()| PooledEvent::take(ctx))
         .and_then(|event| event.record_on(stream).map(|()| event));
     match recorded {
@@ -189,7 +195,7 @@ pub(crate) fn release_after_raw(
             after,
             value,
         }),
-        Err(err @ CudaError::Capturing { .. }) => {
+        Err(err @ (CudaError::Capturing { .. } | CudaError::LegacyStreamUnderCapture)) => {
             // The captured work reads the tensor whenever the graph is launched: only a leak is
             // safe (and waiting on the stream would invalidate the capture).
             leak("a tensor released after a stream that is being captured into a CUDA graph");

@@ -2,7 +2,7 @@
 //! failed waits.
 
 use super::*;
-use crate::stream::SyncPlan;
+use crate::stream::{StreamRequest, SyncPlan};
 
 #[test]
 fn special_streams_map_to_the_driver_handles() {
@@ -90,4 +90,91 @@ fn failed_waits_free_only_in_broken_contexts_and_retry_only_under_capture() {
         after_failed_wait(&CudaError::NoDriver),
         AfterFailedWait::Leak
     );
+}
+
+/// A host function that blocks its stream until the flag it points to is set.
+unsafe extern "C" fn hold_until_set(flag: *mut core::ffi::c_void) {
+    // SAFETY: `flag` is the `AtomicBool` the test keeps alive until the stream has passed this.
+    let flag = unsafe { &*flag.cast::<std::sync::atomic::AtomicBool>() };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !flag.load(std::sync::atomic::Ordering::Acquire) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+#[test]
+fn a_producer_ordered_before_a_stream_being_captured_is_ordered_at_every_launch() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use sys::CUresult as R;
+    const N: usize = 1024;
+    if init().is_err() {
+        let expected = std::env::var("DLPACK_TESTS_EXPECT_DRIVER").ok();
+        assert_ne!(
+            expected.as_deref(),
+            Some("present"),
+            "a driver was expected"
+        );
+        println!("no CUDA driver: the capture of an ordered import was not checked");
+        return;
+    }
+    let ctx = context(0).unwrap();
+    let _current = CurrentContext::save();
+    bind(ctx.cu_ctx()).unwrap();
+    let (producer, consumer) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let (p, c) = (producer.cu_stream(), consumer.cu_stream());
+    let open = Box::new(AtomicBool::new(false));
+    // SAFETY: plain driver calls on live streams and memory of the bound context; the flag
+    // outlives the host function (the stream is synchronized before it is dropped); every
+    // copy and memset stays within the `N` u32 allocated.
+    unsafe {
+        let (mut src, mut dst) = (0, 0);
+        sys::cuMemAlloc_v2(&mut src, N * 4).result().unwrap();
+        sys::cuMemAlloc_v2(&mut dst, N * 4).result().unwrap();
+        let flag = (&*open as *const AtomicBool).cast_mut().cast();
+        sys::cuLaunchHostFunc(p, Some(hold_until_set), flag)
+            .result()
+            .unwrap();
+        sys::cuMemsetD32Async(src, 9, N, p).result().unwrap();
+        // The consumer's stream is captured, as a C exchange API consumer's would be.
+        sys::cuStreamBeginCapture_v2(
+            c,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+        .result()
+        .unwrap();
+        let request = StreamRequest::Handle(core::num::NonZeroU64::new(c as u64).unwrap());
+        let kept = order_raw(0, p, request).unwrap();
+        assert_eq!(kept.len(), 1, "the event the graph waits on is kept");
+        sys::cuMemcpyDtoDAsync_v2(dst, src, N * 4, c)
+            .result()
+            .unwrap();
+        let mut graph = core::ptr::null_mut();
+        sys::cuStreamEndCapture(c, &mut graph).result().unwrap();
+        let mut exec = core::ptr::null_mut();
+        sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            .result()
+            .unwrap();
+        for launch in 1..=3 {
+            sys::cuMemsetD32Async(dst, 0, N, c).result().unwrap();
+            sys::cuGraphLaunch(exec, c).result().unwrap();
+            if launch == 1 {
+                // Behind the held producer: the host did not wait, the launch does.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                assert_eq!(sys::cuStreamQuery(c), R::CUDA_ERROR_NOT_READY);
+                open.store(true, Ordering::Release);
+            }
+            let mut host = vec![0u32; N];
+            sys::cuStreamSynchronize(c).result().unwrap();
+            sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), dst, N * 4)
+                .result()
+                .unwrap();
+            assert_eq!(host, vec![9; N], "launch {launch}");
+        }
+        sys::cuGraphExecDestroy(exec).result().unwrap();
+        sys::cuGraphDestroy(graph).result().unwrap();
+        drop(kept);
+        sys::cuStreamSynchronize(p).result().unwrap();
+        sys::cuMemFree_v2(src).result().unwrap();
+        sys::cuMemFree_v2(dst).result().unwrap();
+    }
 }
