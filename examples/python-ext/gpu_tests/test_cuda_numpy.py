@@ -314,3 +314,83 @@ def test_the_checker_sees_a_relay_that_was_never_made_ready():
     assert _driver.cuSimViolations() >= 1, "the checker missed the unordered read of the relay"
     assert "cuMemcpyHtoDAsync" in report, report
     _driver.cuSimReset()
+
+
+# CUDA graph capture: `from_dlpack` called while the consumer's stream is being captured passes
+# the capturing stream; the producer's pending work is ordered before every launch of the graph
+# by an event recorded outside the capture and waited on inside it, and the host never waits.
+
+
+def captured_copy(s, dst, x, sync=True):
+    """A graph captured on `s` (global mode, as PyTorch captures) that copies `x` into `dst`,
+    and the import it reads, which must outlive every launch."""
+    de.cuda_capture_begin(s)
+    try:
+        keep = dst.copy_from(x, s, sync)
+    finally:
+        graph = de.cuda_capture_end(s)
+    return graph, keep
+
+
+def test_from_dlpack_inside_a_capture_orders_every_launch():
+    s = de.cuda_stream(0)
+    dst = de.CudaBuffer(N)
+    x, gate = gated()
+    graph, keep = captured_copy(s, dst, x)
+    np.testing.assert_array_equal(dst.read(s), np.zeros(N, np.float32))
+    graph.launch(s)
+    # The launch is enqueued behind the producer's held write: the host did not wait for it.
+    assert not de.cuda_stream_idle(s)
+    gate.release()
+    np.testing.assert_array_equal(dst.read(s), expected())
+    for _ in range(2):
+        dst.zero(s)
+        graph.launch(s)
+        np.testing.assert_array_equal(dst.read(s), expected())
+    del graph, keep
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_captured_import_left_unordered():
+    # The negative control: the same capture with stream=-1 (no dependency); the first launch's
+    # copy reads while the producer's write is held.
+    s = de.cuda_stream(0)
+    dst = de.CudaBuffer(N)
+    x, gate = gated()
+    graph, keep = captured_copy(s, dst, x, sync=False)
+    graph.launch(s)
+    report = _report()
+    gate.release()
+    dst.read(s)
+    del graph, keep
+    assert _driver.cuSimViolations() >= 1, "the checker missed the unordered launch"
+    assert "cuMemcpyDtoDAsync" in report, report
+    _driver.cuSimReset()
+
+
+def test_stream_none_under_a_blocking_capture_is_refused_and_the_capture_survives():
+    # stream=None names the legacy default stream, whose implicit synchronization would join a
+    # capture of a blocking stream and invalidate it: refused before anything is enqueued.
+    b = de.cuda_blocking_stream()
+    x = de.cuda_arange(N)
+    de.cuda_capture_begin(b)
+    try:
+        with pytest.raises(BufferError, match="legacy default stream"):
+            x.__dlpack__(stream=None, max_version=(1, 3))
+    finally:
+        graph = de.cuda_capture_end(b)  # raises if the capture was invalidated
+    del graph
+    # Outside the capture the same export orders on the legacy stream as usual.
+    assert de.cuda_sum(de.cuda_arange(N), CU_STREAM_LEGACY) == expected_sum()
+
+
+def test_a_copy_under_capture_is_refused_and_the_capture_survives():
+    s = de.cuda_stream(0)
+    x = de.cuda_arange(N)
+    de.cuda_capture_begin(s)
+    try:
+        with pytest.raises(BufferError, match="a copy for the consumer"):
+            x.__dlpack__(stream=s, copy=True, max_version=(1, 3))
+    finally:
+        graph = de.cuda_capture_end(s)
+    del graph

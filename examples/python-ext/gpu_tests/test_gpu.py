@@ -90,3 +90,34 @@ def test_cupy_gets_a_copy_enqueued_on_its_current_stream():
         a = cupy.from_dlpack(CopyRequest(de.cuda_arange(N)))
         host = cupy.asnumpy(a)
     np.testing.assert_array_equal(host, expected())
+
+
+def test_torch_captures_from_dlpack_of_a_rust_tensor_and_every_replay_reads_it():
+    # PyTorch captures on a side stream in global mode and passes the capturing stream to
+    # `__dlpack__`: the producer's held write is ordered before every replay, the first one
+    # included, by an external event wait inside the graph; the host never waits for it.
+    x, gate = de.cuda_arange_gated(N, 60.0)
+    out = torch.zeros(N, dtype=torch.float32, device="cuda")
+    side = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        try:
+            t = torch.from_dlpack(x)
+            out.copy_(t)
+        finally:
+            graph.capture_end()
+    graph.replay()
+    # The replay waits behind the producer's gate: nothing of it has run yet.
+    done = torch.cuda.Event()
+    done.record()
+    assert not done.query()
+    gate.release()
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), expected())
+    for _ in range(2):
+        out.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        np.testing.assert_array_equal(out.cpu().numpy(), expected())
+    del graph, t

@@ -598,6 +598,199 @@ mod gpu {
         })
     }
 
+    /// Device memory of `n` float32 on device 0, allocated when made (never under a capture),
+    /// that a captured region can copy into: made by `CudaBuffer(n)`.
+    #[pyclass(module = "dlpack_example")]
+    pub struct CudaBuffer {
+        data: CudaSlice<f32>,
+        /// `data`'s device pointer, read once (cudarc's access tracking would add waits on the
+        /// buffer's own stream to every stream that asks, including one being captured).
+        ptr: sys::CUdeviceptr,
+    }
+
+    /// An import kept alive for as long as a graph that reads it may be launched.
+    #[pyclass(frozen, module = "dlpack_example")]
+    pub struct CudaImport {
+        _view: GpuView,
+    }
+
+    #[pymethods]
+    impl CudaBuffer {
+        #[new]
+        fn new(n: usize) -> PyResult<Self> {
+            let stream = device0()?.default_stream();
+            let data = stream.alloc_zeros::<f32>(n).map_err(cuda_err)?;
+            let ptr = {
+                use cudarc::driver::DevicePtr;
+                let (ptr, _record) = data.device_ptr(&stream);
+                ptr
+            };
+            stream.synchronize().map_err(cuda_err)?;
+            Ok(Self { data, ptr })
+        }
+
+        /// `copy_from(x, stream, sync=True) -> CudaImport`: imports `x` for `stream` (with
+        /// `stream=-1` when `sync` is false: no ordering, the negative control) and enqueues a
+        /// device-to-device copy of it into this buffer on `stream`; under a capture, the copy
+        /// is part of the graph. Keep the result as long as the copy may run.
+        #[pyo3(signature = (x, stream, sync=true))]
+        fn copy_from(&self, x: &Bound<'_, PyAny>, stream: usize, sync: bool) -> PyResult<CudaImport> {
+            let asked = if sync { stream as i64 } else { -1 };
+            let view: GpuView =
+                python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(asked)))?;
+            let n: usize = view.shape.iter().product();
+            if n != self.data.len() {
+                return Err(PyBufferError::new_err(format!(
+                    "{n} elements, expected {}",
+                    self.data.len()
+                )));
+            }
+            // SAFETY: both are `n` float32 of live device memory (the import is kept by the
+            // returned object, the buffer by `self`); stream-ordered on a live stream.
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(
+                    self.ptr,
+                    view.data.cuda_device_ptr()?,
+                    n * 4,
+                    stream as sys::CUstream,
+                )
+            }
+            .result()
+            .map_err(cuda_err)?;
+            Ok(CudaImport { _view: view })
+        }
+
+        /// `zero(stream)`: enqueues a memset of the buffer to 0.0 on `stream`.
+        fn zero(&self, stream: usize) -> PyResult<()> {
+            // SAFETY: the buffer's `len` float32 (4 bytes each), live; stream-ordered.
+            unsafe { sys::cuMemsetD32Async(self.ptr, 0, self.data.len(), stream as sys::CUstream) }
+                .result()
+                .map_err(cuda_err)
+        }
+
+        /// `read(stream) -> list[float]`: the buffer's values after `stream`'s work so far (the
+        /// host waits, with the GIL released).
+        fn read(&self, py: Python<'_>, stream: usize) -> PyResult<Vec<f32>> {
+            let (ptr, n) = (self.ptr, self.data.len());
+            py.detach(move || -> Result<Vec<f32>, cudarc::driver::DriverError> {
+                let mut host = vec![0f32; n];
+                let stream = stream as sys::CUstream;
+                // SAFETY: `n` float32 of live device memory into `host`, which has room for
+                // them; the stream is synchronized before `host` is read.
+                unsafe {
+                    sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, n * 4, stream)
+                        .result()?;
+                    sys::cuStreamSynchronize(stream).result()?;
+                }
+                Ok(host)
+            })
+            .map_err(cuda_err)
+        }
+    }
+
+    /// An instantiated CUDA graph: made by `cuda_capture_end`, launched by `launch(stream)`.
+    #[pyclass(module = "dlpack_example")]
+    pub struct CudaGraph {
+        graph: usize,
+        exec: usize,
+    }
+
+    #[pymethods]
+    impl CudaGraph {
+        /// `launch(stream)`: enqueues the graph's work on `stream` (`cuGraphLaunch`); the host
+        /// does not wait.
+        fn launch(&self, stream: usize) -> PyResult<()> {
+            // SAFETY: a live graph exec; a live stream handle (the caller's).
+            unsafe { sys::cuGraphLaunch(self.exec as sys::CUgraphExec, stream as sys::CUstream) }
+                .result()
+                .map_err(cuda_err)
+        }
+    }
+
+    impl Drop for CudaGraph {
+        fn drop(&mut self) {
+            // SAFETY: made by `cuda_capture_end`, destroyed once, here.
+            unsafe {
+                let _ = sys::cuGraphExecDestroy(self.exec as sys::CUgraphExec);
+                let _ = sys::cuGraphDestroy(self.graph as sys::CUgraph);
+            }
+        }
+    }
+
+    /// `cuda_capture_begin(stream, mode="global")`: starts capturing `stream` into a graph
+    /// (`cuStreamBeginCapture`, mode `"global"`, `"thread_local"` or `"relaxed"`).
+    #[pyfunction]
+    #[pyo3(signature = (stream, mode="global"))]
+    pub fn cuda_capture_begin(stream: usize, mode: &str) -> PyResult<()> {
+        use sys::CUstreamCaptureMode as M;
+        let mode = match mode {
+            "global" => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            "thread_local" => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            "relaxed" => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "capture mode {other:?}, expected \"global\", \"thread_local\" or \"relaxed\""
+                )));
+            }
+        };
+        device0()?.bind_to_thread().map_err(cuda_err)?;
+        // SAFETY: a live stream handle (the caller's).
+        unsafe { sys::cuStreamBeginCapture_v2(stream as sys::CUstream, mode) }
+            .result()
+            .map_err(cuda_err)
+    }
+
+    /// `cuda_capture_end(stream) -> CudaGraph`: ends the capture and instantiates its graph.
+    #[pyfunction]
+    pub fn cuda_capture_end(stream: usize) -> PyResult<CudaGraph> {
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: a live stream handle being captured; a valid out-pointer.
+        unsafe { sys::cuStreamEndCapture(stream as sys::CUstream, &mut graph) }
+            .result()
+            .map_err(cuda_err)?;
+        let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+        // SAFETY: a graph the capture returned; a valid out-pointer.
+        let made = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }.result();
+        if let Err(err) = made {
+            // SAFETY: the graph is ours and used no more.
+            let _ = unsafe { sys::cuGraphDestroy(graph) };
+            return Err(cuda_err(err));
+        }
+        Ok(CudaGraph {
+            graph: graph as usize,
+            exec: exec as usize,
+        })
+    }
+
+    /// `cuda_stream_idle(stream) -> bool`: whether `stream` has no pending work
+    /// (`cuStreamQuery`).
+    #[pyfunction]
+    pub fn cuda_stream_idle(stream: usize) -> PyResult<bool> {
+        // SAFETY: a live stream handle (the caller's); a query only.
+        match unsafe { sys::cuStreamQuery(stream as sys::CUstream) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(cuda_err(format!("cuStreamQuery: {code:?}"))),
+        }
+    }
+
+    /// `cuda_blocking_stream() -> int`: a blocking stream of device 0 (one that synchronizes
+    /// with the legacy default stream), made once and kept for the process.
+    #[pyfunction]
+    pub fn cuda_blocking_stream() -> PyResult<usize> {
+        static STREAM: OnceLock<usize> = OnceLock::new();
+        if let Some(&s) = STREAM.get() {
+            return Ok(s);
+        }
+        device0()?.bind_to_thread().map_err(cuda_err)?;
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; flags 0 (`CU_STREAM_DEFAULT`), the context is current.
+        unsafe { sys::cuStreamCreate(&mut stream, 0) }
+            .result()
+            .map_err(cuda_err)?;
+        Ok(*STREAM.get_or_init(|| stream as usize))
+    }
+
     /// `cuda_sum_via_c_api(x) -> (sum, used_c_api)`: the N0 pattern of the C exchange API
     /// (`dlpack.h`, `DLPackExchangeAPI` guidelines): convert without synchronization, ask the
     /// producer's current work stream, and read on that stream.
@@ -677,6 +870,12 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(gpu::cuda_synchronize_holding_gil, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::host_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_relay, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_capture_begin, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_capture_end, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_stream_idle, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_blocking_stream, m)?)?;
+        m.add_class::<gpu::CudaBuffer>()?;
+        m.add_class::<gpu::CudaGraph>()?;
         m.add_class::<gpu::CudaGate>()?;
         m.add_class::<gpu::CudaRelay>()?;
         // A shared, read-only export of the imported CUDA memory it holds.
