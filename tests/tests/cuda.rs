@@ -1006,6 +1006,41 @@ fn an_export_to_a_stream_being_captured_orders_every_launch_of_its_graph() {
     assert_clean(&checker, "an export under capture, launched three times");
 }
 
+#[test]
+fn a_slice_whose_own_stream_is_the_capturing_one_is_exported_into_the_capture() {
+    let (_ctx, _a, b, checker) = setup();
+    let counter = Counter::new();
+    let dst = b.alloc_zeros::<u32>(N).unwrap();
+    let dst_ptr = cuda_ptr(&dst, &b);
+    // The slice lives on `b`, its write is pending there, and `b` is the consumer's stream,
+    // being captured: cudarc's access tracking must not make `b` wait on an event recorded
+    // before the capture (which would invalidate it).
+    let src = b.alloc_zeros::<u32>(N).unwrap();
+    fill(&src, &b, 4);
+    let t = GpuTensor::new(src, &b, &counter);
+    let request = ExportRequest::versioned().stream(Some(b.cu_stream() as i64));
+    let (graph, view) = captured_copy(t, &request, &b, dst_ptr, THREAD_LOCAL);
+    assert!(
+        view.data.ready_events().is_none(),
+        "no event outside the capture is needed, none is kept"
+    );
+    for launch in 1..=3 {
+        // SAFETY: `dst_ptr` is `N` u32 of live memory; stream-ordered on `b`.
+        unsafe { sys::cuMemsetD32Async(dst_ptr, 0, N, b.cu_stream()) }
+            .result()
+            .unwrap();
+        graph.launch(&b);
+        assert_eq!(read(&dst, &b), vec![4; N], "launch {launch}");
+    }
+    drop(graph);
+    drop(view);
+    b.context()
+        .check_err()
+        .expect("no error recorded by cudarc's tracking");
+    assert_eq!(counter.get(), 1);
+    assert_clean(&checker, "a slice of the capturing stream");
+}
+
 /// A stream of the current context that synchronizes with the legacy default stream
 /// (`CU_STREAM_DEFAULT`, where cudarc makes non-blocking ones); destroyed on drop.
 struct BlockingStream(sys::CUstream);

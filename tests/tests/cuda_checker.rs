@@ -9,7 +9,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{Checker, Gate, GpuStrided, GpuTensor, GpuView, captured_copy, checker};
+use dlpack_tests::gpu::{
+    CapturedGraph, Checker, Gate, GpuStrided, GpuTensor, GpuView, captured_copy, checker,
+};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -463,4 +465,57 @@ fn a_launch_after_the_captured_import_was_released_is_reported() {
     assert!(report.contains("which was destroyed"), "{report}");
     drop((graph, dst));
     checker.reset();
+}
+
+#[test]
+fn a_copy_for_a_stream_outside_a_global_capture_leaves_the_capture_valid() {
+    let (ctx, a, b, checker) = setup();
+    let c = ctx.new_stream().unwrap();
+    let src = a.alloc_zeros::<u32>(N).unwrap();
+    fill(ptr(&src, &a), N, 3, &a);
+    let t = GpuTensor::new(src, &a, &Counter::new());
+    // Another thread captures `c` in global mode, as PyTorch does, while this one asks for a
+    // copy on `b`: the copy's allocation must neither fail nor invalidate that capture.
+    let (begun_tx, begun_rx) = std::sync::mpsc::channel();
+    let (copied_tx, copied_rx) = std::sync::mpsc::channel::<()>();
+    let capturing = {
+        let (ctx, c) = (ctx.clone(), c.clone());
+        std::thread::spawn(move || {
+            ctx.bind_to_thread().unwrap();
+            // SAFETY: a live stream of the bound context.
+            unsafe { CapturedGraph::begin(c.cu_stream(), GLOBAL) };
+            begun_tx.send(()).unwrap();
+            copied_rx.recv().unwrap();
+            // SAFETY: being captured (begun above).
+            unsafe { CapturedGraph::end(c.cu_stream()) }.map(drop)
+        })
+    };
+    begun_rx.recv().unwrap();
+    let copied = t.into_dlpack_with(
+        &ExportRequest::versioned()
+            .stream(Some(b.cu_stream() as i64))
+            .copy(Some(true)),
+    );
+    copied_tx.send(()).unwrap();
+    let ended = capturing.join().unwrap();
+    let view = GpuView::from_managed(copied.expect("the copy is made")).unwrap();
+    assert_eq!(ended, Ok(()), "the other thread's capture stays valid");
+    let out = b.alloc_zeros::<u32>(N).unwrap();
+    // SAFETY: `N` u32 of the copy into `N` u32 of live memory; stream-ordered on `b`.
+    unsafe {
+        sys::cuMemcpyDtoDAsync_v2(
+            ptr(&out, &b),
+            view.data.cuda_device_ptr().unwrap(),
+            N * 4,
+            b.cu_stream(),
+        )
+    }
+    .result()
+    .unwrap();
+    b.synchronize().unwrap();
+    assert_eq!(b.clone_dtoh(&out).unwrap(), vec![3; N]);
+    drop(view);
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    checker.assert_clean("a copy beside a global capture");
 }

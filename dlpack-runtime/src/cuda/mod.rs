@@ -65,12 +65,15 @@
 //!   included even while the producer's work is still running, is ordered after the work the
 //!   producer had enqueued when it exported. The host never blocks and the capture stays
 //!   valid;
-//! - the exported tensor owns those events ([`ManagedTensor::ready_events`]): a pooled event
+//! - the exported tensor owns those events ([`ManagedTensor::ready_events`], and
+//!   [`ExportBuffer::ready_events`] on an [`ImportedData`]): a pooled event
 //!   would be recorded again by a later exchange and move every later launch's wait, so these
 //!   are never reused, and are destroyed when the tensor is released;
 //! - a producer stream that is the capturing stream itself needs no event: work enqueued on it
 //!   before the capture began runs before launches on that stream (a launch on another stream
-//!   must be ordered after it by the caller);
+//!   must be ordered after it by the caller). A `CudaSlice` of the capturing stream is exported
+//!   too: cudarc's access tracking, which would make that stream wait on an event recorded
+//!   before the capture, is handed a side stream of the context instead;
 //! - a producer stream captured in the same capture (forked into it with an event) gets an
 //!   event recorded inside the capture: an edge of the graph;
 //! - a producer stream being captured with a consumer stream outside its capture is refused
@@ -85,10 +88,12 @@
 //!
 //! `stream=None` names the legacy default stream, which cannot be captured; while a blocking
 //! stream of its context is being captured, any work on it would join that capture and
-//! invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). An export with pending work to the
-//! legacy stream then is refused with [`CudaError::LegacyStreamUnderCapture`] (`BufferError`
-//! in Python) before anything is enqueued: the capture stays valid and nothing is read
-//! unordered. Without pending work nothing is enqueued and the export succeeds; while only
+//! invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). An export to the legacy stream whose
+//! producer names streams (`#[dlpack(stream)]` fields, a `CudaSlice`'s own stream: named
+//! streams count as pending, whether or not they are idle) then is refused with
+//! [`CudaError::LegacyStreamUnderCapture`] (`BufferError` in Python) before anything is
+//! enqueued: the capture stays valid and nothing is read unordered. A producer that names no
+//! stream needs nothing and the export succeeds; while only
 //! non-blocking streams are captured, the legacy stream is ordered as usual (work captured on
 //! another stream is not ordered by it: pass the capturing stream). PyTorch chose otherwise
 //! (pytorch/pytorch#163242): its `__dlpack__` skips the synchronization while the current
@@ -103,13 +108,24 @@
 //! after it ends, or import without a copy and copy inside the capture into memory kept for
 //! the graph. A host copy (`dl_device=(CPU, 0)`) runs now, on the per-thread default stream
 //! (outside any capture unless that stream is the one captured), and the host waits for it.
-//! [`release_after`] a stream being captured is refused and the tensor leaked.
+//! A copy to a stream outside every capture allocates in relaxed capture mode
+//! (`cuThreadExchangeStreamCaptureMode`), as PyTorch's allocator does, so a capture in global
+//! mode on another thread neither refuses it nor is invalidated by it. [`release_after`] a
+//! stream being captured is refused and the tensor leaked.
+//!
+//! A refused export drops its producer, as every refused export does. A `CudaSlice` dropped
+//! while its own stream is being captured frees itself on that stream, inside the capture,
+//! which the driver may refuse (and the capture is then invalidated): keep slices of a
+//! capturing stream alive until the capture ends, or export from a shared owner.
 //!
 //! The consumer: [`from_dlpack_with`](crate::python::from_dlpack_with) with the capturing
 //! stream passes it to `__dlpack__`, so this crate's producers order themselves as above;
 //! through a C exchange API (`dlpack.h`, `DLPackExchangeAPI`) the consumer orders the
 //! producer's `current_work_stream` with the same external wait, and the import keeps the
 //! event. A producer whose `__dlpack__` ignores `stream` is not ordered by anyone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 
@@ -142,18 +158,53 @@ unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
     fn as_ptr(&self) -> *const core::ffi::c_void {
         // cudarc's access tracking may bind the slice's context: leave the thread's as it was.
         let _current = CurrentContext::save();
-        let stream = self.stream().clone();
+        let stream = tracking_stream(self.stream());
         let (ptr, _record) = self.device_ptr(&stream);
         ptr as usize as *const core::ffi::c_void
     }
     fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
         let _current = CurrentContext::save();
-        let stream = self.stream().clone();
+        let stream = tracking_stream(self.stream());
         let (ptr, _record) = self.device_ptr_mut(&stream);
         Some(ptr as usize as *mut core::ffi::c_void)
     }
     fn producer_stream(&self) -> Option<&CudaStream> {
         Some(self.stream())
+    }
+}
+
+/// The stream to hand cudarc's access tracking when a slice of `stream` is exported: `stream`
+/// itself, unless it is being captured into a CUDA graph. The tracking makes the stream it is
+/// given wait on the slice's last write event, recorded outside any capture, which a capture
+/// refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`, and the capture is invalidated). A stream
+/// being captured hands the tracking to a side stream of its context instead (made once per
+/// context, never captured); the export orders the consumer after the slice's stream itself.
+fn tracking_stream(stream: &Arc<CudaStream>) -> Arc<CudaStream> {
+    static SIDE: OnceLock<Mutex<HashMap<usize, Arc<CudaStream>>>> = OnceLock::new();
+    let ctx = stream.context();
+    if !ctx.is_managing_stream_synchronization() {
+        return stream.clone();
+    }
+    // The slice's stream is live (it holds it); its default stream resolves in its context.
+    let captured = driver::bind(ctx.cu_ctx())
+        .and_then(|()| driver::capture_of(stream.cu_stream()))
+        .is_ok_and(|capture| capture != driver::Capture::Not);
+    if !captured {
+        return stream.clone();
+    }
+    let key = ctx.cu_ctx() as usize;
+    let side = SIDE.get_or_init(Default::default);
+    if let Some(found) = side.lock().ok().and_then(|s| s.get(&key).cloned()) {
+        return found;
+    }
+    // Not the context's first stream (the captured one is), so cudarc does not synchronize the
+    // context to make it.
+    match ctx.new_stream() {
+        Ok(made) => match side.lock() {
+            Ok(mut s) => s.entry(key).or_insert(made).clone(),
+            Err(_) => made,
+        },
+        Err(_) => stream.clone(),
     }
 }
 

@@ -330,10 +330,18 @@ fn wait_before_copy(
     Ok(events.wait_on_raw(copy.on, &*context(device.device_id)?)?)
 }
 
-/// What a copy under CUDA graph capture is refused as (`CudaError::Capturing`).
-const COPY_UNDER_CAPTURE: &str = "a copy for the consumer (copy=True, or a dl_device the tensor is not on: its memory would be allocated once and written at every launch, or waited for by the host)";
-/// What to do instead of a copy under capture.
-const COPY_INSTEAD: &str = "copy before the capture begins or after it ends, or import without a copy and copy inside the capture into memory kept for the graph";
+/// What a device copy under CUDA graph capture is refused as (`CudaError::Capturing`), and what
+/// to do instead.
+const COPY_UNDER_CAPTURE: (&str, &str) = (
+    "a copy for the consumer (copy=True, a dl_device the tensor is not on, or an unversioned request of a read-only tensor; its memory would be allocated once and written at every launch)",
+    "copy before the capture begins or after it ends, or import without a copy (a versioned request, copy=None) and copy inside the capture into memory kept for the graph",
+);
+/// The same for a copy to the host (`dl_device=(CPU, 0)`), which goes on the per-thread default
+/// stream and is waited for by the host.
+const HOST_COPY_UNDER_CAPTURE: (&str, &str) = (
+    "a copy to the host (dl_device=(CPU, 0)), made on the per-thread default stream and waited for",
+    "copy to the host before the capture begins or after it ends, or capture a stream other than the per-thread default one",
+);
 
 /// Refuses a copy whose stream (`copy.on`) is being captured into a CUDA graph, before
 /// anything is enqueued, so the capture is left as it was. Without a driver nothing is
@@ -347,13 +355,23 @@ fn refuse_copy_under_capture(copy: &CopyPlan, device: Device) -> Result<(), Expo
     bind(ctx.cu_ctx())?;
     check_primary_stream(copy.on, device.device_id)?;
     bind(ctx.cu_ctx())?;
+    let (operation, instead) = copy_refusal(copy);
     // The consumer's stream is valid for the call; the special handles resolve in the bound
     // primary context.
     Ok(check_not_capturing(
         raw_stream(copy.on),
-        COPY_UNDER_CAPTURE,
-        COPY_INSTEAD,
+        operation,
+        instead,
     )?)
+}
+
+/// What a copy under capture is refused as, and what to do instead.
+fn copy_refusal(copy: &CopyPlan) -> (&'static str, &'static str) {
+    if copy.to_host {
+        HOST_COPY_UNDER_CAPTURE
+    } else {
+        COPY_UNDER_CAPTURE
+    }
 }
 
 /// A copy's owner: its memory and its shape, in elements.
@@ -407,7 +425,8 @@ fn copy_export(
     check_primary_stream(copy.on, device.device_id)?;
     bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
-    check_not_capturing(stream, COPY_UNDER_CAPTURE, COPY_INSTEAD)?;
+    let (operation, instead) = copy_refusal(copy);
+    check_not_capturing(stream, operation, instead)?;
     let max_pitch = max_pitch(&ctx)?;
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();

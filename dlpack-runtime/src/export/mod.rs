@@ -106,8 +106,12 @@ pub trait DlpackExport {
     /// `copy=False` (with `copy=None` or `True` that request gets a writable copy);
     /// [`ExportError::UnsupportedDevice`], [`ExportError::CopyRequired`] or
     /// [`ExportError::CopyUnsupported`] when `dl_device`/`copy` cannot be served;
-    /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer. `self` is
-    /// dropped on error.
+    /// [`ExportError::DeviceMismatch`] when a device field disagrees with the buffer; (feature
+    /// `cuda`) `ExportError::Cuda` for a driver failure, a pointer or stream of another device,
+    /// and under CUDA graph capture `CudaError::Capturing` (a copy to a stream being captured,
+    /// a producer stream captured apart from the consumer's) or
+    /// `CudaError::LegacyStreamUnderCapture` (`stream=None` while a blocking stream is
+    /// captured; the `cuda` module docs). `self` is dropped on error.
     #[inline]
     fn into_dlpack_with(self, request: &ExportRequest) -> Result<ManagedTensor, ExportError>
     where

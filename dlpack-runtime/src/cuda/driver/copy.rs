@@ -31,6 +31,9 @@ impl DeviceMemory {
             0
         } else {
             bind(ctx.cu_ctx())?;
+            // The copy runs outside every capture (a copy to a stream being captured is refused
+            // before this): a capture in global mode elsewhere must not forbid the allocation.
+            let _relaxed = super::RelaxedCapture::enter();
             // SAFETY: allocates `byte_len` bytes in the bound context; the memory is written by
             // the copy before anyone reads it, and freed once, in `drop`.
             unsafe { result::malloc_sync(byte_len) }.map_err(driver_error("cuMemAlloc"))?

@@ -85,7 +85,7 @@ pub enum CudaError {
     /// stream that runs its work now: captured work runs only when the graph is launched, and
     /// as often as it is launched.
     #[error(
-        "stream {stream:#x} is being captured into a CUDA graph, where {operation} cannot be done; expected a stream that runs its work now: {instead}"
+        "{operation} cannot be done on stream {stream:#x}, which is being captured into a CUDA graph (captured work runs only at each launch of the graph): {instead}"
     )]
     Capturing {
         /// The stream handle.
@@ -247,6 +247,31 @@ pub(crate) fn stream_context(stream: sys::CUstream) -> Result<sys::CUcontext, Cu
         .result()
         .map_err(driver_error("cuStreamGetCtx"))?;
     Ok(ctx)
+}
+
+/// This thread's stream-capture mode set to relaxed (`cuThreadExchangeStreamCaptureMode`) until
+/// dropped, then restored. A call the driver counts as potentially unsafe during a capture
+/// (`cuMemAlloc`), made for work outside every capture, then neither fails nor invalidates a
+/// capture in global mode on another thread (PyTorch's caching allocator does the same around
+/// `cudaMalloc`). Does nothing where the mode cannot be exchanged.
+pub(crate) struct RelaxedCapture(Option<sys::CUstreamCaptureMode>);
+
+impl RelaxedCapture {
+    pub(crate) fn enter() -> Self {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer; affects this thread only.
+        let exchanged = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        Self((exchanged == sys::CUresult::CUDA_SUCCESS).then_some(mode))
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some(mut mode) = self.0 {
+            // SAFETY: as above; puts back the mode `enter` found.
+            let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        }
+    }
 }
 
 /// Where a stream stands with CUDA graph capture.

@@ -183,8 +183,8 @@ pub(crate) fn release_after_raw(
         .and_then(|()| {
             check_not_capturing(
                 stream,
-                "a stream-ordered release (the graph reads the tensor at every launch)",
-                "release after the graph's last launch, with release_after on a stream that runs its work",
+                "a stream-ordered release (the graph reads the tensor at every launch, so it is leaked instead)",
+                "release tensors that a graph reads after the graph's last launch, on a stream that is not being captured",
             )
         })
         .and_then(|()| PooledEvent::take(ctx))
