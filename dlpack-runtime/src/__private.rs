@@ -1,7 +1,7 @@
 //! Items that generated code calls. Not public API: no stability promise.
 
-pub use crate::device::DeviceType;
-pub use crate::dtype::Element;
+pub use crate::tensor::device::DeviceType;
+pub use crate::tensor::dtype::Element;
 pub use crate::export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportParts,
@@ -9,10 +9,10 @@ pub use crate::export::{
 pub use crate::import::{
     DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
 };
-pub use crate::layout::Contiguity;
-pub use crate::managed::ManagedTensor;
+pub use crate::tensor::layout::Contiguity;
+pub use crate::tensor::managed::ManagedTensor;
 
-use crate::layout::{LayoutError, TensorLayout};
+use crate::tensor::layout::{LayoutError, TensorLayout};
 
 /// Generated `DlpackImport` code: the validated layout under `constraints`.
 #[inline(always)]

@@ -1,8 +1,8 @@
 //! Internals that the workspace's own tests and benchmarks reach. Not public API: no stability
 //! promise.
 
-pub use crate::layout::{NullStrides, compact_strides, validate};
-pub use crate::stream::StreamId;
+pub use crate::tensor::layout::{NullStrides, compact_strides, validate};
+pub use crate::plan::stream::StreamId;
 
 /// Freed export blocks a thread keeps per size class for its next exports (the rest go back
 /// to the global allocator).
@@ -11,7 +11,7 @@ pub const CACHED_BLOCKS_PER_CLASS: usize = crate::export::CACHED_BLOCKS_PER_CLAS
 /// The CUDA driver tier's checks, for the driver conformance tests.
 #[cfg(feature = "cuda")]
 pub mod cuda {
-    pub use crate::cuda::driver::{
+    pub use crate::engine::cuda::{
         check_consumer_stream, check_pointer, check_producer_stream, events_created, pointer_device,
     };
 }

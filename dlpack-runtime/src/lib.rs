@@ -103,31 +103,27 @@
 
 // Layers, lowest first; a module uses only the layers below it (checked by
 // `tests/layers.rs`).
+// The layers, lowest first: each folder uses only the folders above it in this list
+// (`tests/layers.rs` checks it).
+mod abi;
 pub mod borrow;
-#[cfg(feature = "candle")]
-pub mod candle;
-mod copy;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-mod device;
-mod dtype;
+mod tensor;
+mod plan;
+mod engine;
 mod export;
-pub mod ffi;
-#[cfg(feature = "python")]
-mod gil;
 mod import;
-mod layout;
-mod managed;
-#[cfg(feature = "ndarray")]
-mod ndarray;
+mod interop;
 #[cfg(feature = "python")]
 pub mod python;
-mod stream;
-mod words;
 
+pub use abi::ffi;
+#[cfg(feature = "candle")]
+pub use interop::candle;
+#[cfg(feature = "cuda")]
+pub use interop::cuda;
 pub use borrow::BorrowError;
-pub use device::{Device, DeviceType};
-pub use dtype::{DataType, DataTypeCode, Element};
+pub use tensor::device::{Device, DeviceType};
+pub use tensor::dtype::{DataType, DataTypeCode, Element};
 pub use export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportError, ExportParts, ExportRequest, export_with,
@@ -136,9 +132,9 @@ pub use import::{
     DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
     ImportedData,
 };
-pub use layout::{ByteSpan, Contiguity, LayoutError, MAX_NDIM, TensorLayout};
-pub use managed::{HeaderError, ManagedTensor, RawManagedTensor, Writability};
-pub use stream::StreamError;
+pub use plan::stream::StreamError;
+pub use tensor::layout::{ByteSpan, Contiguity, LayoutError, MAX_NDIM, TensorLayout};
+pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writability};
 
 /// Derives [`DlpackExport`](trait@DlpackExport): the type becomes a DLPack producer.
 ///

@@ -85,7 +85,7 @@ mod python {
     pub(super) fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
         // The limited API cannot tell: borrows look only in the Python consumer (`prepare`),
         // which holds the GIL.
-        if !crate::gil::holds_gil() {
+        if !crate::abi::gil::holds_gil() {
             return None;
         }
         Python::try_attach(published)

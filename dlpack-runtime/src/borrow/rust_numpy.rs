@@ -365,7 +365,7 @@ fn probe(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
     let legacy = array.call_method0("__dlpack__").ok()?;
     let legacy = legacy.cast_into::<PyCapsule>().ok()?;
     let l = legacy.pointer_checked(Some(c"dltensor")).ok()?;
-    let l = l.cast::<crate::ffi::DLManagedTensor>();
+    let l = l.cast::<crate::abi::ffi::DLManagedTensor>();
     // SAFETY: an unconsumed capsule of this name holds a live managed tensor (the DLPack Python
     // specification), which the capsule's destructor frees when it is collected.
     let (l_ctx, l_del) = unsafe { (l.as_ref().manager_ctx, l.as_ref().deleter?) };
@@ -383,7 +383,7 @@ fn probe(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
         let v = versioned
             .pointer_checked(Some(c"dltensor_versioned"))
             .ok()?;
-        let v = v.cast::<crate::ffi::DLManagedTensorVersioned>();
+        let v = v.cast::<crate::abi::ffi::DLManagedTensorVersioned>();
         // SAFETY: as above, for a versioned managed tensor.
         let (v_ctx, deleter) = unsafe { (v.as_ref().manager_ctx, v.as_ref().deleter?) };
         if v_ctx != address {

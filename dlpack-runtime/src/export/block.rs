@@ -10,10 +10,10 @@ use std::alloc::{self, Layout};
 
 use super::block_cache;
 use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
-use crate::device::DeviceType;
-use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use crate::layout::{self, ByteSpan, LayoutError, NullStrides};
-use crate::managed::{ManagedTensor, RawManagedTensor};
+use crate::tensor::device::DeviceType;
+use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::tensor::layout::{self, ByteSpan, LayoutError, NullStrides};
+use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
 /// Whether a legacy tensor freshly built by [`build`] was meant to be read-only; legacy
 /// headers have no flags, so the block records it.
@@ -167,10 +167,10 @@ impl<O> PendingOwner<O> {
     #[inline(always)]
     unsafe fn move_to(&mut self, dst: *mut ManuallyDrop<O>) {
         debug_assert!(!self.moved, "the owner moves once");
-        // Word by word: the caller wrote the owner moments ago (`crate::words`).
+        // Word by word: the caller wrote the owner moments ago (`crate::abi::words`).
         // SAFETY: `dst` is writable and disjoint (caller); the value is not dropped here
         // afterwards (`moved`), so it has exactly one owner: the copy.
-        unsafe { crate::words::move_to(&self.owner, dst) };
+        unsafe { crate::abi::words::move_to(&self.owner, dst) };
         self.moved = true;
     }
 }

@@ -4,8 +4,8 @@
 use core::ffi::c_void;
 use std::sync::Arc;
 
-use crate::device::Device;
-use crate::dtype::{DataType, Element};
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
 
 /// A contiguous buffer that can be exported: a base pointer, a length in bytes, a dtype and a
 /// device.
@@ -95,7 +95,7 @@ pub unsafe trait ExportBuffer {
     /// The export orders the consumer after them: its stream waits on them, or the host does
     /// for a host consumer; the exported tensor carries them on.
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::engine::cuda::ReadyEvents> {
         None
     }
 }

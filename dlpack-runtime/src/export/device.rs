@@ -5,20 +5,20 @@
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys;
 
-use super::host_copy::{build_copied, copy_to_host as host_copy};
+use super::copied::{build_copied, copy_to_host as host_copy};
 use super::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, build_export};
-use crate::copy::StridedCopy;
-use crate::cuda::driver::{
+use crate::plan::copy::StridedCopy;
+use crate::engine::cuda::{
     AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
     check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
     check_producer_stream, context, copy_to_device, copy_to_host, execute, init, leak, max_pitch,
     raw_stream, record_and_order, release_after_raw, stream_id, synchronize,
 };
-use crate::device::{Device, DeviceType};
-use crate::dtype::DataType;
-use crate::layout::LayoutError;
-use crate::managed::ManagedTensor;
-use crate::stream::{
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::dtype::DataType;
+use crate::tensor::layout::LayoutError;
+use crate::tensor::managed::ManagedTensor;
+use crate::plan::stream::{
     CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_sync,
 };
 

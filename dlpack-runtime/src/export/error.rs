@@ -1,8 +1,8 @@
 //! [`ExportError`]: a request to export that cannot be honoured.
 
-use crate::device::{Device, DeviceType};
-use crate::layout::LayoutError;
-use crate::stream::StreamError;
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::layout::LayoutError;
+use crate::plan::stream::StreamError;
 
 /// A request to export that cannot be honoured (the producer side of the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
@@ -53,7 +53,7 @@ pub enum ExportError {
     /// A CUDA driver call (stream ordering, a copy, a check) failed, or no driver is present.
     #[cfg(feature = "cuda")]
     #[error("CUDA: {0}")]
-    Cuda(#[from] crate::cuda::driver::CudaError),
+    Cuda(#[from] crate::engine::cuda::CudaError),
     /// A legacy tensor was asked, with `copy=False`, of a tensor that exists only as a
     /// versioned one (without `copy=False` the consumer gets a copy).
     #[error(

@@ -15,7 +15,7 @@
 //! the dropping one keeps at most 9 KiB of them.
 //!
 //! Before anything is handed out, the described layout is validated with the same rules a
-//! consumer applies ([`crate::layout::validate`], in the same pass that writes the `shape` and
+//! consumer applies ([`crate::tensor::layout::validate`], in the same pass that writes the `shape` and
 //! `strides` arrays) and its byte span is checked to lie inside the buffer, so safe code cannot
 //! describe memory it does not own. The [`ManagedTensor`] returned records that validation, so a
 //! Rust consumer does not validate the same header again.
@@ -34,7 +34,7 @@ mod buffer;
 #[cfg_attr(not(feature = "cuda"), path = "no_device.rs")]
 mod device;
 mod error;
-mod host_copy;
+mod copied;
 mod parts;
 #[cfg(feature = "cuda")]
 mod ready;
@@ -48,16 +48,16 @@ pub use device::export_with_ready_events;
 pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context};
 pub use error::ExportError;
 #[cfg(feature = "python")]
-pub(crate) use host_copy::allocate_host;
-use host_copy::copy_of;
+pub(crate) use copied::allocate_host;
+use copied::copy_of;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
 pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};
 pub use request::ExportRequest;
 
-use crate::device::{Device, DeviceType};
-use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
-use crate::managed::ManagedTensor;
+use crate::tensor::device::{Device, DeviceType};
+use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use crate::tensor::managed::ManagedTensor;
 
 /// A DLPack producer: a type whose memory can be lent as a managed tensor.
 ///
@@ -130,7 +130,7 @@ pub trait DlpackExport {
     fn into_dlpack_with_ready_events(
         self,
         request: &ExportRequest,
-    ) -> Result<(ManagedTensor, crate::cuda::driver::ReadyEvents), ExportError>
+    ) -> Result<(ManagedTensor, crate::engine::cuda::ReadyEvents), ExportError>
     where
         Self: Sized + Send + 'static,
     {

@@ -4,8 +4,8 @@
 use core::marker::PhantomData;
 
 use super::{ExportError, ExportParts, ExportRequest};
-use crate::device::Device;
-use crate::managed::ManagedTensor;
+use crate::tensor::device::Device;
+use crate::tensor::managed::ManagedTensor;
 
 /// Whether CUDA device memory can be copied for a consumer: not without the `cuda` feature.
 pub(crate) const COPIES_CUDA_MEMORY: bool = false;

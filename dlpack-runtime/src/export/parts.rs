@@ -3,9 +3,9 @@
 
 use super::device::Streams;
 use super::{BufferAccess, ExportBuffer};
-use crate::device::Device;
-use crate::dtype::DataType;
-use crate::layout::LayoutError;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::DataType;
+use crate::tensor::layout::LayoutError;
 
 /// A type usable as `#[dlpack(shape)]` of an exported tensor: extents in elements.
 #[diagnostic::on_unimplemented(

@@ -14,13 +14,13 @@ use core::ptr::NonNull;
 use cudarc::driver::sys;
 
 use super::keep_current_context;
-use crate::cuda::driver::{
+use crate::engine::cuda::{
     Capture, CudaError, CurrentContext, ReadyEvents, bind, capture_of, context, init, raw_stream,
 };
-use crate::device::{Device, DeviceType};
-use crate::ffi::{DLManagedTensor, DLManagedTensorVersioned};
-use crate::managed::{ManagedTensor, RawManagedTensor};
-use crate::stream::{StreamId, StreamRequest};
+use crate::tensor::device::{Device, DeviceType};
+use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
+use crate::plan::stream::{StreamId, StreamRequest};
 
 /// A wrapping block with a versioned header.
 #[repr(C)]
@@ -181,7 +181,7 @@ impl ManagedTensor {
     /// consumer made ready on a stream. Lending the tensor on (as an
     /// [`ExportBuffer`](crate::ExportBuffer), directly or inside an
     /// [`ImportedData`](crate::ImportedData)) orders the next consumer after them, and
-    /// [`release_after`](crate::cuda::release_after) releases it only after them. `None` for
+    /// [`release_after`](crate::interop::cuda::release_after) releases it only after them. `None` for
     /// every other tensor (host memory, tensors from elsewhere, `stream=-1` exchanges).
     pub fn ready_events(&self) -> Option<&ReadyEvents> {
         match block_of(self)? {

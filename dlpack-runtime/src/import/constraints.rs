@@ -2,10 +2,10 @@
 //! checked once at import.
 
 use super::ImportError;
-use crate::device::DeviceType;
-use crate::dtype::DataType;
-use crate::layout::{self, Contiguity, TensorLayout, validated_numel};
-use crate::managed::ManagedTensor;
+use crate::tensor::device::DeviceType;
+use crate::tensor::dtype::DataType;
+use crate::tensor::layout::{self, Contiguity, TensorLayout, validated_numel};
+use crate::tensor::managed::ManagedTensor;
 
 /// What a consumer requires of a tensor, checked once at import, in the spirit of nanobind's
 /// `ndarray<float, shape<-1, 3>, c_contig, device::cuda>`.

@@ -6,10 +6,10 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{ImportBuffer, ImportError};
 use crate::borrow::{self, Access};
-use crate::device::Device;
-use crate::dtype::{DataType, Element};
-use crate::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
-use crate::managed::ManagedTensor;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
+use crate::tensor::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
+use crate::tensor::managed::ManagedTensor;
 
 /// Imported memory of element type `T`: owns the managed tensor and reads it through its
 /// validated layout. The producer's deleter runs when this is dropped.

@@ -1,11 +1,11 @@
 //! [`ImportError`]: a tensor that cannot be imported, or does not meet the consumer's
 //! constraints.
 
-use crate::device::Device;
-use crate::dtype::DataType;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::DataType;
 use crate::export::ExportError;
-use crate::layout::LayoutError;
-use crate::managed::HeaderError;
+use crate::tensor::layout::LayoutError;
+use crate::tensor::managed::HeaderError;
 
 /// A tensor that cannot be imported, or does not meet the consumer's constraints
 /// (`dlpack.h`, `DLTensor` and `DLPackVersion`; capsules as in the "Implementation" section of

@@ -5,8 +5,8 @@ use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
 use super::ImportedData;
-use crate::dtype::Element;
-use crate::layout::LayoutError;
+use crate::tensor::dtype::Element;
+use crate::tensor::layout::LayoutError;
 
 /// The elements of an [`ImportedData<T>`], by value, in logical row-major order (the last axis
 /// fastest), whatever the strides (negative and zero included): made by

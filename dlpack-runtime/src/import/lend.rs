@@ -14,11 +14,11 @@ use core::ffi::c_void;
 
 use super::ImportedData;
 use crate::borrow::{self, Access, BorrowError, Footprint};
-use crate::device::Device;
-use crate::dtype::{DataType, Element};
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
 use crate::export::ExportBuffer;
-use crate::layout::ByteSpan;
-use crate::managed::ManagedTensor;
+use crate::tensor::layout::ByteSpan;
+use crate::tensor::managed::ManagedTensor;
 
 /// The bytes a managed tensor's layout reaches, as `(lowest byte, length)`; an empty span at
 /// `data` for a zero-size tensor or an invalid layout (whose exports then fail their bounds
@@ -91,7 +91,7 @@ unsafe impl<T: Element> ExportBuffer for ImportedData<T> {
         lent_bytes(self.managed()).0.cast_const().cast()
     }
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::engine::cuda::ReadyEvents> {
         self.managed().ready_events()
     }
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
@@ -140,7 +140,7 @@ unsafe impl ExportBuffer for ManagedTensor {
         Some(lent_bytes(self).0.cast())
     }
     #[cfg(feature = "cuda")]
-    fn ready_events(&self) -> Option<&crate::cuda::driver::ReadyEvents> {
+    fn ready_events(&self) -> Option<&crate::engine::cuda::ReadyEvents> {
         ManagedTensor::ready_events(self)
     }
 }

@@ -23,9 +23,9 @@ pub use error::ImportError;
 pub use iter::Elements;
 
 use crate::export::DlpackExport;
-use crate::layout::TensorLayout;
-use crate::managed::ManagedTensor;
-use crate::words::load;
+use crate::tensor::layout::TensorLayout;
+use crate::tensor::managed::ManagedTensor;
+use crate::abi::words::load;
 
 /// A DLPack consumer: a type that can be built from a managed tensor.
 ///
@@ -124,7 +124,7 @@ impl FromShape for Vec<usize> {
     #[inline]
     fn from_shape(shape: &[i64]) -> Result<Self, ImportError> {
         // One load per extent: an export that just wrote them wrote them one by one
-        // (`crate::words`).
+        // (`crate::abi::words`).
         Ok(shape.iter().map(|e| load(e) as usize).collect())
     }
 }

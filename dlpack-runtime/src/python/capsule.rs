@@ -10,8 +10,8 @@ use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
-use crate::managed::{HeaderError, ManagedTensor, RawManagedTensor};
+use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
+use crate::tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor};
 
 /// Wraps a managed tensor in a capsule named by its kind, with the destructor the DLPack Python
 /// specification prescribes ("Implementation").

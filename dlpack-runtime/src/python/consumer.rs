@@ -10,11 +10,11 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::device::Device;
+use crate::tensor::device::Device;
 use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, serve};
-use crate::ffi::{self, DLManagedTensorVersioned};
+use crate::abi::ffi::{self, DLManagedTensorVersioned};
 use crate::import::DlpackImport;
-use crate::managed::ManagedTensor;
+use crate::tensor::managed::ManagedTensor;
 
 use super::torch;
 use super::*;
@@ -207,7 +207,7 @@ fn made_ready(managed: ManagedTensor, options: &FromDlpackOptions) -> PyResult<M
     #[cfg(feature = "cuda")]
     if managed.dl_tensor().device.device_type == ffi::kDLCUDA {
         let device = Device::from_raw(managed.dl_tensor().device);
-        let request = crate::stream::parse_stream(device, options.stream)
+        let request = crate::plan::stream::parse_stream(device, options.stream)
             .map_err(crate::export::ExportError::from)?;
         return crate::export::made_ready_on(managed, request)
             .map_err(|err| crate::export::ExportError::from(err).into());
@@ -508,7 +508,7 @@ fn order_exchanged(
         let Some(current) = api.current_work_stream else {
             return Ok(None);
         };
-        let request = crate::stream::parse_stream(device, options.stream)
+        let request = crate::plan::stream::parse_stream(device, options.stream)
             .map_err(crate::export::ExportError::from)?;
         let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
         // SAFETY: the table's contract (`dlpack.h`, `current_work_stream`): GIL held, a valid
@@ -516,7 +516,7 @@ fn order_exchanged(
         if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
             return Err(PyErr::fetch(py));
         }
-        let kept = crate::cuda::driver::order_raw(device.device_id, stream.cast(), request)
+        let kept = crate::engine::cuda::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
         return Ok(Some(crate::export::carry_ready_events(managed, kept)));
     }
@@ -548,7 +548,7 @@ fn via_exchange_api(
             // marked unaliased: a Python object's memory may be reached by other imports.
             return Ok(unsafe {
                 ManagedTensor::from_raw_validated(
-                    crate::managed::RawManagedTensor::Versioned(out),
+                    crate::tensor::managed::RawManagedTensor::Versioned(out),
                     false,
                 )
             });

@@ -13,10 +13,10 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::PyCapsule;
 
-use crate::device::Device;
+use crate::tensor::device::Device;
 use crate::export::{DlpackExport, ExportRequest, allocate_host};
-use crate::ffi::{self, DLManagedTensorVersioned, DLPackVersion};
-use crate::managed::{ManagedTensor, RawManagedTensor};
+use crate::abi::ffi::{self, DLManagedTensorVersioned, DLPackVersion};
+use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
 use super::export_once::export_managed;
 
@@ -295,7 +295,7 @@ unsafe extern "C" fn c_api_allocate(
         }
         let ndim = usize::try_from(prototype.ndim)
             .map_err(|_| format!("ndim is {}, expected >= 0", prototype.ndim))?;
-        if ndim > crate::layout::MAX_NDIM || ndim > 0 && prototype.shape.is_null() {
+        if ndim > crate::tensor::layout::MAX_NDIM || ndim > 0 && prototype.shape.is_null() {
             return Err(format!(
                 "ndim is {ndim} with shape {:?}, expected at most 64 extents",
                 prototype.shape

@@ -6,9 +6,9 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::device::Device;
+use crate::tensor::device::Device;
 use crate::export::{DlpackExport, ExportError, ExportRequest, serve};
-use crate::managed::ManagedTensor;
+use crate::tensor::managed::ManagedTensor;
 
 use super::*;
 

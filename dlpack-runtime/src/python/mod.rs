@@ -115,7 +115,7 @@
 //! `py.detach(|| ...)`, with nothing inside that needs the GIL and no lock held that a Python
 //! thread may wait for. The example extension's `sum_on` does so.
 //!
-//! [`ReadyEvents::synchronize`]: crate::cuda::ReadyEvents::synchronize
+//! [`ReadyEvents::synchronize`]: crate::interop::cuda::ReadyEvents::synchronize
 //!
 //! # Exceptions
 //!
@@ -140,9 +140,9 @@ use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
 
 use crate::export::ExportError;
 use crate::import::ImportError;
-use crate::layout::LayoutError;
-use crate::managed::HeaderError;
-use crate::stream::StreamError;
+use crate::tensor::layout::LayoutError;
+use crate::tensor::managed::HeaderError;
+use crate::plan::stream::StreamError;
 
 mod capsule;
 mod consumer;
@@ -239,8 +239,8 @@ impl From<StreamError> for PyErr {
 }
 
 #[cfg(feature = "cuda")]
-impl From<crate::cuda::CudaError> for PyErr {
-    fn from(err: crate::cuda::CudaError) -> Self {
+impl From<crate::interop::cuda::CudaError> for PyErr {
+    fn from(err: crate::interop::cuda::CudaError) -> Self {
         PyBufferError::new_err(err.to_string())
     }
 }

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyTuple, PyType};
 
-use crate::managed::ManagedTensor;
+use crate::tensor::managed::ManagedTensor;
 
 /// How a producer type relates to PyTorch, decided once per type by [`kind_of`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,7 +256,7 @@ pub(super) fn refuse_exported(
     if flag(obj, &torch.requires_grad, true)? {
         return Err(Refusal::RequiresGrad.into_err());
     }
-    if managed.dl_tensor().dtype.code == crate::ffi::kDLComplex && flag(obj, &torch.is_conj, false)?
+    if managed.dl_tensor().dtype.code == crate::abi::ffi::kDLComplex && flag(obj, &torch.is_conj, false)?
     {
         return Err(Refusal::Conj.into_err());
     }

@@ -17,9 +17,9 @@ use core::marker::PhantomData;
 use core::ptr::NonNull;
 
 use crate::borrow::Footprint;
-use crate::device::Device;
-use crate::dtype::{DataType, Element};
-use crate::ffi;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
+use crate::abi::ffi;
 
 mod checks;
 mod error;

@@ -4,7 +4,7 @@ use super::*;
 use core::ptr;
 
 use super::checks::*;
-use crate::dtype::DataTypeCode;
+use crate::tensor::dtype::DataTypeCode;
 
 fn tensor(
     data: *mut c_void,

@@ -8,9 +8,9 @@ use cudarc::driver::{CudaContext, result, sys};
 use super::reaper::{Job, reap};
 use super::wait::detached;
 use super::{CudaError, bind, driver_error, synchronize};
-use crate::copy::{Block, StridedCopy};
-use crate::dtype::DataType;
-use crate::layout::TensorLayout;
+use crate::plan::copy::{Block, StridedCopy};
+use crate::tensor::dtype::DataType;
+use crate::tensor::layout::TensorLayout;
 
 /// Device memory of one copy, from `cuMemAlloc`; freed by the reaper once the device has
 /// finished the work submitted before the drop (the deleter carries no stream).

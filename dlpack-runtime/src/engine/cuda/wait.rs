@@ -62,7 +62,7 @@ impl HostWait {
 /// `f` is not `Send` when it captures raw pointers, which is why this function is `unsafe`.)
 pub(crate) unsafe fn detached<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(feature = "python")]
-    if crate::gil::holds_gil() {
+    if crate::abi::gil::holds_gil() {
         /// `f` or its result crossing pyo3's `detach`, which runs its closure on this thread.
         struct OnThisThread<T>(T);
         // SAFETY: the value never leaves the thread that made it (`detach` runs the closure

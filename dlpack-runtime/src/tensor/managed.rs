@@ -8,8 +8,8 @@
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use crate::layout::{self, LayoutError, NullStrides, TensorLayout};
+use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::tensor::layout::{self, LayoutError, NullStrides, TensorLayout};
 
 /// The flag bits DLPack 1.3 defines (`dlpack.h`, `DLManagedTensorVersioned::flags`).
 const KNOWN_FLAGS: u64 = ffi::DLPACK_FLAG_BITMASK_READ_ONLY

@@ -129,17 +129,16 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 
-pub(crate) mod driver;
-
 pub use crate::export::export_with_ready_events;
-pub use driver::{CudaError, ReadyEvents, init};
-use driver::{CurrentContext, release_after_raw};
+use crate::engine::cuda as driver;
+pub use crate::engine::cuda::{CudaError, ReadyEvents, init};
+use crate::engine::cuda::{CurrentContext, release_after_raw};
 
-use crate::device::{Device, DeviceType};
-use crate::dtype::{DataType, Element};
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::dtype::{DataType, Element};
 use crate::export::{AsProducerStream, ExportBuffer};
 use crate::import::ImportedData;
-use crate::managed::ManagedTensor;
+use crate::tensor::managed::ManagedTensor;
 
 // SAFETY: a `CudaSlice<T>` owns `len` elements of `T` in device memory of its context's
 // device; the pointers come from cudarc's accessors for the slice's own stream (recording the

@@ -2,8 +2,8 @@
 
 use super::Contiguity;
 use crate::borrow::BorrowError;
-use crate::device::Device;
-use crate::dtype::DataType;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::DataType;
 
 /// A `DLTensor` layout that cannot be read safely, or a typed access it does not allow
 /// (`dlpack.h`, `DLTensor` and `DLDataType`).
@@ -16,7 +16,7 @@ pub enum LayoutError {
         /// The `ndim` found.
         ndim: i32,
     },
-    /// `ndim` exceeds [`crate::layout::MAX_NDIM`].
+    /// `ndim` exceeds [`crate::tensor::layout::MAX_NDIM`].
     #[error("`ndim` is {ndim}, expected at most {max}")]
     TooManyDims {
         /// The `ndim` found.

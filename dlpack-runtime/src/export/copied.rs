@@ -6,11 +6,11 @@ use core::ffi::c_void;
 use super::block::build_owned;
 use super::{ExportBuffer, ExportError, ExportParts};
 use crate::borrow::ReadBorrow;
-use crate::copy::StridedCopy;
-use crate::dtype::DataType;
-use crate::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
-use crate::layout::{LayoutError, TensorLayout};
-use crate::managed::ManagedTensor;
+use crate::plan::copy::StridedCopy;
+use crate::tensor::dtype::DataType;
+use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
+use crate::tensor::layout::{LayoutError, TensorLayout};
+use crate::tensor::managed::ManagedTensor;
 
 /// Alignment of the memory of host copies, in bytes: a cache line.
 const ALIGN: usize = 64;

@@ -2,7 +2,7 @@
 //! failed waits.
 
 use super::*;
-use crate::stream::{StreamRequest, SyncPlan};
+use crate::plan::stream::{StreamRequest, SyncPlan};
 
 #[test]
 fn special_streams_map_to_the_driver_handles() {

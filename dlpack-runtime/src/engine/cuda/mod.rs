@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result, sys};
 
-use crate::stream::StreamId;
+use crate::plan::stream::StreamId;
 
 mod copy;
 mod event;

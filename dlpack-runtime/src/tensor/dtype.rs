@@ -6,7 +6,7 @@
 
 use core::fmt;
 
-use crate::ffi;
+use crate::abi::ffi;
 
 /// The `code` of a `DLDataType` (`dlpack.h`, `DLDataTypeCode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

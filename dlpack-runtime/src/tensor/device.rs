@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::ffi;
+use crate::abi::ffi;
 
 /// The `device_type` of a `DLDevice` (`dlpack.h`, `DLDeviceType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

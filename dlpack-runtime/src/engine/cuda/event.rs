@@ -11,7 +11,7 @@ use super::{
     Capture, CudaError, CurrentContext, HostWait, bind, capture_of, check_consumer_stream, context,
     driver_error, init, raw_stream, stream_context, stream_id,
 };
-use crate::stream::{StreamId, StreamRequest, SyncPlan};
+use crate::plan::stream::{StreamId, StreamRequest, SyncPlan};
 
 /// A raw event (timing disabled) and the context it was created in. Pooled events live for the
 /// whole process: the pool only grows to the number of events in flight at once.

@@ -34,14 +34,14 @@ use core::ffi::c_void;
 use ::ndarray::{Array, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, ShapeBuilder};
 
 use crate::borrow::Access;
-use crate::device::Device;
-use crate::dtype::{DataType, Element};
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
 use crate::export::ExportError;
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest, export_with};
 use crate::import::ImportedData;
-use crate::layout::LayoutError;
-use crate::layout::TensorLayout;
-use crate::managed::ManagedTensor;
+use crate::tensor::layout::LayoutError;
+use crate::tensor::layout::TensorLayout;
+use crate::tensor::managed::ManagedTensor;
 
 /// Shape and non-negative strides of the lowest-address view, the pointer to its first element,
 /// and the axes to invert afterwards to restore negative strides.

@@ -25,7 +25,7 @@
 
 use core::num::NonZeroU64;
 
-use crate::device::{Device, DeviceType};
+use crate::tensor::device::{Device, DeviceType};
 
 /// What the consumer asked for with `stream=` (the `stream` parameter of `__dlpack__`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

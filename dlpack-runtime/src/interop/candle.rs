@@ -56,12 +56,12 @@ use core::ffi::c_void;
 use candle_core::{CpuStorage, DType, Storage, Tensor, WithDType};
 
 #[cfg(feature = "python")]
-use crate::device::Device;
-use crate::dtype::{DataType, DataTypeCode, Element};
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, DataTypeCode, Element};
 use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts};
 use crate::import::{ImportBuffer, ImportError, ImportedData};
-use crate::layout::LayoutError;
-use crate::managed::ManagedTensor;
+use crate::tensor::layout::LayoutError;
+use crate::tensor::managed::ManagedTensor;
 
 /// Why a candle tensor cannot be exported, or a DLPack tensor cannot become a candle tensor.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,6 @@
+//! Pure decisions, no memory touched and no driver called: the `stream` argument parsed per
+//! device and the synchronization an exchange needs (`stream`), and strided copies planned as
+//! 2-D blocks (`copy`), shared by the host and CUDA copy engines.
+
+pub(crate) mod copy;
+pub(crate) mod stream;
