@@ -1,7 +1,5 @@
 //! Items that generated code calls. Not public API: no stability promise.
 
-pub use crate::tensor::device::DeviceType;
-pub use crate::tensor::dtype::Element;
 pub use crate::export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportParts,
@@ -9,6 +7,8 @@ pub use crate::export::{
 pub use crate::import::{
     DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
 };
+pub use crate::tensor::device::DeviceType;
+pub use crate::tensor::dtype::Element;
 pub use crate::tensor::layout::Contiguity;
 pub use crate::tensor::managed::ManagedTensor;
 

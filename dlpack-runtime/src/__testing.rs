@@ -1,8 +1,8 @@
 //! Internals that the workspace's own tests and benchmarks reach. Not public API: no stability
 //! promise.
 
-pub use crate::tensor::layout::{NullStrides, compact_strides, validate};
 pub use crate::plan::stream::StreamId;
+pub use crate::tensor::layout::{NullStrides, compact_strides, validate};
 
 /// Freed export blocks a thread keeps per size class for its next exports (the rest go back
 /// to the global allocator).

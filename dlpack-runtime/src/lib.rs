@@ -107,23 +107,17 @@
 // (`tests/layers.rs` checks it).
 mod abi;
 pub mod borrow;
-mod tensor;
-mod plan;
 mod engine;
 mod export;
 mod import;
 mod interop;
+mod plan;
 #[cfg(feature = "python")]
 pub mod python;
+mod tensor;
 
 pub use abi::ffi;
-#[cfg(feature = "candle")]
-pub use interop::candle;
-#[cfg(feature = "cuda")]
-pub use interop::cuda;
 pub use borrow::BorrowError;
-pub use tensor::device::{Device, DeviceType};
-pub use tensor::dtype::{DataType, DataTypeCode, Element};
 pub use export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportError, ExportParts, ExportRequest, export_with,
@@ -132,7 +126,13 @@ pub use import::{
     DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
     ImportedData,
 };
+#[cfg(feature = "candle")]
+pub use interop::candle;
+#[cfg(feature = "cuda")]
+pub use interop::cuda;
 pub use plan::stream::StreamError;
+pub use tensor::device::{Device, DeviceType};
+pub use tensor::dtype::{DataType, DataTypeCode, Element};
 pub use tensor::layout::{ByteSpan, Contiguity, LayoutError, MAX_NDIM, TensorLayout};
 pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writability};
 

@@ -10,8 +10,8 @@ use std::alloc::{self, Layout};
 
 use super::block_cache;
 use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
-use crate::tensor::device::DeviceType;
 use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::tensor::device::DeviceType;
 use crate::tensor::layout::{self, ByteSpan, LayoutError, NullStrides};
 use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 

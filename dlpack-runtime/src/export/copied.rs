@@ -5,10 +5,10 @@ use core::ffi::c_void;
 
 use super::block::build_owned;
 use super::{ExportBuffer, ExportError, ExportParts};
+use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
 use crate::borrow::ReadBorrow;
 use crate::plan::copy::StridedCopy;
 use crate::tensor::dtype::DataType;
-use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
 use crate::tensor::layout::{LayoutError, TensorLayout};
 use crate::tensor::managed::ManagedTensor;
 

@@ -7,20 +7,20 @@ use cudarc::driver::sys;
 
 use super::copied::{build_copied, copy_to_host as host_copy};
 use super::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, build_export};
-use crate::plan::copy::StridedCopy;
 use crate::engine::cuda::{
     AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
     check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
     check_producer_stream, context, copy_to_device, copy_to_host, execute, init, leak, max_pitch,
     raw_stream, record_and_order, release_after_raw, stream_id, synchronize,
 };
+use crate::plan::copy::StridedCopy;
+use crate::plan::stream::{
+    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_sync,
+};
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::DataType;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
-use crate::plan::stream::{
-    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_sync,
-};
 
 /// Whether CUDA device memory can be copied for a consumer (`copy=True`, `dl_device=cpu:0`).
 pub(crate) const COPIES_CUDA_MEMORY: bool = true;

@@ -1,8 +1,8 @@
 //! [`ExportError`]: a request to export that cannot be honoured.
 
+use crate::plan::stream::StreamError;
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::layout::LayoutError;
-use crate::plan::stream::StreamError;
 
 /// A request to export that cannot be honoured (the producer side of the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
@@ -10,9 +10,10 @@ use crate::plan::stream::StreamError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExportError {
-    /// The described layout is invalid or reaches outside the buffer.
+    /// The described layout is invalid or reaches outside the buffer. The message includes the
+    /// [`LayoutError`]'s, so it is not also the [`source`](std::error::Error::source).
     #[error("cannot export: {0}")]
-    Layout(#[from] LayoutError),
+    Layout(LayoutError),
     /// The `stream` argument is illegal.
     #[error(transparent)]
     Stream(#[from] StreamError),
@@ -52,7 +53,7 @@ pub enum ExportError {
     },
     /// A CUDA driver call (stream ordering, a copy, a check) failed, or no driver is present.
     #[cfg(feature = "cuda")]
-    #[error("CUDA: {0}")]
+    #[error(transparent)]
     Cuda(#[from] crate::engine::cuda::CudaError),
     /// A legacy tensor was asked, with `copy=False`, of a tensor that exists only as a
     /// versioned one (without `copy=False` the consumer gets a copy).
@@ -80,5 +81,11 @@ fn reachable_devices(found: Device) -> String {
         format!("{found} or cpu:0")
     } else {
         found.to_string()
+    }
+}
+
+impl From<LayoutError> for ExportError {
+    fn from(err: LayoutError) -> Self {
+        Self::Layout(err)
     }
 }

@@ -31,10 +31,10 @@ mod block;
 mod block_cache;
 mod buffer;
 // The device work (CUDA streams and copies), or its no-op twin without the `cuda` feature.
+mod copied;
 #[cfg_attr(not(feature = "cuda"), path = "no_device.rs")]
 mod device;
 mod error;
-mod copied;
 mod parts;
 #[cfg(feature = "cuda")]
 mod ready;
@@ -43,20 +43,20 @@ mod request;
 use block::{build, legacy_read_only};
 pub(crate) use block_cache::DEPTH as CACHED_BLOCKS_PER_CLASS;
 pub use buffer::{AsExportBuffer, BufferAccess, ExportBuffer};
+#[cfg(feature = "python")]
+pub(crate) use copied::allocate_host;
+use copied::copy_of;
 #[cfg(feature = "cuda")]
 pub use device::export_with_ready_events;
 pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context};
 pub use error::ExportError;
-#[cfg(feature = "python")]
-pub(crate) use copied::allocate_host;
-use copied::copy_of;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
 pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};
 pub use request::ExportRequest;
 
-use crate::tensor::device::{Device, DeviceType};
 use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
+use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::managed::ManagedTensor;
 
 /// A DLPack producer: a type whose memory can be lent as a managed tensor.

@@ -14,13 +14,13 @@ use core::ptr::NonNull;
 use cudarc::driver::sys;
 
 use super::keep_current_context;
+use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use crate::engine::cuda::{
     Capture, CudaError, CurrentContext, ReadyEvents, bind, capture_of, context, init, raw_stream,
 };
-use crate::tensor::device::{Device, DeviceType};
-use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
-use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 use crate::plan::stream::{StreamId, StreamRequest};
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
 /// A wrapping block with a versioned header.
 #[repr(C)]

@@ -1,9 +1,9 @@
 //! [`ExportRequest`]: the arguments of `__dlpack__`, and what serving them needs.
 
 use super::{COPIES_CUDA_MEMORY, ExportError};
-use crate::tensor::device::{Device, DeviceType};
 use crate::abi::ffi::{self, DLPackVersion};
 use crate::plan::stream::parse_stream;
+use crate::tensor::device::{Device, DeviceType};
 
 /// The arguments of `__dlpack__(stream, max_version, dl_device, copy)` (the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)).

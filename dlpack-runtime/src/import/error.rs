@@ -1,9 +1,9 @@
 //! [`ImportError`]: a tensor that cannot be imported, or does not meet the consumer's
 //! constraints.
 
+use crate::export::ExportError;
 use crate::tensor::device::Device;
 use crate::tensor::dtype::DataType;
-use crate::export::ExportError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
 
@@ -16,9 +16,10 @@ pub enum ImportError {
     /// The managed tensor cannot be taken: NULL, an unsupported version, unknown flags.
     #[error(transparent)]
     Header(#[from] HeaderError),
-    /// The layout is invalid or does not meet the consumer's constraints.
+    /// The layout is invalid or does not meet the consumer's constraints. The message includes
+    /// the [`LayoutError`]'s, so it is not also the [`source`](std::error::Error::source).
     #[error("cannot import: {0}")]
-    Layout(#[from] LayoutError),
+    Layout(LayoutError),
     /// The consumer requires writable memory and the tensor is read-only.
     #[error("tensor is read-only, expected writable memory (the consumer is declared `writable`)")]
     ReadOnly,
@@ -87,4 +88,38 @@ fn display_reasons(reasons: &[(&'static str, ImportError)]) -> String {
         .map(|(variant, error)| format!("`{variant}` refuses it ({error})"))
         .collect();
     reasons.join("; ")
+}
+
+impl From<LayoutError> for ImportError {
+    fn from(err: LayoutError) -> Self {
+        Self::Layout(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+    use crate::tensor::dtype::DataType;
+
+    #[test]
+    fn a_cause_is_printed_or_returned_as_the_source_never_both() {
+        let cause = LayoutError::SubByteAccess {
+            dtype: DataType::BOOL,
+        };
+        let printed = [
+            ImportError::from(cause.clone()).to_string(),
+            ExportError::from(cause.clone()).to_string(),
+        ];
+        for message in &printed {
+            assert_eq!(message.matches(&cause.to_string()).count(), 1, "{message}");
+        }
+        assert!(ImportError::from(cause.clone()).source().is_none());
+        assert!(ExportError::from(cause.clone()).source().is_none());
+        // Transparent variants show their cause's message and its source, not the cause.
+        let nested = ImportError::from(ExportError::from(cause.clone()));
+        assert_eq!(nested.to_string(), printed[1]);
+        assert!(nested.source().is_none());
+    }
 }

@@ -14,9 +14,9 @@ use core::ffi::c_void;
 
 use super::ImportedData;
 use crate::borrow::{self, Access, BorrowError, Footprint};
+use crate::export::ExportBuffer;
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, Element};
-use crate::export::ExportBuffer;
 use crate::tensor::layout::ByteSpan;
 use crate::tensor::managed::ManagedTensor;
 

@@ -22,10 +22,10 @@ pub use data::ImportedData;
 pub use error::ImportError;
 pub use iter::Elements;
 
+use crate::abi::words::load;
 use crate::export::DlpackExport;
 use crate::tensor::layout::TensorLayout;
 use crate::tensor::managed::ManagedTensor;
-use crate::abi::words::load;
 
 /// A DLPack consumer: a type that can be built from a managed tensor.
 ///

@@ -55,11 +55,11 @@ use core::ffi::c_void;
 
 use candle_core::{CpuStorage, DType, Storage, Tensor, WithDType};
 
+use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts};
+use crate::import::{ImportBuffer, ImportError, ImportedData};
 #[cfg(feature = "python")]
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, DataTypeCode, Element};
-use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts};
-use crate::import::{ImportBuffer, ImportError, ImportedData};
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
 
@@ -92,9 +92,16 @@ pub enum CandleError {
     /// The producer could not export.
     #[error(transparent)]
     Export(#[from] ExportError),
-    /// candle refused to build the tensor.
+    /// candle refused to build the tensor. The message includes candle's, so it is not also
+    /// the [`source`](std::error::Error::source).
     #[error("candle: {0}")]
-    Candle(#[from] candle_core::Error),
+    Candle(candle_core::Error),
+}
+
+impl From<candle_core::Error> for CandleError {
+    fn from(err: candle_core::Error) -> Self {
+        Self::Candle(err)
+    }
 }
 
 impl From<LayoutError> for CandleError {

@@ -129,15 +129,15 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, sys};
 
-pub use crate::export::export_with_ready_events;
 use crate::engine::cuda as driver;
 pub use crate::engine::cuda::{CudaError, ReadyEvents, init};
 use crate::engine::cuda::{CurrentContext, release_after_raw};
+pub use crate::export::export_with_ready_events;
 
-use crate::tensor::device::{Device, DeviceType};
-use crate::tensor::dtype::{DataType, Element};
 use crate::export::{AsProducerStream, ExportBuffer};
 use crate::import::ImportedData;
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::dtype::{DataType, Element};
 use crate::tensor::managed::ManagedTensor;
 
 // SAFETY: a `CudaSlice<T>` owns `len` elements of `T` in device memory of its context's

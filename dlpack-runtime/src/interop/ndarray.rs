@@ -34,11 +34,11 @@ use core::ffi::c_void;
 use ::ndarray::{Array, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, ShapeBuilder};
 
 use crate::borrow::Access;
-use crate::tensor::device::Device;
-use crate::tensor::dtype::{DataType, Element};
 use crate::export::ExportError;
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest, export_with};
 use crate::import::ImportedData;
+use crate::tensor::device::Device;
+use crate::tensor::dtype::{DataType, Element};
 use crate::tensor::layout::LayoutError;
 use crate::tensor::layout::TensorLayout;
 use crate::tensor::managed::ManagedTensor;

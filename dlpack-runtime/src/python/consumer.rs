@@ -10,10 +10,10 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
-use crate::tensor::device::Device;
-use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, serve};
 use crate::abi::ffi::{self, DLManagedTensorVersioned};
+use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, serve};
 use crate::import::DlpackImport;
+use crate::tensor::device::Device;
 use crate::tensor::managed::ManagedTensor;
 
 use super::torch;

@@ -13,9 +13,9 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::PyCapsule;
 
-use crate::tensor::device::Device;
-use crate::export::{DlpackExport, ExportRequest, allocate_host};
 use crate::abi::ffi::{self, DLManagedTensorVersioned, DLPackVersion};
+use crate::export::{DlpackExport, ExportRequest, allocate_host};
+use crate::tensor::device::Device;
 use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
 use super::export_once::export_managed;

@@ -6,8 +6,8 @@ use pyo3::exceptions::PyBufferError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::tensor::device::Device;
 use crate::export::{DlpackExport, ExportError, ExportRequest, serve};
+use crate::tensor::device::Device;
 use crate::tensor::managed::ManagedTensor;
 
 use super::*;

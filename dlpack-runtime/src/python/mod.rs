@@ -140,9 +140,9 @@ use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};
 
 use crate::export::ExportError;
 use crate::import::ImportError;
+use crate::plan::stream::StreamError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
-use crate::plan::stream::StreamError;
 
 mod capsule;
 mod consumer;

@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::PyCapsule;
 
-use crate::tensor::device::Device;
-use crate::export::{DlpackExport, ExportRequest, export_with};
 use crate::abi::ffi::{self, DLPackVersion};
+use crate::export::{DlpackExport, ExportRequest, export_with};
+use crate::tensor::device::Device;
 
 use super::*;
 

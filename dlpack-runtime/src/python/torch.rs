@@ -256,7 +256,8 @@ pub(super) fn refuse_exported(
     if flag(obj, &torch.requires_grad, true)? {
         return Err(Refusal::RequiresGrad.into_err());
     }
-    if managed.dl_tensor().dtype.code == crate::abi::ffi::kDLComplex && flag(obj, &torch.is_conj, false)?
+    if managed.dl_tensor().dtype.code == crate::abi::ffi::kDLComplex
+        && flag(obj, &torch.is_conj, false)?
     {
         return Err(Refusal::Conj.into_err());
     }

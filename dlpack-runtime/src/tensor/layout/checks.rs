@@ -4,8 +4,8 @@
 use core::ffi::c_void;
 
 use super::{ByteSpan, Contiguity, LayoutError};
-use crate::tensor::dtype::{DataType, DataTypeCode, Element};
 use crate::abi::ffi;
+use crate::tensor::dtype::{DataType, DataTypeCode, Element};
 
 /// The element count of a validated shape: the extents are `>= 0` and their product was checked
 /// to fit in `isize`, so it is computed without checks.

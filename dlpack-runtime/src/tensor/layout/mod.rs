@@ -16,10 +16,10 @@ use core::ffi::c_void;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
+use crate::abi::ffi;
 use crate::borrow::Footprint;
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, Element};
-use crate::abi::ffi;
 
 mod checks;
 mod error;
