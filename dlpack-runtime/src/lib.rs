@@ -118,6 +118,8 @@ mod tensor;
 
 pub use abi::ffi;
 pub use borrow::BorrowError;
+#[cfg(feature = "cuda")]
+pub use export::ProducerStream;
 pub use export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportError, ExportParts, ExportRequest, export_with,

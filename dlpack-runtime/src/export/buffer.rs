@@ -87,7 +87,7 @@ pub unsafe trait ExportBuffer {
     /// The stream the buffer's own pending work is ordered on (a cudarc `CudaSlice`'s stream),
     /// if any; the export orders the consumer after it as after `#[dlpack(stream)]` fields.
     #[cfg(feature = "cuda")]
-    fn producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+    fn producer_stream(&self) -> Option<crate::export::ProducerStream<'_>> {
         None
     }
     /// The events after which the buffer's data is ready (feature `cuda`), if it carries any:

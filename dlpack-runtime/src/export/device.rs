@@ -6,7 +6,10 @@ use cudarc::driver::CudaStream;
 use cudarc::driver::sys;
 
 use super::copied::{build_copied, copy_to_host as host_copy};
-use super::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, build_export};
+use super::{
+    DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, ProducerStream,
+    build_export,
+};
 use crate::engine::cuda::{
     AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
     check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
@@ -32,9 +35,9 @@ impl<'a> ExportParts<'a> {
     /// Adds a stream with pending work on the data (a `#[dlpack(stream)]` field; `None`: no
     /// pending work): the consumer's stream is made to wait on an event recorded there.
     #[inline]
-    pub fn with_stream(mut self, stream: Option<&'a CudaStream>) -> Self {
+    pub fn with_stream(mut self, stream: Option<ProducerStream<'a>>) -> Self {
         if let Some(stream) = stream {
-            self.streams.push(stream);
+            self.streams.push(stream.0);
         }
         self
     }
@@ -121,7 +124,7 @@ impl<'r> StreamWork<'r> {
         let mut pending = parts.streams.clone();
         let buffer = parts.buffer();
         if let Some(stream) = buffer.producer_stream() {
-            pending.push(stream);
+            pending.push(stream.0);
         }
         // A relay: imported memory lent on, ready after the events it carries.
         let upstream = buffer.ready_events().filter(|events| !events.is_empty());

@@ -50,6 +50,8 @@ use copied::copy_of;
 pub use device::export_with_ready_events;
 pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context};
 pub use error::ExportError;
+#[cfg(feature = "cuda")]
+pub use parts::ProducerStream;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
 pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};

@@ -315,9 +315,10 @@ impl<'a> ExportParts<'a> {
 /// pending work on the tensor (feature `cuda`). Several fields may play this role.
 ///
 /// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work). A user stream type implements it by handing out a cudarc stream; a stream
-/// owned by another library (a raw `CUstream`) becomes one with cudarc's
-/// `CudaContext::wrap_borrowed_stream`, which never destroys it.
+/// no pending work). A user stream type implements it by handing out a [`ProducerStream`]
+/// made from a cudarc stream (`ProducerStream::from(&stream)`); a stream owned by another
+/// library (a raw `CUstream`) becomes one with cudarc's `CudaContext::wrap_borrowed_stream`,
+/// which never destroys it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
     label = "not a producer stream",
@@ -327,7 +328,15 @@ pub trait AsProducerStream {
     /// The stream, for this call; `None` when there is no pending work. The default says there
     /// is none, so an impl written without the `cuda` feature still compiles with it.
     #[cfg(feature = "cuda")]
-    fn as_producer_stream(&self) -> Option<&cudarc::driver::CudaStream> {
+    fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
         None
     }
 }
+
+/// A stream with pending work on an export's data, borrowed for the export (feature `cuda`):
+/// what [`AsProducerStream`] and [`ExportBuffer::producer_stream`](crate::ExportBuffer::producer_stream)
+/// hand over. Made from a cudarc `CudaStream` with `From` (`ProducerStream::from(&stream)`), so
+/// that those traits name no type of cudarc and keep their signatures across its versions.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerStream<'a>(pub(crate) &'a cudarc::driver::CudaStream);

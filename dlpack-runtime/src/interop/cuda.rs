@@ -134,7 +134,7 @@ pub use crate::engine::cuda::{CudaError, ReadyEvents, init};
 use crate::engine::cuda::{CurrentContext, release_after_raw};
 pub use crate::export::export_with_ready_events;
 
-use crate::export::{AsProducerStream, ExportBuffer};
+use crate::export::{AsProducerStream, ExportBuffer, ProducerStream};
 use crate::import::ImportedData;
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::{DataType, Element};
@@ -167,8 +167,8 @@ unsafe impl<T: Element + DeviceRepr> ExportBuffer for CudaSlice<T> {
         let (ptr, _record) = self.device_ptr_mut(&stream);
         Some(ptr as usize as *mut core::ffi::c_void)
     }
-    fn producer_stream(&self) -> Option<&CudaStream> {
-        Some(self.stream())
+    fn producer_stream(&self) -> Option<ProducerStream<'_>> {
+        Some(ProducerStream::from(&**self.stream()))
     }
 }
 
@@ -263,20 +263,26 @@ impl<T: Element> ImportedData<T> {
     }
 }
 
+impl<'a> From<&'a CudaStream> for ProducerStream<'a> {
+    fn from(stream: &'a CudaStream) -> Self {
+        Self(stream)
+    }
+}
+
 impl AsProducerStream for CudaStream {
-    fn as_producer_stream(&self) -> Option<&CudaStream> {
-        Some(self)
+    fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
+        Some(ProducerStream::from(self))
     }
 }
 
 impl<S: AsProducerStream + ?Sized> AsProducerStream for std::sync::Arc<S> {
-    fn as_producer_stream(&self) -> Option<&CudaStream> {
+    fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
         (**self).as_producer_stream()
     }
 }
 
 impl<S: AsProducerStream> AsProducerStream for Option<S> {
-    fn as_producer_stream(&self) -> Option<&CudaStream> {
+    fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
         self.as_ref().and_then(AsProducerStream::as_producer_stream)
     }
 }
