@@ -103,7 +103,7 @@
 
 // Layers, lowest first; a module uses only the layers below it (checked by
 // `tests/layers.rs`).
-// The layers, lowest first: each folder uses only the folders above it in this list
+// The layers, lowest first: each folder uses only the folders declared before it
 // (`tests/layers.rs` checks it).
 mod abi;
 pub mod borrow;
