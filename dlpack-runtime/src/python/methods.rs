@@ -12,11 +12,12 @@ use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyInt, PyString, PyTuple};
+use pyo3::types::{PyString, PyTuple};
 
 use crate::export::DlpackExport;
 
-use super::{dlpack, dlpack_c_exchange_api, dlpack_device};
+use super::parameters::{self, COUNT, DlpackArguments, tuple_item, tuple_size};
+use super::{dlpack_c_exchange_api, dlpack_device};
 
 /// Installs `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` on the pyclass
 /// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`], [`dlpack_device`] and
@@ -115,7 +116,7 @@ where
                         PyCFunctionFastWithKeywords: dlpack_method::<T>,
                     },
                     ml_flags: pyffi::METH_FASTCALL | pyffi::METH_KEYWORDS,
-                    ml_doc: DLPACK_DOC.as_ptr(),
+                    ml_doc: parameters::DOC.as_ptr(),
                 },
                 pyffi::PyMethodDef {
                     ml_name: c"__dlpack_device__".as_ptr(),
@@ -132,17 +133,16 @@ where
     Ok(unsafe { &*(address as *const [pyffi::PyMethodDef; 2]) })
 }
 
-const DLPACK_DOC: &CStr = c"__dlpack__($self, /, stream=None, *, max_version=None, dl_device=None, copy=None)\n--\n\nA DLPack capsule of this tensor (the array API's __dlpack__).";
 const DLPACK_DEVICE_DOC: &CStr =
     c"__dlpack_device__($self, /)\n--\n\n(device_type, device_id) of this tensor, in DLPack numbering.";
 
 /// The parameter names of `__dlpack__`, interned, in parameter order (made by [`names`]).
-static NAMES: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
+static NAMES: PyOnceLock<[Py<PyString>; COUNT]> = PyOnceLock::new();
 
 /// The parameter names of `__dlpack__`, interned, in parameter order.
-fn names(py: Python<'_>) -> &[Py<PyString>; 4] {
+fn names(py: Python<'_>) -> &[Py<PyString>; COUNT] {
     NAMES.get_or_init(py, || {
-        ["stream", "max_version", "dl_device", "copy"].map(|n| PyString::intern(py, n).unbind())
+        parameters::NAMES.map(|n| PyString::intern(py, n).unbind())
     })
 }
 
@@ -188,7 +188,7 @@ unsafe fn method_call<T: PyClass>(
 }
 
 /// The arguments of one `__dlpack__` call, by parameter (borrowed from the call).
-type Arguments<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; 4];
+type Arguments<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; COUNT];
 
 /// Sorts the vectorcall arguments of `__dlpack__` into its parameters: at most one positional
 /// (`stream`), then keywords named in `kwnames`.
@@ -204,11 +204,12 @@ unsafe fn sort_arguments<'a, 'py>(
     nargs: usize,
     kwnames: *mut pyffi::PyObject,
 ) -> PyResult<Arguments<'a, 'py>> {
-    let mut sorted: Arguments<'a, 'py> = [None; 4];
+    let mut sorted: Arguments<'a, 'py> = [None; COUNT];
     if nargs > 1 {
         return Err(PyTypeError::new_err(format!(
-            "{}() takes at most 1 positional argument (stream), {nargs} were given",
-            method()
+            "{}() takes at most 1 positional argument ({}), {nargs} were given",
+            method(),
+            parameters::NAMES[0]
         )));
     }
     if nargs == 1 {
@@ -256,48 +257,6 @@ unsafe fn sort_arguments<'a, 'py>(
     Ok(sorted)
 }
 
-/// `value` converted to `V`, `None` for an absent argument or Python's `None`. A value of the
-/// expected kind that does not convert (an int out of range, a tuple with a non-integer) keeps
-/// its own error (`OverflowError`, `TypeError`), as pyo3's arguments do; a value of another kind
-/// is a `TypeError` naming the parameter.
-fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
-    method: &dyn Fn() -> String,
-    value: Option<Borrowed<'_, 'py, PyAny>>,
-    parameter: &str,
-    kind: Kind,
-) -> PyResult<Option<V>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(None);
-    };
-    value.extract::<V>().map(Some).map_err(|err| {
-        let (of_kind, expected) = match kind {
-            Kind::Int => (value.is_instance_of::<PyInt>(), "an int"),
-            Kind::Pair(expected) => (value.is_instance_of::<PyTuple>(), expected),
-            Kind::Bool => (value.is_instance_of::<PyBool>(), "a bool"),
-        };
-        if of_kind {
-            return err.into();
-        }
-        PyTypeError::new_err(format!(
-            "{}() argument '{parameter}' must be {expected} or None, not {}",
-            method(),
-            value
-                .get_type()
-                .name()
-                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-        ))
-    })
-}
-
-/// The Python kind a `__dlpack__` argument must have.
-#[derive(Clone, Copy)]
-enum Kind {
-    Int,
-    /// A tuple of two ints, described in words.
-    Pair(&'static str),
-    Bool,
-}
-
 /// `__dlpack__` of `T`, `METH_FASTCALL | METH_KEYWORDS`.
 unsafe extern "C" fn dlpack_method<T>(
     slf: *mut pyffi::PyObject,
@@ -326,22 +285,10 @@ where
             };
             // SAFETY: the vectorcall arguments of this call (CPython), `nargs >= 0`.
             let sorted = sort_arguments(py, &method, args, nargs.max(0) as usize, kwnames)?;
-            let [stream, max_version, dl_device, copy] = sorted;
-            let stream = optional::<i64>(&method, stream, "stream", Kind::Int)?;
-            let max_version = optional::<(u32, u32)>(
-                &method,
-                max_version,
-                "max_version",
-                Kind::Pair("a (major, minor) tuple"),
-            )?;
-            let dl_device = optional::<(i32, i32)>(
-                &method,
-                dl_device,
-                "dl_device",
-                Kind::Pair("a (device_type, device_id) tuple"),
-            )?;
-            let copy = optional::<bool>(&method, copy, "copy", Kind::Bool)?;
-            dlpack(&slf, stream, max_version, dl_device, copy).map(Bound::into_ptr)
+            let arguments = DlpackArguments::extract(&method, sorted)?;
+            let request = arguments.request();
+            let managed = super::producer::export_object(&slf, &request)?;
+            super::capsule::to_capsule(py, managed).map(Bound::into_ptr)
         })
     }
 }
@@ -379,8 +326,7 @@ where
         let py = unsafe { Python::assume_attached() };
         let names = NAMES.get(py)?;
         // SAFETY: the vectorcall arguments of this call (caller).
-        let (stream, max_version, dl_device, copy) =
-            unsafe { quick_arguments(names, args, nargs, kwnames) }?;
+        let arguments = unsafe { quick_arguments(names, args, nargs, kwnames) }?;
         // SAFETY: NULL or a live, borrowed object (caller).
         let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }?;
         if !slf.is_instance_of::<T>() {
@@ -388,7 +334,7 @@ where
         }
         // SAFETY: an instance of `T` (checked).
         let slf = unsafe { slf.cast_unchecked::<T>() };
-        let request = super::export_request(stream, max_version, dl_device, copy);
+        let request = arguments.request();
         Some(
             super::producer::export_object(&slf, &request)
                 // SAFETY: the GIL is held (above).
@@ -418,14 +364,6 @@ unsafe fn raise(err: impl FnOnce() -> PyErr) -> *mut pyffi::PyObject {
     core::ptr::null_mut()
 }
 
-/// The arguments of one `__dlpack__` call, as [`super::export_request`] takes them.
-type QuickArguments = (
-    Option<i64>,
-    Option<(u32, u32)>,
-    Option<(i32, i32)>,
-    Option<bool>,
-);
-
 /// Reads `__dlpack__`'s arguments when each is in a common form (absent, `None`, an exact
 /// `int` in range, an exact tuple of two such ints, `True` or `False`) and the keywords are
 /// the interned parameter names, passed once each: with no Python object or exception made.
@@ -436,12 +374,12 @@ type QuickArguments = (
 /// The GIL is held; `args` points to `nargs` positional values followed by one value per name
 /// in `kwnames` (NULL or a tuple of strings), all borrowed for the call.
 unsafe fn quick_arguments(
-    names: &[Py<PyString>; 4],
+    names: &[Py<PyString>; COUNT],
     args: *const *mut pyffi::PyObject,
     nargs: pyffi::Py_ssize_t,
     kwnames: *mut pyffi::PyObject,
-) -> Option<QuickArguments> {
-    let mut sorted = [core::ptr::null_mut::<pyffi::PyObject>(); 4];
+) -> Option<DlpackArguments> {
+    let mut sorted = [core::ptr::null_mut::<pyffi::PyObject>(); COUNT];
     match nargs {
         0 => {}
         // SAFETY: one positional value (caller).
@@ -463,118 +401,7 @@ unsafe fn quick_arguments(
         }
     }
     // SAFETY: each is NULL or a live object borrowed for the call (above), GIL held.
-    unsafe {
-        Some((
-            quick_int(sorted[0])?,
-            quick_pair(sorted[1])?,
-            quick_pair(sorted[2])?,
-            quick_bool(sorted[3])?,
-        ))
-    }
-}
-
-/// The length of a tuple.
-///
-/// # Safety
-///
-/// `tuple` is a live tuple, GIL held.
-#[inline]
-unsafe fn tuple_size(tuple: *mut pyffi::PyObject) -> pyffi::Py_ssize_t {
-    // SAFETY: a tuple (caller): the size is read from it, no exception is set.
-    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-    return unsafe { pyffi::PyTuple_GET_SIZE(tuple) };
-    // SAFETY: as above, through the function (the limited API, PyPy and GraalPy have no macro).
-    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-    return unsafe { pyffi::PyTuple_Size(tuple) };
-}
-
-/// Item `i` of a tuple, borrowed.
-///
-/// # Safety
-///
-/// `tuple` is a live tuple and `0 <= i <` its length, GIL held.
-#[inline]
-unsafe fn tuple_item(tuple: *mut pyffi::PyObject, i: pyffi::Py_ssize_t) -> *mut pyffi::PyObject {
-    // SAFETY: a tuple and an index in bounds (caller): a borrowed item, no exception set.
-    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-    return unsafe { pyffi::PyTuple_GET_ITEM(tuple, i) };
-    // SAFETY: as above, through the function (the limited API, PyPy and GraalPy have no macro).
-    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-    return unsafe { pyffi::PyTuple_GetItem(tuple, i) };
-}
-
-/// Whether an argument is absent (NULL) or `None`.
-///
-/// # Safety
-///
-/// `value` is NULL or a live object, GIL held.
-unsafe fn is_absent(value: *mut pyffi::PyObject) -> bool {
-    // SAFETY: `Py_None` only reads the `None` singleton's address.
-    value.is_null() || value == unsafe { pyffi::Py_None() }
-}
-
-/// An exact `int` that fits in `i64` (or absent or `None`); `None` for any other value.
-///
-/// # Safety
-///
-/// As [`is_absent`].
-unsafe fn quick_int(value: *mut pyffi::PyObject) -> Option<Option<i64>> {
-    // SAFETY: NULL or a live object (caller).
-    if unsafe { is_absent(value) } {
-        return Some(None);
-    }
-    // SAFETY: a live object (caller); for an exact `int`, `PyLong_AsLongLongAndOverflow`
-    // reports overflow through the flag and sets no exception.
-    unsafe {
-        if pyffi::PyLong_CheckExact(value) == 0 {
-            return None;
-        }
-        let mut overflow = 0;
-        let v = pyffi::PyLong_AsLongLongAndOverflow(value, &mut overflow);
-        (overflow == 0).then_some(Some(v))
-    }
-}
-
-/// An exact tuple of two exact `int`s that fit in `A` (or absent or `None`); `None` otherwise.
-///
-/// # Safety
-///
-/// As [`is_absent`].
-unsafe fn quick_pair<A: TryFrom<i64>>(value: *mut pyffi::PyObject) -> Option<Option<(A, A)>> {
-    // SAFETY: NULL or a live object (caller).
-    if unsafe { is_absent(value) } {
-        return Some(None);
-    }
-    // SAFETY: a live object (caller); a tuple of size 2 has items 0 and 1 (borrowed), and
-    // neither call sets an exception on a tuple.
-    unsafe {
-        if pyffi::PyTuple_CheckExact(value) == 0 || tuple_size(value) != 2 {
-            return None;
-        }
-        let item = |i| quick_int(tuple_item(value, i)).flatten();
-        let (a, b) = (item(0)?, item(1)?);
-        Some(Some((A::try_from(a).ok()?, A::try_from(b).ok()?)))
-    }
-}
-
-/// `True` or `False` (or absent or `None`); `None` for any other value.
-///
-/// # Safety
-///
-/// As [`is_absent`].
-unsafe fn quick_bool(value: *mut pyffi::PyObject) -> Option<Option<bool>> {
-    // SAFETY: NULL or a live object (caller); `Py_True`/`Py_False` only read addresses.
-    unsafe {
-        if is_absent(value) {
-            Some(None)
-        } else if value == pyffi::Py_True() {
-            Some(Some(true))
-        } else if value == pyffi::Py_False() {
-            Some(Some(false))
-        } else {
-            None
-        }
-    }
+    unsafe { DlpackArguments::quick(sorted) }
 }
 
 /// `__dlpack_device__` of `T`, `METH_NOARGS`.

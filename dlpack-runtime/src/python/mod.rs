@@ -151,6 +151,7 @@ mod export_once;
 // Vectorcall methods (`METH_FASTCALL`): the full C API, or the limited API of Python 3.10+.
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;
+mod parameters;
 mod producer;
 mod torch;
 
