@@ -8,7 +8,7 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use syn::parse::Parse;
 use syn::{Attribute, Data, DeriveInput, Fields, Generics, Ident, Member, Type};
 
-use crate::attr::{Constraint, ConstraintKind, ContainerAttr, FieldAttr, Role};
+use crate::attr::{Constraint, ContainerAttr, ContainerKey, FieldAttr, Role};
 use crate::ctxt::Ctxt;
 
 /// Which derive is running.
@@ -179,21 +179,21 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
             match item {
                 ContainerAttr::Crate { span, path } => {
                     if krate.is_some() {
-                        cx.error_at(span, "`#[dlpack(crate = ...)]` may only be specified once");
+                        cx.error_at(span, once(ContainerKey::Crate));
                     } else {
                         krate = Some(path);
                     }
                 }
                 ContainerAttr::Readonly { span } => {
                     if readonly.is_some() {
-                        cx.error_at(span, "`#[dlpack(readonly)]` may only be specified once");
+                        cx.error_at(span, once(ContainerKey::Readonly));
                     } else {
                         readonly = Some(span);
                     }
                 }
                 ContainerAttr::Transparent { span } => {
                     if transparent.is_some() {
-                        cx.error_at(span, "`#[dlpack(transparent)]` may only be specified once");
+                        cx.error_at(span, once(ContainerKey::Transparent));
                     } else {
                         transparent = Some(span);
                     }
@@ -201,14 +201,7 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
                 ContainerAttr::Constraint(constraint) => {
                     let key = constraint.kind.key();
                     if constraints.iter().any(|c| c.kind.key() == key) {
-                        let written = match constraint.kind {
-                            ConstraintKind::Writable => key.to_owned(),
-                            _ => format!("{key} = ..."),
-                        };
-                        cx.error_at(
-                            constraint.key,
-                            format_args!("`#[dlpack({written})]` may only be specified once"),
-                        );
+                        cx.error_at(constraint.key, once(key));
                     } else {
                         constraints.push(constraint);
                     }
@@ -222,6 +215,11 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
         transparent,
         constraints,
     }
+}
+
+/// The error for a container key written twice.
+fn once(key: ContainerKey) -> String {
+    format!("{key} may only be specified once")
 }
 
 /// The role given by a field's `#[dlpack(...)]`; a second role is an error, and is added to

@@ -1,11 +1,16 @@
 //! The grammar of `#[dlpack(...)]`: field roles and container options.
 //!
 //! Both lists are comma-separated. A field's list holds role keywords ([`FieldAttr`]); the
-//! container's holds options ([`ContainerAttr`]): `crate = "path"`, the flag `readonly`, and the
-//! consumer constraints `dtype = T`, `ndim = N`, `shape = [_, 3]`, `contiguous = "C"`,
-//! `device = "cpu"` and `writable`. An unknown key is answered by [`syn::parse::Lookahead1`],
-//! which lists what was expected; a key written in the wrong place gets an error saying where it
-//! belongs; a bad value gets an error saying what to write instead.
+//! container's holds options ([`ContainerAttr`]): `crate = "path"`, the flags `readonly` and
+//! `transparent`, and the consumer constraints `dtype = T`, `ndim = N`, `shape = [_, 3]`,
+//! `contiguous = "C"`, `device = "cpu"` and `writable`. An unknown key is answered by
+//! [`syn::parse::Lookahead1`], which lists what was expected; a key written in the wrong place
+//! gets an error saying where it belongs; a bad value gets an error saying what to write instead.
+//!
+//! The keys of each list are declared once, in a `keys!` table: [`Role`] for a field's,
+//! [`ContainerKey`] for the container's. The table gives the keywords the parser peeks, the
+//! order in which an unknown key's error lists them and the candidates of "did you mean"; what a
+//! key means is in the exhaustive `match`es on its enum, here and in [`crate::expand`].
 
 use std::fmt;
 
@@ -16,100 +21,111 @@ use syn::parse::{Lookahead1, Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{LitInt, LitStr, Token, token};
 
-/// The keywords of `#[dlpack(...)]` (`crate` is Rust's own keyword, `Token![crate]`).
-pub mod kw {
-    syn::custom_keyword!(data);
-    syn::custom_keyword!(shape);
-    syn::custom_keyword!(strides);
-    syn::custom_keyword!(byte_offset);
-    syn::custom_keyword!(offset);
-    syn::custom_keyword!(dtype);
-    syn::custom_keyword!(device);
-    syn::custom_keyword!(readonly);
-    syn::custom_keyword!(stream);
-    syn::custom_keyword!(ndim);
-    syn::custom_keyword!(contiguous);
-    syn::custom_keyword!(writable);
-    syn::custom_keyword!(transparent);
+/// Declares the keys of one `#[dlpack(...)]` list, each once, as a table of
+/// `Variant = keyword` entries. From the table it generates:
+///
+/// - a module of keyword types for peeking, one [`syn::custom_keyword!`] per keyword (`crate` is
+///   Rust's own keyword, peeked as `Token![crate]`);
+/// - the enum, one variant per key, with the entry's doc comment;
+/// - `ALL`, every key, and `KEYWORDS`, every keyword, both in the table's order;
+/// - `keyword()`, the keyword as written;
+/// - `peek(input)`, the key that comes next, and `peek_lookahead(lookahead)`, the same while
+///   recording each keyword tried in the lookahead, so that its error lists them.
+///
+/// The table's order is the order in which an unknown key's error ("expected one of: ...")
+/// names the keys, and the order of the candidates of "did you mean".
+macro_rules! keys {
+    // The keyword type of one entry: `Token![crate]` exists already.
+    (@keyword_type crate) => {};
+    (@keyword_type $keyword:ident) => {
+        syn::custom_keyword!($keyword);
+    };
+    // The path of one entry's keyword type, for `peek`.
+    (@keyword_token $kw:ident crate) => {
+        Token![crate]
+    };
+    (@keyword_token $kw:ident $keyword:ident) => {
+        $kw::$keyword
+    };
+    (
+        $(#[$attr:meta])*
+        $vis:vis enum $Enum:ident, keywords in mod $kw:ident {
+            $(
+                $(#[$doc:meta])*
+                $Variant:ident = $keyword:ident,
+            )*
+        }
+    ) => {
+        #[doc = concat!("The keywords of [`", stringify!($Enum), "`], for peeking.")]
+        pub mod $kw {
+            $(keys!(@keyword_type $keyword);)*
+        }
+
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        $vis enum $Enum {
+            $(
+                $(#[$doc])*
+                $Variant,
+            )*
+        }
+
+        impl $Enum {
+            /// Every key, in the table's order.
+            pub const ALL: [Self; [$(stringify!($keyword)),*].len()] = [$(Self::$Variant),*];
+
+            /// Every keyword, in the table's order: the candidates of "did you mean".
+            const KEYWORDS: [&'static str; [$(stringify!($keyword)),*].len()] =
+                [$(stringify!($keyword)),*];
+
+            /// The keyword, as written in `#[dlpack(...)]`.
+            pub fn keyword(self) -> &'static str {
+                match self {
+                    $(Self::$Variant => stringify!($keyword),)*
+                }
+            }
+
+            /// The key whose keyword comes next, without consuming it.
+            fn peek(input: ParseStream<'_>) -> Option<Self> {
+                Self::ALL.into_iter().find(|key| match key {
+                    $(Self::$Variant => input.peek(keys!(@keyword_token $kw $keyword)),)*
+                })
+            }
+
+            /// The key whose keyword comes next, without consuming it; `lookahead` records
+            /// every keyword tried, in the table's order, for its error when none matches.
+            fn peek_lookahead(lookahead: &Lookahead1<'_>) -> Option<Self> {
+                Self::ALL.into_iter().find(|key| match key {
+                    $(Self::$Variant => lookahead.peek(keys!(@keyword_token $kw $keyword)),)*
+                })
+            }
+        }
+    };
 }
 
-/// What a field is to the tensor. A field has at most one role; `data` and `shape` are
-/// required, the others optional.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// `data`: the buffer.
-    Data,
-    /// `shape`: extents in elements.
-    Shape,
-    /// `strides`: strides in elements.
-    Strides,
-    /// `byte_offset`: bytes from the buffer start to element `(0, ..., 0)`.
-    ByteOffset,
-    /// `offset`: elements from the buffer start to element `(0, ..., 0)`.
-    Offset,
-    /// `dtype`: the element type, as a runtime `DataType`.
-    Dtype,
-    /// `device`: where the memory lives.
-    Device,
-    /// `readonly`: whether the memory may not be written.
-    Readonly,
-    /// `stream`: a producer stream with pending work on the data (feature `cuda`); the only
-    /// role that several fields may play.
-    Stream,
-}
-
-impl Role {
-    /// Every role, in the order the generated code handles them.
-    pub const ALL: [Role; 9] = [
-        Role::Data,
-        Role::Shape,
-        Role::Strides,
-        Role::ByteOffset,
-        Role::Offset,
-        Role::Dtype,
-        Role::Device,
-        Role::Readonly,
-        Role::Stream,
-    ];
-
-    /// The keyword, as written in `#[dlpack(...)]`.
-    pub fn keyword(self) -> &'static str {
-        match self {
-            Role::Data => "data",
-            Role::Shape => "shape",
-            Role::Strides => "strides",
-            Role::ByteOffset => "byte_offset",
-            Role::Offset => "offset",
-            Role::Dtype => "dtype",
-            Role::Device => "device",
-            Role::Readonly => "readonly",
-            Role::Stream => "stream",
-        }
-    }
-
-    /// The role whose keyword comes next, without consuming it.
-    fn peek(input: ParseStream<'_>) -> Option<Role> {
-        if input.peek(kw::data) {
-            Some(Role::Data)
-        } else if input.peek(kw::shape) {
-            Some(Role::Shape)
-        } else if input.peek(kw::strides) {
-            Some(Role::Strides)
-        } else if input.peek(kw::byte_offset) {
-            Some(Role::ByteOffset)
-        } else if input.peek(kw::offset) {
-            Some(Role::Offset)
-        } else if input.peek(kw::dtype) {
-            Some(Role::Dtype)
-        } else if input.peek(kw::device) {
-            Some(Role::Device)
-        } else if input.peek(kw::readonly) {
-            Some(Role::Readonly)
-        } else if input.peek(kw::stream) {
-            Some(Role::Stream)
-        } else {
-            None
-        }
+keys! {
+    /// What a field is to the tensor. A field has at most one role; `data` and `shape` are
+    /// required, the others optional. The order is the order the generated code handles them.
+    pub enum Role, keywords in mod role_kw {
+        /// `data`: the buffer.
+        Data = data,
+        /// `shape`: extents in elements.
+        Shape = shape,
+        /// `strides`: strides in elements.
+        Strides = strides,
+        /// `byte_offset`: bytes from the buffer start to element `(0, ..., 0)`.
+        ByteOffset = byte_offset,
+        /// `offset`: elements from the buffer start to element `(0, ..., 0)`.
+        Offset = offset,
+        /// `dtype`: the element type, as a runtime `DataType`.
+        Dtype = dtype,
+        /// `device`: where the memory lives.
+        Device = device,
+        /// `readonly`: whether the memory may not be written.
+        Readonly = readonly,
+        /// `stream`: a producer stream with pending work on the data (feature `cuda`); the only
+        /// role that several fields may play.
+        Stream = stream,
     }
 }
 
@@ -117,6 +133,55 @@ impl Role {
 impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "`#[dlpack({})]`", self.keyword())
+    }
+}
+
+keys! {
+    /// A key of the container's `#[dlpack(...)]`: an option ([`ContainerAttr`]) or a consumer
+    /// constraint ([`ConstraintKind`]).
+    pub enum ContainerKey, keywords in mod container_kw {
+        /// `crate = "path"`.
+        Crate = crate,
+        /// `readonly`.
+        Readonly = readonly,
+        /// `transparent`.
+        Transparent = transparent,
+        /// `dtype = T`.
+        Dtype = dtype,
+        /// `ndim = N`.
+        Ndim = ndim,
+        /// `shape = [_, 3]`.
+        Shape = shape,
+        /// `contiguous = "C" | "F" | "any"`.
+        Contiguous = contiguous,
+        /// `device = "cpu" | "cuda"`.
+        Device = device,
+        /// `writable`.
+        Writable = writable,
+    }
+}
+
+impl ContainerKey {
+    /// Whether the key takes a value, `key = ...`; the others are flags.
+    fn takes_value(self) -> bool {
+        match self {
+            ContainerKey::Crate
+            | ContainerKey::Dtype
+            | ContainerKey::Ndim
+            | ContainerKey::Shape
+            | ContainerKey::Contiguous
+            | ContainerKey::Device => true,
+            ContainerKey::Readonly | ContainerKey::Transparent | ContainerKey::Writable => false,
+        }
+    }
+}
+
+/// Displays as the attribute a user writes, `#[dlpack(ndim = ...)]` or `#[dlpack(writable)]`,
+/// for error messages.
+impl fmt::Display for ContainerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = if self.takes_value() { " = ..." } else { "" };
+        write!(f, "`#[dlpack({}{value})]`", self.keyword())
     }
 }
 
@@ -130,36 +195,9 @@ pub struct FieldAttr {
 
 impl Parse for FieldAttr {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        if let Some(key) = peek_container_only_key(input) {
-            return Err(syn::Error::new(
-                input.span(),
-                format_args!(
-                    "`{key}` is a container option: write `#[dlpack({key}{})]` on the struct, not on a field",
-                    if key == "writable" { "" } else { " = ..." }
-                ),
-            ));
-        }
         let lookahead = input.lookahead1();
-        let role = if lookahead.peek(kw::data) {
-            Role::Data
-        } else if lookahead.peek(kw::shape) {
-            Role::Shape
-        } else if lookahead.peek(kw::strides) {
-            Role::Strides
-        } else if lookahead.peek(kw::byte_offset) {
-            Role::ByteOffset
-        } else if lookahead.peek(kw::offset) {
-            Role::Offset
-        } else if lookahead.peek(kw::dtype) {
-            Role::Dtype
-        } else if lookahead.peek(kw::device) {
-            Role::Device
-        } else if lookahead.peek(kw::readonly) {
-            Role::Readonly
-        } else if lookahead.peek(kw::stream) {
-            Role::Stream
-        } else {
-            return Err(unknown_key(input, lookahead, FIELD_KEYS, "role"));
+        let Some(role) = Role::peek_lookahead(&lookahead) else {
+            return Err(not_a_role(input, lookahead));
         };
         let span = input.parse::<proc_macro2::Ident>()?.span();
         if input.peek(Token![=]) || input.peek(token::Paren) {
@@ -184,18 +222,19 @@ impl Parse for FieldAttr {
     }
 }
 
-/// Keys that are container options only, never field roles, when one comes next.
-fn peek_container_only_key(input: ParseStream<'_>) -> Option<&'static str> {
-    if input.peek(Token![crate]) {
-        Some("crate")
-    } else if input.peek(kw::ndim) {
-        Some("ndim")
-    } else if input.peek(kw::contiguous) {
-        Some("contiguous")
-    } else if input.peek(kw::writable) {
-        Some("writable")
-    } else {
-        None
+/// The error for a field's key that is no role: a container option is told where it belongs;
+/// anything else gets the list of roles, with a suggestion when it looks like a misspelling.
+fn not_a_role(input: ParseStream<'_>, lookahead: Lookahead1<'_>) -> syn::Error {
+    match ContainerKey::peek(input) {
+        // `transparent` on a field is answered like an unknown key, with the list of roles.
+        Some(key) if key != ContainerKey::Transparent => syn::Error::new(
+            input.span(),
+            format_args!(
+                "`{}` is a container option: write {key} on the struct, not on a field",
+                key.keyword()
+            ),
+        ),
+        _ => unknown_key(input, lookahead, &Role::KEYWORDS, "role"),
     }
 }
 
@@ -249,15 +288,15 @@ pub enum ConstraintKind {
 }
 
 impl ConstraintKind {
-    /// The key, as written.
-    pub fn key(&self) -> &'static str {
+    /// The key it is written with.
+    pub fn key(&self) -> ContainerKey {
         match self {
-            ConstraintKind::Dtype(_) => "dtype",
-            ConstraintKind::Ndim(_) => "ndim",
-            ConstraintKind::Shape(_) => "shape",
-            ConstraintKind::Contiguous(_) => "contiguous",
-            ConstraintKind::Device(_) => "device",
-            ConstraintKind::Writable => "writable",
+            ConstraintKind::Dtype(_) => ContainerKey::Dtype,
+            ConstraintKind::Ndim(_) => ContainerKey::Ndim,
+            ConstraintKind::Shape(_) => ContainerKey::Shape,
+            ConstraintKind::Contiguous(_) => ContainerKey::Contiguous,
+            ConstraintKind::Device(_) => ContainerKey::Device,
+            ConstraintKind::Writable => ContainerKey::Writable,
         }
     }
 }
@@ -303,62 +342,39 @@ impl Parse for ContainerAttr {
             }
         }
         let lookahead = input.lookahead1();
-        if lookahead.peek(Token![crate]) {
-            let token: Token![crate] = input.parse()?;
+        let Some(key) = ContainerKey::peek_lookahead(&lookahead) else {
+            return Err(unknown_key(
+                input,
+                lookahead,
+                &ContainerKey::KEYWORDS,
+                "option",
+            ));
+        };
+        let span = input.call(syn::Ident::parse_any)?.span();
+        if key.takes_value() {
             input.parse::<Token![=]>()?;
-            let path = parse_crate_path(input)?;
-            Ok(ContainerAttr::Crate {
-                span: token.span,
-                path,
-            })
-        } else if lookahead.peek(kw::readonly) {
-            let span = input.parse::<kw::readonly>()?.span;
-            no_value(input, "readonly")?;
-            Ok(ContainerAttr::Readonly { span })
-        } else if lookahead.peek(kw::transparent) {
-            let span = input.parse::<kw::transparent>()?.span;
-            no_value(input, "transparent")?;
-            Ok(ContainerAttr::Transparent { span })
-        } else if lookahead.peek(kw::dtype) {
-            let key = input.parse::<kw::dtype>()?.span;
-            input.parse::<Token![=]>()?;
-            let (value_span, kind) = parse_dtype(input)?;
-            Ok(constraint(key, value_span, kind))
-        } else if lookahead.peek(kw::ndim) {
-            let key = input.parse::<kw::ndim>()?.span;
-            input.parse::<Token![=]>()?;
-            let (value_span, kind) = parse_ndim(input)?;
-            Ok(constraint(key, value_span, kind))
-        } else if lookahead.peek(kw::shape) {
-            let key = input.parse::<kw::shape>()?.span;
-            input.parse::<Token![=]>()?;
-            let (value_span, kind) = parse_shape(input)?;
-            Ok(constraint(key, value_span, kind))
-        } else if lookahead.peek(kw::contiguous) {
-            let key = input.parse::<kw::contiguous>()?.span;
-            input.parse::<Token![=]>()?;
-            let (value_span, kind) = parse_contiguous(input)?;
-            Ok(constraint(key, value_span, kind))
-        } else if lookahead.peek(kw::device) {
-            let key = input.parse::<kw::device>()?.span;
-            input.parse::<Token![=]>()?;
-            let (value_span, kind) = parse_device(input)?;
-            Ok(constraint(key, value_span, kind))
-        } else if lookahead.peek(kw::writable) {
-            let key = input.parse::<kw::writable>()?.span;
-            no_value(input, "writable")?;
-            Ok(ContainerAttr::Constraint(Constraint {
-                key,
-                value_span: key,
-                kind: ConstraintKind::Writable,
-            }))
         } else {
-            Err(unknown_key(input, lookahead, CONTAINER_KEYS, "option"))
+            no_value(input, key)?;
         }
+        Ok(match key {
+            ContainerKey::Crate => ContainerAttr::Crate {
+                span,
+                path: parse_crate_path(input)?,
+            },
+            ContainerKey::Readonly => ContainerAttr::Readonly { span },
+            ContainerKey::Transparent => ContainerAttr::Transparent { span },
+            ContainerKey::Dtype => constraint(span, parse_dtype(input)?),
+            ContainerKey::Ndim => constraint(span, parse_ndim(input)?),
+            ContainerKey::Shape => constraint(span, parse_shape(input)?),
+            ContainerKey::Contiguous => constraint(span, parse_contiguous(input)?),
+            ContainerKey::Device => constraint(span, parse_device(input)?),
+            ContainerKey::Writable => constraint(span, (span, ConstraintKind::Writable)),
+        })
     }
 }
 
-fn constraint(key: Span, value_span: Span, kind: ConstraintKind) -> ContainerAttr {
+/// The constraint written at `key`, with its value's span and what it requires.
+fn constraint(key: Span, (value_span, kind): (Span, ConstraintKind)) -> ContainerAttr {
     ContainerAttr::Constraint(Constraint {
         key,
         value_span,
@@ -366,12 +382,15 @@ fn constraint(key: Span, value_span: Span, kind: ConstraintKind) -> ContainerAtt
     })
 }
 
-/// A flag (`readonly`, `writable`) given a value.
-fn no_value(input: ParseStream<'_>, key: &str) -> syn::Result<()> {
+/// A flag (`readonly`, `transparent`, `writable`) given a value.
+fn no_value(input: ParseStream<'_>, key: ContainerKey) -> syn::Result<()> {
     if input.peek(Token![=]) || input.peek(token::Paren) {
         return Err(syn::Error::new(
             input.span(),
-            format_args!("`{key}` is a flag and takes no value: write `#[dlpack({key})]`"),
+            format_args!(
+                "`{}` is a flag and takes no value: write {key}",
+                key.keyword()
+            ),
         ));
     }
     Ok(())
@@ -548,32 +567,6 @@ fn string_value(input: ParseStream<'_>, key: &str, expected: &str) -> syn::Resul
     Err(syn::Error::new(input.span(), message))
 }
 
-/// The keys of a field's `#[dlpack(...)]`: the roles.
-const FIELD_KEYS: &[&str] = &[
-    "data",
-    "shape",
-    "strides",
-    "byte_offset",
-    "offset",
-    "dtype",
-    "device",
-    "readonly",
-    "stream",
-];
-
-/// The keys of the struct's `#[dlpack(...)]`.
-const CONTAINER_KEYS: &[&str] = &[
-    "crate",
-    "readonly",
-    "transparent",
-    "dtype",
-    "ndim",
-    "shape",
-    "contiguous",
-    "device",
-    "writable",
-];
-
 /// The error for a key that is none of `known`: the lookahead's list, preceded by the closest
 /// known key when the unknown one looks like a misspelling of it.
 fn unknown_key(
@@ -637,19 +630,35 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use syn::parse::Parser;
+
     use super::*;
 
     #[test]
     fn misspellings_suggest_the_closest_key() {
-        assert_eq!(did_you_mean("shpae", FIELD_KEYS), Some("shape"));
-        assert_eq!(did_you_mean("stride", FIELD_KEYS), Some("strides"));
-        assert_eq!(did_you_mean("byteoffset", FIELD_KEYS), Some("byte_offset"));
-        assert_eq!(did_you_mean("dims", FIELD_KEYS), None);
-        assert_eq!(
-            did_you_mean("contigous", CONTAINER_KEYS),
-            Some("contiguous")
-        );
-        assert_eq!(did_you_mean("order", CONTAINER_KEYS), None);
+        let (roles, options) = (&Role::KEYWORDS, &ContainerKey::KEYWORDS);
+        assert_eq!(did_you_mean("shpae", roles), Some("shape"));
+        assert_eq!(did_you_mean("stride", roles), Some("strides"));
+        assert_eq!(did_you_mean("byteoffset", roles), Some("byte_offset"));
+        assert_eq!(did_you_mean("dims", roles), None);
+        assert_eq!(did_you_mean("contigous", options), Some("contiguous"));
+        assert_eq!(did_you_mean("order", options), None);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn every_keyword_is_peeked_as_its_key() {
+        for role in Role::ALL {
+            let attr: FieldAttr = syn::parse_str(role.keyword()).unwrap();
+            assert_eq!(attr.role, role);
+        }
+        for key in ContainerKey::ALL {
+            let peek = |input: ParseStream<'_>| {
+                let peeked = ContainerKey::peek(input);
+                input.parse::<proc_macro2::TokenStream>()?;
+                Ok(peeked)
+            };
+            assert_eq!(peek.parse_str(key.keyword()).unwrap(), Some(key));
+        }
     }
 }

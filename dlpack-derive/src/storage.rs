@@ -68,7 +68,7 @@ pub fn derive(input: &DeriveInput, storage: Storage) -> syn::Result<TokenStream>
         .chain(
             constraints
                 .iter()
-                .map(|c| (c.key, c.kind.key(), "DlpackImport")),
+                .map(|c| (c.key, c.kind.key().keyword(), "DlpackImport")),
         );
     for (span, key, belongs_to) in options_elsewhere {
         cx.error_at(
