@@ -539,15 +539,7 @@ fn out_of_buffer(
 
 /// Device types whose `data` is a plain address, so an offset can be folded into it.
 fn has_address_data(device_type: DeviceType) -> bool {
-    matches!(
-        device_type,
-        DeviceType::Cpu
-            | DeviceType::Cuda
-            | DeviceType::CudaHost
-            | DeviceType::CudaManaged
-            | DeviceType::Rocm
-            | DeviceType::RocmHost
-    )
+    device_type.has_address_data()
 }
 
 /// Drops the owner and frees the block. A panic in the owner's `Drop` is caught and reported

@@ -252,23 +252,5 @@ fn refused(constraints: &ImportConstraints, managed: &ManagedTensor) -> ImportEr
 
 /// The name a consumer constraint gives a device type, for [`ImportError::Device`].
 fn device_type_name(device_type: DeviceType) -> &'static str {
-    match device_type {
-        DeviceType::Cpu => "cpu memory (kDLCPU)",
-        DeviceType::Cuda => "cuda memory (kDLCUDA)",
-        DeviceType::CudaHost => "cuda_host memory (kDLCUDAHost)",
-        DeviceType::CudaManaged => "cuda_managed memory (kDLCUDAManaged)",
-        DeviceType::Rocm => "rocm memory (kDLROCM)",
-        DeviceType::RocmHost => "rocm_host memory (kDLROCMHost)",
-        DeviceType::OpenCl => "opencl memory (kDLOpenCL)",
-        DeviceType::Vulkan => "vulkan memory (kDLVulkan)",
-        DeviceType::Metal => "metal memory (kDLMetal)",
-        DeviceType::Vpi => "vpi memory (kDLVPI)",
-        DeviceType::ExtDev => "ext_dev memory (kDLExtDev)",
-        DeviceType::OneApi => "oneapi memory (kDLOneAPI)",
-        DeviceType::WebGpu => "webgpu memory (kDLWebGPU)",
-        DeviceType::Hexagon => "hexagon memory (kDLHexagon)",
-        DeviceType::Maia => "maia memory (kDLMAIA)",
-        DeviceType::Trn => "trn memory (kDLTrn)",
-        DeviceType::Unknown(_) => "memory of the device type the consumer declared",
-    }
+    device_type.memory_name()
 }

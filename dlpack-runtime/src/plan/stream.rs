@@ -25,7 +25,9 @@
 
 use core::num::NonZeroU64;
 
-use crate::tensor::device::{Device, DeviceType};
+#[cfg(test)]
+use crate::tensor::device::DeviceType;
+use crate::tensor::device::{Device, StreamApi};
 
 /// What the consumer asked for with `stream=` (the `stream` parameter of `__dlpack__`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,25 +65,25 @@ pub(crate) fn parse_stream(
         device,
         allowed,
     };
-    match device.device_type {
-        DeviceType::Cpu => match stream {
+    match device.device_type.streams() {
+        StreamApi::Host => match stream {
             None => Ok(StreamRequest::Host),
             Some(_) => Err(invalid(CPU_ALLOWED)),
         },
-        DeviceType::Cuda | DeviceType::CudaHost | DeviceType::CudaManaged => match stream {
+        StreamApi::Cuda => match stream {
             None | Some(1) => Ok(StreamRequest::LegacyDefault),
             Some(-1) => Ok(StreamRequest::NoSync),
             Some(2) => Ok(StreamRequest::PerThreadDefault),
             Some(h) if h > 2 => Ok(StreamRequest::Handle(handle(h))),
             Some(_) => Err(invalid(CUDA_ALLOWED)),
         },
-        DeviceType::Rocm | DeviceType::RocmHost => match stream {
+        StreamApi::Rocm => match stream {
             None | Some(0) => Ok(StreamRequest::LegacyDefault),
             Some(-1) => Ok(StreamRequest::NoSync),
             Some(h) if h > 2 => Ok(StreamRequest::Handle(handle(h))),
             Some(_) => Err(invalid(ROCM_ALLOWED)),
         },
-        _ => match stream {
+        StreamApi::Unstandardized => match stream {
             None => Ok(StreamRequest::LegacyDefault),
             Some(-1) => Ok(StreamRequest::NoSync),
             Some(h) if h > 2 => Err(StreamError::Unsupported { found: h, device }),
@@ -163,11 +165,7 @@ pub(crate) fn plan_sync(
     if pending.is_empty() || request == StreamRequest::NoSync {
         return Ok(SyncPlan::Nothing);
     }
-    let cuda = matches!(
-        device.device_type,
-        DeviceType::Cuda | DeviceType::CudaHost | DeviceType::CudaManaged
-    );
-    if !cuda {
+    if device.device_type.streams() != StreamApi::Cuda {
         let found = match request {
             StreamRequest::Handle(h) => h.get() as i64,
             StreamRequest::PerThreadDefault => 2,

@@ -5,104 +5,140 @@ use core::fmt;
 
 use crate::abi::ffi;
 
-/// The `device_type` of a `DLDevice` (`dlpack.h`, `DLDeviceType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DeviceType {
-    /// `kDLCPU` (1).
-    Cpu,
-    /// `kDLCUDA` (2).
+/// How a device type's streams are named in the `stream` argument of `__dlpack__` (the table
+/// of its `stream` parameter, per device type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamApi {
+    /// Host memory: no streams; only `stream=None` is legal.
+    Host,
+    /// CUDA streams (`cudaStream_t`): `None`/`1` legacy default, `2` per-thread default, `-1`
+    /// no synchronization, `0` refused.
     Cuda,
-    /// `kDLCUDAHost` (3): pinned host memory from `cudaMallocHost`.
-    CudaHost,
-    /// `kDLOpenCL` (4).
-    OpenCl,
-    /// `kDLVulkan` (7).
-    Vulkan,
-    /// `kDLMetal` (8).
-    Metal,
-    /// `kDLVPI` (9).
-    Vpi,
-    /// `kDLROCM` (10).
+    /// ROCm streams (`hipStream_t`): `None`/`0` default, `-1` no synchronization.
     Rocm,
-    /// `kDLROCMHost` (11): pinned host memory from `hipMallocHost`.
-    RocmHost,
-    /// `kDLExtDev` (12): reserved, implementation-defined.
-    ExtDev,
-    /// `kDLCUDAManaged` (13): unified memory from `cudaMallocManaged`.
-    CudaManaged,
-    /// `kDLOneAPI` (14).
-    OneApi,
-    /// `kDLWebGPU` (15).
-    WebGpu,
-    /// `kDLHexagon` (16).
-    Hexagon,
-    /// `kDLMAIA` (17).
-    Maia,
-    /// `kDLTrn` (18).
-    Trn,
-    /// A code this crate does not know, kept as found.
-    Unknown(i32),
+    /// Streams the array API does not standardize: `None` and `-1` only.
+    Unstandardized,
 }
 
-impl DeviceType {
-    /// Converts the raw `DLDevice::device_type`. Never fails: unknown codes become
-    /// [`DeviceType::Unknown`].
-    pub const fn from_raw(raw: ffi::DLDeviceType) -> Self {
-        match raw {
-            ffi::kDLCPU => Self::Cpu,
-            ffi::kDLCUDA => Self::Cuda,
-            ffi::kDLCUDAHost => Self::CudaHost,
-            ffi::kDLOpenCL => Self::OpenCl,
-            ffi::kDLVulkan => Self::Vulkan,
-            ffi::kDLMetal => Self::Metal,
-            ffi::kDLVPI => Self::Vpi,
-            ffi::kDLROCM => Self::Rocm,
-            ffi::kDLROCMHost => Self::RocmHost,
-            ffi::kDLExtDev => Self::ExtDev,
-            ffi::kDLCUDAManaged => Self::CudaManaged,
-            ffi::kDLOneAPI => Self::OneApi,
-            ffi::kDLWebGPU => Self::WebGpu,
-            ffi::kDLHexagon => Self::Hexagon,
-            ffi::kDLMAIA => Self::Maia,
-            ffi::kDLTrn => Self::Trn,
-            other => Self::Unknown(other),
+/// Declares every device type this crate knows, once: its variant and doc, its `dlpack.h`
+/// code, its name (as `Device` displays it), whether the host can reach its memory through
+/// `data`, whether `data` is a plain address (so an offset can be folded into it), and its
+/// stream API. Everything that depends on the device type reads it from here.
+macro_rules! device_types {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident = $code:ident, $name:literal,
+            host: $host:literal, address: $address:literal, streams: $streams:ident;
+    )*) => {
+        /// The `device_type` of a `DLDevice` (`dlpack.h`, `DLDeviceType`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum DeviceType {
+            $($(#[doc = $doc])* $variant,)*
+            /// A code this crate does not know, kept as found.
+            Unknown(i32),
         }
-    }
 
-    /// The raw `DLDevice::device_type`.
-    #[inline]
-    pub const fn to_raw(self) -> ffi::DLDeviceType {
-        match self {
-            Self::Cpu => ffi::kDLCPU,
-            Self::Cuda => ffi::kDLCUDA,
-            Self::CudaHost => ffi::kDLCUDAHost,
-            Self::OpenCl => ffi::kDLOpenCL,
-            Self::Vulkan => ffi::kDLVulkan,
-            Self::Metal => ffi::kDLMetal,
-            Self::Vpi => ffi::kDLVPI,
-            Self::Rocm => ffi::kDLROCM,
-            Self::RocmHost => ffi::kDLROCMHost,
-            Self::ExtDev => ffi::kDLExtDev,
-            Self::CudaManaged => ffi::kDLCUDAManaged,
-            Self::OneApi => ffi::kDLOneAPI,
-            Self::WebGpu => ffi::kDLWebGPU,
-            Self::Hexagon => ffi::kDLHexagon,
-            Self::Maia => ffi::kDLMAIA,
-            Self::Trn => ffi::kDLTrn,
-            Self::Unknown(raw) => raw,
+        impl DeviceType {
+            /// Converts the raw `DLDevice::device_type`. Never fails: unknown codes become
+            /// [`DeviceType::Unknown`].
+            pub const fn from_raw(raw: ffi::DLDeviceType) -> Self {
+                match raw {
+                    $(ffi::$code => Self::$variant,)*
+                    other => Self::Unknown(other),
+                }
+            }
+
+            /// The raw `DLDevice::device_type`.
+            #[inline]
+            pub const fn to_raw(self) -> ffi::DLDeviceType {
+                match self {
+                    $(Self::$variant => ffi::$code,)*
+                    Self::Unknown(raw) => raw,
+                }
+            }
+
+            /// Whether the host can read and write this memory directly through `data`: CPU,
+            /// pinned CUDA and ROCm host memory, and CUDA managed memory (which a producer may
+            /// return when `dl_device` asks for the CPU).
+            pub const fn is_host_accessible(self) -> bool {
+                match self {
+                    $(Self::$variant => $host,)*
+                    Self::Unknown(_) => false,
+                }
+            }
+
+            /// Whether `data` is a plain address, so a byte offset can be folded into it.
+            pub(crate) const fn has_address_data(self) -> bool {
+                match self {
+                    $(Self::$variant => $address,)*
+                    Self::Unknown(_) => false,
+                }
+            }
+
+            /// How this device type's streams are named in `__dlpack__`'s `stream`.
+            pub(crate) const fn streams(self) -> StreamApi {
+                match self {
+                    $(Self::$variant => StreamApi::$streams,)*
+                    Self::Unknown(_) => StreamApi::Unstandardized,
+                }
+            }
+
+            /// The name `Device` displays (`cuda` in `cuda:0`); `None` for an unknown code.
+            pub(crate) const fn name(self) -> Option<&'static str> {
+                match self {
+                    $(Self::$variant => Some($name),)*
+                    Self::Unknown(_) => None,
+                }
+            }
+
+            /// The memory of this device type in words, with its `dlpack.h` name
+            /// (`cuda memory (kDLCUDA)`).
+            pub(crate) const fn memory_name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => concat!(
+                        $name, " memory (", stringify!($code), ")"
+                    ),)*
+                    Self::Unknown(_) => "memory of the device type the consumer declared",
+                }
+            }
         }
-    }
+    };
+}
 
-    /// Whether the host can read and write this memory directly through `data`: CPU, pinned
-    /// CUDA and ROCm host memory, and CUDA managed memory (which a producer may return when
-    /// `dl_device` asks for the CPU).
-    pub const fn is_host_accessible(self) -> bool {
-        matches!(
-            self,
-            Self::Cpu | Self::CudaHost | Self::RocmHost | Self::CudaManaged
-        )
-    }
+device_types! {
+    /// `kDLCPU` (1).
+    Cpu = kDLCPU, "cpu", host: true, address: true, streams: Host;
+    /// `kDLCUDA` (2).
+    Cuda = kDLCUDA, "cuda", host: false, address: true, streams: Cuda;
+    /// `kDLCUDAHost` (3): pinned host memory from `cudaMallocHost`.
+    CudaHost = kDLCUDAHost, "cuda_host", host: true, address: true, streams: Cuda;
+    /// `kDLOpenCL` (4).
+    OpenCl = kDLOpenCL, "opencl", host: false, address: false, streams: Unstandardized;
+    /// `kDLVulkan` (7).
+    Vulkan = kDLVulkan, "vulkan", host: false, address: false, streams: Unstandardized;
+    /// `kDLMetal` (8).
+    Metal = kDLMetal, "metal", host: false, address: false, streams: Unstandardized;
+    /// `kDLVPI` (9).
+    Vpi = kDLVPI, "vpi", host: false, address: false, streams: Unstandardized;
+    /// `kDLROCM` (10).
+    Rocm = kDLROCM, "rocm", host: false, address: true, streams: Rocm;
+    /// `kDLROCMHost` (11): pinned host memory from `hipMallocHost`.
+    RocmHost = kDLROCMHost, "rocm_host", host: true, address: true, streams: Rocm;
+    /// `kDLExtDev` (12): reserved, implementation-defined.
+    ExtDev = kDLExtDev, "ext_dev", host: false, address: false, streams: Unstandardized;
+    /// `kDLCUDAManaged` (13): unified memory from `cudaMallocManaged`.
+    CudaManaged = kDLCUDAManaged, "cuda_managed", host: true, address: true, streams: Cuda;
+    /// `kDLOneAPI` (14).
+    OneApi = kDLOneAPI, "oneapi", host: false, address: false, streams: Unstandardized;
+    /// `kDLWebGPU` (15).
+    WebGpu = kDLWebGPU, "webgpu", host: false, address: false, streams: Unstandardized;
+    /// `kDLHexagon` (16).
+    Hexagon = kDLHexagon, "hexagon", host: false, address: false, streams: Unstandardized;
+    /// `kDLMAIA` (17).
+    Maia = kDLMAIA, "maia", host: false, address: false, streams: Unstandardized;
+    /// `kDLTrn` (18).
+    Trn = kDLTrn, "trn", host: false, address: false, streams: Unstandardized;
 }
 
 /// A device: the safe form of `DLDevice` (`dlpack.h`).
@@ -181,24 +217,13 @@ impl fmt::Debug for Device {
 /// Formats as `cpu:0`, `cuda:1`, `unknown(42):0`.
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let name = match self.device_type {
-            DeviceType::Cpu => "cpu",
-            DeviceType::Cuda => "cuda",
-            DeviceType::CudaHost => "cuda_host",
-            DeviceType::OpenCl => "opencl",
-            DeviceType::Vulkan => "vulkan",
-            DeviceType::Metal => "metal",
-            DeviceType::Vpi => "vpi",
-            DeviceType::Rocm => "rocm",
-            DeviceType::RocmHost => "rocm_host",
-            DeviceType::ExtDev => "ext_dev",
-            DeviceType::CudaManaged => "cuda_managed",
-            DeviceType::OneApi => "oneapi",
-            DeviceType::WebGpu => "webgpu",
-            DeviceType::Hexagon => "hexagon",
-            DeviceType::Maia => "maia",
-            DeviceType::Trn => "trn",
-            DeviceType::Unknown(code) => return write!(f, "unknown({code}):{}", self.device_id),
+        let Some(name) = self.device_type.name() else {
+            return write!(
+                f,
+                "unknown({}):{}",
+                self.device_type.to_raw(),
+                self.device_id
+            );
         };
         write!(f, "{name}:{}", self.device_id)
     }
@@ -224,6 +249,36 @@ mod tests {
         assert!(Device::new(DeviceType::CudaManaged, 0).is_host_accessible());
         assert!(!Device::cuda(0).is_host_accessible());
         assert!(!Device::new(DeviceType::Unknown(77), 0).is_host_accessible());
+    }
+
+    #[test]
+    fn device_facts_come_from_the_one_table() {
+        assert_eq!(DeviceType::Cuda.memory_name(), "cuda memory (kDLCUDA)");
+        assert_eq!(
+            DeviceType::CudaManaged.memory_name(),
+            "cuda_managed memory (kDLCUDAManaged)"
+        );
+        let address: Vec<_> = (-1..20)
+            .map(DeviceType::from_raw)
+            .filter(|t| t.has_address_data())
+            .collect();
+        assert_eq!(
+            address,
+            [
+                DeviceType::Cpu,
+                DeviceType::Cuda,
+                DeviceType::CudaHost,
+                DeviceType::Rocm,
+                DeviceType::RocmHost,
+                DeviceType::CudaManaged
+            ]
+        );
+        assert_eq!(DeviceType::Cpu.streams(), StreamApi::Host);
+        assert_eq!(DeviceType::CudaHost.streams(), StreamApi::Cuda);
+        assert_eq!(DeviceType::RocmHost.streams(), StreamApi::Rocm);
+        assert_eq!(DeviceType::Vulkan.streams(), StreamApi::Unstandardized);
+        assert_eq!(DeviceType::Unknown(99).streams(), StreamApi::Unstandardized);
+        assert_eq!(DeviceType::Unknown(99).name(), None);
     }
 
     #[test]
