@@ -1,55 +1,4 @@
-//! candle interop (feature `candle`): [`candle_core::Tensor`]s lent zero-copy, and candle
-//! tensors built from any DLPack tensor.
-//!
-//! - **Export** ([`CandleTensor`]): a CPU tensor's storage is lent as it is, read-only (candle
-//!   tensors share their storage with every clone, and candle has no read-only flag of its own).
-//!   The export keeps a clone of the tensor, so the storage outlives every consumer; candle's
-//!   layout becomes the DLPack layout: its start offset (in elements) the `byte_offset`, its
-//!   strides (in elements) the `strides`. Narrowed, transposed and broadcast views are lent as
-//!   they are, without a copy.
-//! - **Import** ([`tensor_from_managed`], [`tensor_from_dlpack`], and with the `python` feature
-//!   [`tensor_from_py`]): candle tensors own their storage and cannot borrow foreign memory, so
-//!   the elements are copied into new candle storage, in row-major order (any strides, negative
-//!   and zero included). The producer's deleter runs once the copy is made.
-//!
-//! | candle `DType` | DLPack dtype |
-//! |---|---|
-//! | `U8`, `U32`, `I16`, `I32`, `I64` | `uint8`, `uint32`, `int16`, `int32`, `int64` |
-//! | `F16`, `BF16`, `F32`, `F64` | `float16`, `bfloat16`, `float32`, `float64` |
-//! | `F8E4M3` | `float8_e4m3fn` (`float8::F8E4M3`) |
-//! | `F8E8M0` | `float8_e8m0fnu` (export only: one byte per element) |
-//! | `F6E2M3`, `F6E3M2`, `F4` | none: [`CandleError::CandleDtype`] |
-//!
-//! Memory on candle's CUDA or Metal devices is refused ([`CandleError::Device`]): candle's
-//! device storage is built only with its `cuda` feature, which needs the CUDA toolkit.
-//!
-//! ```
-//! use candle_core::{Device, IndexOp, Tensor};
-//! use dlpack_runtime::candle::{CandleTensor, tensor_from_dlpack};
-//! use dlpack_runtime::{DlpackImport, ImportedData};
-//!
-//! #[derive(DlpackImport)]
-//! struct View {
-//!     #[dlpack(data)]
-//!     data: ImportedData<f32>,
-//!     #[dlpack(shape)]
-//!     shape: Vec<usize>,
-//!     #[dlpack(strides)]
-//!     strides: Vec<isize>,
-//! }
-//!
-//! let t = Tensor::arange(0f32, 12.0, &Device::Cpu)?.reshape((3, 4))?;
-//! // Rows 1..3, transposed: a view with a start offset of 4 elements, strides (1, 4).
-//! let v = t.i(1..3)?.t()?;
-//! let view = View::from_dlpack(CandleTensor::new(&v)?)?;
-//! assert_eq!((view.shape.as_slice(), view.strides.as_slice()), ([4, 2].as_slice(), [1, 4].as_slice()));
-//! assert_eq!(view.data.to_vec()?, v.flatten_all()?.to_vec1::<f32>()?);
-//!
-//! // And back into candle: a copy, in row-major order.
-//! let back = tensor_from_dlpack(CandleTensor::new(&v)?, &Device::Cpu)?;
-//! assert_eq!(back.to_vec2::<f32>()?, v.to_vec2::<f32>()?);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! candle interop: the items of `dlpack_runtime::candle` (documented there, at the crate root).
 
 use core::ffi::c_void;
 
@@ -58,7 +7,6 @@ use candle_core::{CpuStorage, DType, Storage, Tensor, WithDType};
 use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts};
 use crate::import::{ImportBuffer, ImportError, ImportedData};
 #[cfg(feature = "python")]
-use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, DataTypeCode, Element};
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
@@ -310,34 +258,4 @@ pub fn tensor_from_dlpack<P: DlpackExport + Send + 'static>(
     device: &candle_core::Device,
 ) -> Result<Tensor, CandleError> {
     tensor_from_managed(producer.into_dlpack()?, device)
-}
-
-/// Copies a Python object with `__dlpack__` (a NumPy or JAX array, a PyTorch tensor, a
-/// capsule) into a new candle CPU tensor (feature `python`). The producer is asked for host
-/// memory (`dl_device=(CPU, 0)`), so it copies device memory to the host itself where it can.
-///
-/// # Errors
-///
-/// The Python errors of `from_dlpack` (`BufferError`, `TypeError`, ...), and `BufferError` for
-/// a [`CandleError`].
-#[cfg(feature = "python")]
-pub fn tensor_from_py(obj: &pyo3::Bound<'_, pyo3::PyAny>) -> pyo3::PyResult<Tensor> {
-    let options = crate::python::FromDlpackOptions {
-        device: Some(Device::CPU),
-        ..Default::default()
-    };
-    let managed = crate::python::managed_from_object(obj, &options)?;
-    Ok(tensor_from_managed(managed, &candle_core::Device::Cpu)?)
-}
-
-/// `BufferError`, or the exception of the wrapped export or import error (feature `python`).
-#[cfg(feature = "python")]
-impl From<CandleError> for pyo3::PyErr {
-    fn from(err: CandleError) -> Self {
-        match err {
-            CandleError::Import(err) => err.into(),
-            CandleError::Export(err) => err.into(),
-            err => pyo3::exceptions::PyBufferError::new_err(err.to_string()),
-        }
-    }
 }

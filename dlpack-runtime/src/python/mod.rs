@@ -144,6 +144,8 @@ use crate::plan::stream::StreamError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
 
+#[cfg(feature = "candle")]
+pub(crate) mod candle;
 mod capsule;
 mod consumer;
 mod exchange_api;
