@@ -11,7 +11,6 @@ use std::alloc::{self, Layout};
 use super::block_cache;
 use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
 use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
-use crate::tensor::device::DeviceType;
 use crate::tensor::layout::{self, ByteSpan, LayoutError, NullStrides};
 use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
@@ -459,7 +458,7 @@ where
         }
         // Inside a live buffer, so never NULL nor wrapping; checked all the same.
         layout::check_address(data, numel, span)?;
-        if has_address_data(device.device_type) {
+        if device.device_type.has_address_data() {
             // Fold the offset into `data`: consumers that ignore `byte_offset` (many do) then
             // still read the right element. In bounds: `byte_offset <= span.end`.
             dl_tensor.data = data.cast::<u8>().wrapping_add(byte_offset).cast();
@@ -535,11 +534,6 @@ fn out_of_buffer(
     } else {
         out_of_buffer
     }
-}
-
-/// Device types whose `data` is a plain address, so an offset can be folded into it.
-fn has_address_data(device_type: DeviceType) -> bool {
-    device_type.has_address_data()
 }
 
 /// Drops the owner and frees the block. A panic in the owner's `Drop` is caught and reported

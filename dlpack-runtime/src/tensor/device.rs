@@ -42,6 +42,7 @@ macro_rules! device_types {
         impl DeviceType {
             /// Converts the raw `DLDevice::device_type`. Never fails: unknown codes become
             /// [`DeviceType::Unknown`].
+            #[inline]
             pub const fn from_raw(raw: ffi::DLDeviceType) -> Self {
                 match raw {
                     $(ffi::$code => Self::$variant,)*
@@ -61,6 +62,7 @@ macro_rules! device_types {
             /// Whether the host can read and write this memory directly through `data`: CPU,
             /// pinned CUDA and ROCm host memory, and CUDA managed memory (which a producer may
             /// return when `dl_device` asks for the CPU).
+            #[inline]
             pub const fn is_host_accessible(self) -> bool {
                 match self {
                     $(Self::$variant => $host,)*
@@ -69,6 +71,7 @@ macro_rules! device_types {
             }
 
             /// Whether `data` is a plain address, so a byte offset can be folded into it.
+            #[inline]
             pub(crate) const fn has_address_data(self) -> bool {
                 match self {
                     $(Self::$variant => $address,)*
@@ -77,6 +80,7 @@ macro_rules! device_types {
             }
 
             /// How this device type's streams are named in `__dlpack__`'s `stream`.
+            #[inline]
             pub(crate) const fn streams(self) -> StreamApi {
                 match self {
                     $(Self::$variant => StreamApi::$streams,)*
@@ -85,6 +89,7 @@ macro_rules! device_types {
             }
 
             /// The name `Device` displays (`cuda` in `cuda:0`); `None` for an unknown code.
+            #[inline]
             pub(crate) const fn name(self) -> Option<&'static str> {
                 match self {
                     $(Self::$variant => Some($name),)*
