@@ -70,6 +70,16 @@ macro_rules! device_types {
                 }
             }
 
+            /// [`DeviceType::is_host_accessible`] of a raw `DLDevice::device_type`, without the
+            /// conversion (the validation's hot path).
+            #[inline]
+            pub(crate) const fn raw_is_host_accessible(raw: ffi::DLDeviceType) -> bool {
+                match raw {
+                    $(ffi::$code => $host,)*
+                    _ => false,
+                }
+            }
+
             /// Whether `data` is a plain address, so a byte offset can be folded into it.
             #[inline]
             pub(crate) const fn has_address_data(self) -> bool {

@@ -98,10 +98,7 @@ pub(super) const fn is_canonical(dtype: DataType) -> bool {
 /// [`DeviceType::is_host_accessible`]: crate::DeviceType::is_host_accessible
 #[inline]
 pub(crate) fn raw_host_accessible(device_type: ffi::DLDeviceType) -> bool {
-    matches!(
-        device_type,
-        ffi::kDLCPU | ffi::kDLCUDAHost | ffi::kDLROCMHost | ffi::kDLCUDAManaged
-    )
+    crate::tensor::device::DeviceType::raw_is_host_accessible(device_type)
 }
 
 /// Bits one element occupies in memory, after the dtype rules of `dlpack.h` (`DLDataType`,

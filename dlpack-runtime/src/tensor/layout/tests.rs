@@ -305,6 +305,24 @@ fn raw_host_access_agrees_with_device_type() {
     }
 }
 
+#[test]
+fn the_host_access_error_names_every_host_accessible_device_type() {
+    let named: Vec<&str> = (-3..64)
+        .map(crate::DeviceType::from_raw)
+        .filter(|t| t.is_host_accessible())
+        .filter_map(|t| t.name())
+        .collect();
+    assert_eq!(named, ["cpu", "cuda_host", "rocm_host", "cuda_managed"]);
+    let message = LayoutError::NotHostAccessible {
+        device: crate::Device::cuda(0),
+    }
+    .to_string();
+    assert_eq!(
+        message,
+        "data lives on cuda:0, expected host-accessible memory (cpu, cuda_host, rocm_host or cuda_managed)"
+    );
+}
+
 /// The span as it was computed before the `i64` arithmetic: every index and byte in
 /// `i128`, bounds checked at each axis. The reference the fast span must agree with.
 fn exact_span(
