@@ -16,6 +16,8 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::export::DlpackExport;
 
+#[cfg(doc)]
+use super::dlpack;
 use super::parameters::{self, COUNT, DlpackArguments, tuple_item, tuple_size};
 use super::{dlpack_c_exchange_api, dlpack_device};
 
