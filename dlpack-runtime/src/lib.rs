@@ -119,8 +119,8 @@ pub use borrow::BorrowError;
 #[cfg(feature = "cuda")]
 pub use export::ProducerStream;
 pub use export::{
-    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
-    ExportError, ExportParts, ExportRequest, export_with,
+    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, BufferLayout, DlpackExport,
+    ExportBuffer, ExportError, ExportParts, ExportRequest, export_with,
 };
 pub use import::{
     DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
@@ -199,7 +199,7 @@ pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writabil
 ///
 /// | attribute | meaning | accepted types | example |
 /// |---|---|---|---|
-/// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
+/// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise; a buffer with a layout of its own (`ndarray::Array`, [`ExportBuffer::own_layout`]) exports that layout, and the shape, strides and offset fields must agree with it ([`ExportError::BufferLayout`]) | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
 /// | `shape` | extents in elements (required, once) | [`AsShape`]: `Vec<usize>`, `[usize; N]`, `Box<[usize]>` | `#[dlpack(shape)] dims: Vec<usize>` |
 /// | `strides` | strides in elements, signed; compact row-major when absent or `None` | [`AsStrides`]: `Vec<isize>`, `[isize; N]`, `Box<[isize]>`, `Option<_>` of those | `#[dlpack(strides)] stride: Vec<isize>` |
 /// | `offset` | start offset in **elements** from the buffer start to element `(0, ..., 0)`; converted to bytes with overflow checks | `usize` | `#[dlpack(offset)] start_offset: usize` |
