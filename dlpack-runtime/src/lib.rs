@@ -306,8 +306,13 @@ pub use dlpack_derive::DlpackExport;
 /// | `writable` | a writable tensor (versioned, not flagged read-only) | [`ImportError::ReadOnly`] | `#[dlpack(writable)]` |
 ///
 /// Contradictions are compile errors: `ndim` against `shape`, either against a `[usize; N]`
-/// shape field, `contiguous = "F"` without a strides field, and the export flag
-/// `#[dlpack(readonly)]` on a type that does not also derive `DlpackExport`.
+/// shape field, `contiguous = "F"` without a strides field, `dtype = T` against a data field
+/// `ImportedData<U>` of another element type, and the export flag `#[dlpack(readonly)]` on a
+/// type that does not also derive `DlpackExport`.
+///
+/// On both derives, a role field of another type than its role holds is an error at the field
+/// saying what the role holds; `#[repr(packed)]` structs (whose fields may be unaligned), an
+/// empty `#[dlpack()]` and a data field of zero-lane elements (`Vec<[f32; 0]>`) are refused.
 ///
 /// ```
 /// use dlpack_runtime::{DataType, DlpackExport, DlpackImport, ImportError, ManagedTensor};
