@@ -79,7 +79,7 @@
 //!   no more than 16-byte alignment) is kept by the thread that freed it for its next export of
 //!   that size (at most 4 per size, given back to the allocator when the thread exits), so a
 //!   thread that exports and drops in turn allocates nothing.
-//! - **What is checked.** Imports validate the layout ([`layout::validate`]): rank, extents,
+//! - **What is checked.** Imports validate the layout ([`TensorLayout`]): rank, extents,
 //!   strides by version, overflow of every extent computation, NULL data, dtype width; typed
 //!   access adds dtype, host accessibility, alignment, read-only and `bool` bit patterns.
 //!   Exports validate the layout they describe against the buffer's length, so safe code cannot

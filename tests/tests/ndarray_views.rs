@@ -199,7 +199,10 @@ struct StridedArrayTensor {
 
 /// The shape, strides and values (in logical, row-major order, read through the strides) of an
 /// export.
-fn logical_values(managed: ManagedTensor) -> (Vec<usize>, Vec<isize>, Vec<i64>) {
+type Exported = (Vec<usize>, Vec<isize>, Vec<i64>);
+
+/// [`Exported`] of `managed`.
+fn logical_values(managed: ManagedTensor) -> Exported {
     let view = View::<i64>::from_managed(managed).unwrap();
     let values = view.data.to_vec().unwrap();
     (view.shape, view.strides, values)
@@ -209,7 +212,7 @@ fn logical_values(managed: ManagedTensor) -> (Vec<usize>, Vec<isize>, Vec<i64>) 
 /// as `__dlpack__` of a frozen pyclass does).
 fn both_exports<T: DlpackExport + Send + Sync + 'static>(
     tensor: T,
-) -> [Result<(Vec<usize>, Vec<isize>, Vec<i64>), ExportError>; 2] {
+) -> [Result<Exported, ExportError>; 2] {
     let shared = std::sync::Arc::new(tensor);
     let by_reference = export_with(
         std::sync::Arc::clone(&shared),

@@ -95,6 +95,8 @@ pub unsafe trait ExportBuffer {
     /// row-major); a declared offset must be 0 (the buffer's own is used) or the buffer's own;
     /// a dtype set with [`ExportParts::with_dtype`](crate::ExportParts::with_dtype) must be the
     /// buffer's. Otherwise the export fails with [`ExportError::BufferLayout`](crate::ExportError::BufferLayout).
+    /// The layout adds nothing to this trait's safety contract: the export checks that it
+    /// stays within [`byte_len`](Self::byte_len), as it checks a declared one.
     #[inline]
     fn own_layout(&self) -> Option<BufferLayout<'_>> {
         None

@@ -20,7 +20,7 @@ use super::parameters::{self, COUNT, DlpackArguments, tuple_item, tuple_size};
 use super::{dlpack_c_exchange_api, dlpack_device};
 
 /// Installs `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` on the pyclass
-/// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`], [`dlpack_device`] and
+/// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`](super::dlpack), [`dlpack_device`] and
 /// [`dlpack_c_exchange_api`] (see the module docs), with one call in the module's init, and
 /// faster per call.
 ///
@@ -46,7 +46,7 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 ///
 /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` is the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
-/// served as [`dlpack`] serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
+/// served as [`dlpack`](super::dlpack) serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
 /// its keywords against interned names (callers such as NumPy pass interned names, so one
 /// pointer comparison each), where pyo3's general argument handling decodes each keyword to
 /// UTF-8 and compares strings. Arguments in their plain forms (`None`, `int`, a tuple of two
@@ -63,7 +63,7 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 /// a derived implementation never touches Python; a hand-written one must not clone or drop
 /// `Py<...>` values there (pyo3 would defer the release, panic on a clone, or abort under
 /// `pyo3_disable_reference_pool`). Such a type can use the `#[pymethods]` written with
-/// [`dlpack`] instead, which run attached.
+/// [`dlpack`](super::dlpack) instead, which run attached.
 ///
 /// # Errors
 ///
