@@ -121,6 +121,16 @@ impl<'a> Container<'a> {
             cx.error_spanned_by(&input.ident, "expected a struct with fields");
             return None;
         }
+        if let Some(packed) = repr_packed(&input.attrs) {
+            cx.error_spanned_by(
+                packed,
+                format_args!(
+                    "`{}` cannot be derived for a `#[repr(packed)]` struct: its fields may be unaligned, and the tensor's fields are lent by reference; remove `packed` (put the packed struct's values in a struct of their own, aligned)",
+                    derive.trait_name()
+                ),
+            );
+            return None;
+        }
         let mut attrs_complete = true;
         let mut refused_roles = Vec::new();
         let fields = fields
@@ -174,7 +184,11 @@ pub fn options(cx: &Ctxt, attrs: &[Attribute]) -> Options {
     let mut transparent = None;
     let mut constraints: Vec<Constraint> = Vec::new();
     for attr in dlpack_attrs(attrs) {
-        let (items, _) = list_items::<ContainerAttr>(cx, attr);
+        let (items, _) = list_items::<ContainerAttr>(
+            cx,
+            attr,
+            "an empty `#[dlpack()]` on the struct sets nothing: write an option, as in `#[dlpack(readonly)]` or `#[dlpack(dtype = f32)]`, or remove the attribute",
+        );
         for item in items {
             match item {
                 ContainerAttr::Crate { span, path } => {
@@ -232,7 +246,11 @@ fn field_role(
 ) -> Option<FieldAttr> {
     let mut role: Option<FieldAttr> = None;
     for attr in dlpack_attrs(attrs) {
-        let (items, all_read) = list_items::<FieldAttr>(cx, attr);
+        let (items, all_read) = list_items::<FieldAttr>(
+            cx,
+            attr,
+            "an empty `#[dlpack()]` gives the field no role: write its role, as in `#[dlpack(data)]` or `#[dlpack(shape)]`, or remove the attribute",
+        );
         *complete &= all_read;
         for item in items {
             match &role {
@@ -259,6 +277,29 @@ fn field_role(
     role
 }
 
+/// The `packed` (or `packed(N)`) of a `#[repr(...)]`, if the struct has one.
+fn repr_packed(attrs: &[Attribute]) -> Option<TokenStream> {
+    attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("repr"))
+        .find_map(|attr| {
+            let syn::Meta::List(list) = &attr.meta else {
+                return None;
+            };
+            let mut tokens = list.tokens.clone().into_iter().peekable();
+            while let Some(token) = tokens.next() {
+                if matches!(&token, TokenTree::Ident(ident) if ident == "packed") {
+                    let mut packed: TokenStream = core::iter::once(token).collect();
+                    if let Some(TokenTree::Group(group)) = tokens.peek() {
+                        packed.extend([TokenTree::Group(group.clone())]);
+                    }
+                    return Some(packed);
+                }
+            }
+            None
+        })
+}
+
 /// The attributes of this crate's namespace, `#[dlpack(...)]`.
 pub fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
     attrs.iter().filter(|attr| attr.path().is_ident("dlpack"))
@@ -266,7 +307,8 @@ pub fn dlpack_attrs(attrs: &[Attribute]) -> impl Iterator<Item = &Attribute> {
 
 /// The items of `#[dlpack(a, b, ...)]` that could be read, each read on its own, so that every
 /// unreadable item is reported (in `cx`), not only the first; and whether every item was read.
-fn list_items<T: Parse>(cx: &Ctxt, attr: &Attribute) -> (Vec<T>, bool) {
+/// An empty list, `#[dlpack()]`, is reported with the message `empty`.
+fn list_items<T: Parse>(cx: &Ctxt, attr: &Attribute, empty: &str) -> (Vec<T>, bool) {
     let list = match &attr.meta {
         syn::Meta::List(list) => list,
         _ => {
@@ -277,6 +319,10 @@ fn list_items<T: Parse>(cx: &Ctxt, attr: &Attribute) -> (Vec<T>, bool) {
             return (Vec::new(), false);
         }
     };
+    if list.tokens.is_empty() {
+        cx.error_spanned_by(attr, empty);
+        return (Vec::new(), false);
+    }
     let mut items = Vec::new();
     let mut complete = true;
     let mut chunk = TokenStream::new();

@@ -76,6 +76,9 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
             );
         }
     }
+    if let Some(data) = cont.fields.iter().find(|f| f.role() == Some(Role::Data)) {
+        zero_lanes(cx, data.ty);
+    }
     one_offset(cx, cont);
     if cont.derive == Derive::Export {
         readonly_once(cx, cont);
@@ -219,6 +222,72 @@ fn array_len(ty: &syn::Type) -> Option<usize> {
         },
         syn::Type::Paren(inner) => array_len(&inner.elem),
         syn::Type::Group(inner) => array_len(&inner.elem),
+        _ => None,
+    }
+}
+
+/// A vector element of zero lanes, `[T; 0]`, written in the data field's type: it has no
+/// DLPack dtype (`lanes` counts 1 to 65535), and the element's dtype would otherwise fail only
+/// when the program is built.
+fn zero_lanes(cx: &Ctxt, ty: &syn::Type) {
+    match ty {
+        syn::Type::Array(array) => {
+            if array_len(ty) == Some(0) {
+                let elem = quote::ToTokens::to_token_stream(&array.elem)
+                    .to_string()
+                    .replace(' ', "");
+                cx.error_spanned_by(
+                    array,
+                    format_args!(
+                        "a vector element of 0 lanes has no DLPack dtype (`DLDataType::lanes` counts 1 to 65535): write `[{elem}; N]` with N >= 1, or `{elem}` for one lane"
+                    ),
+                );
+            } else {
+                zero_lanes(cx, &array.elem);
+            }
+        }
+        syn::Type::Path(path) => {
+            for segment in &path.path.segments {
+                if let syn::PathArguments::AngleBracketed(args) = &segment.arguments {
+                    for arg in &args.args {
+                        if let syn::GenericArgument::Type(ty) = arg {
+                            zero_lanes(cx, ty);
+                        }
+                    }
+                }
+            }
+        }
+        syn::Type::Slice(slice) => zero_lanes(cx, &slice.elem),
+        syn::Type::Reference(reference) => zero_lanes(cx, &reference.elem),
+        syn::Type::Paren(inner) => zero_lanes(cx, &inner.elem),
+        syn::Type::Group(inner) => zero_lanes(cx, &inner.elem),
+        _ => {}
+    }
+}
+
+/// The element type of a buffer type written as one of the buffers whose element type is a
+/// parameter: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ImportedData<T>`,
+/// `Array<T, D>` (matched by their last path segment).
+pub fn element_of(ty: &syn::Type) -> Option<&syn::Type> {
+    let syn::Type::Path(path) = ty else {
+        return None;
+    };
+    let segment = path.path.segments.last()?;
+    let syn::PathArguments::AngleBracketed(args) = &segment.arguments else {
+        return None;
+    };
+    let first = args.args.iter().find_map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })?;
+    match segment.ident.to_string().as_str() {
+        "Vec" | "ImportedData" | "Array" => Some(first),
+        "Box" | "Arc" => match first {
+            syn::Type::Slice(slice) => Some(&slice.elem),
+            inner @ syn::Type::Path(_) if segment.ident == "Arc" => element_of(inner)
+                .filter(|_| matches!(inner, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Vec"))),
+            _ => None,
+        },
         _ => None,
     }
 }

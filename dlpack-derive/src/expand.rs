@@ -163,7 +163,15 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
     let builders = Role::ALL.into_iter().filter_map(|role| {
         let field = roles.get(role)?;
         let member = &field.member;
-        let value = TypeSpan::of(field).across(quote!(self.#member));
+        // The plain roles read their value through the role's trait, spanned at the field's
+        // type, so that a field of another type is told what the role holds.
+        let value = plain_role_trait(role).map(|role_trait| {
+            TypeSpan::qualified(
+                field.ty,
+                quote!(#krate::__private::#role_trait),
+                quote!(to_role(&self.#member)),
+            )
+        });
         match role {
             Role::Data | Role::Shape => None,
             Role::Strides => {
@@ -242,7 +250,16 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         .filter_map(|field| {
             let role = field.role()?;
             let ty = field.ty;
-            let span = TypeSpan::of(field);
+            // A plain role's value, made the field's through the role's trait (spanned at the
+            // field's type, so that a field of another type is told what the role holds).
+            let plain = |value: TokenStream| {
+                let role_trait = plain_role_trait(role);
+                TypeSpan::qualified(
+                    ty,
+                    quote!(#krate::__private::#role_trait),
+                    quote!(from_role(#value)),
+                )
+            };
             let read = match role {
                 Role::Data => return None,
                 Role::Shape => {
@@ -261,13 +278,13 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                     );
                     quote!(#call?)
                 }
-                Role::ByteOffset => span.across(quote!(__dlpack_layout.byte_offset())),
-                Role::Offset => span.across(quote!(
+                Role::ByteOffset => plain(quote!(__dlpack_layout.byte_offset())),
+                Role::Offset => plain(quote!(
                     #krate::__private::element_offset(&__dlpack_layout)?
                 )),
-                Role::Dtype => span.across(quote!(__dlpack_layout.dtype())),
-                Role::Device => span.across(quote!(__dlpack_layout.device())),
-                Role::Readonly => span.across(quote!(__dlpack_managed.is_read_only())),
+                Role::Dtype => plain(quote!(__dlpack_layout.dtype())),
+                Role::Device => plain(quote!(__dlpack_layout.device())),
+                Role::Readonly => plain(quote!(__dlpack_managed.is_read_only())),
                 // Refused on consumers by `check`.
                 Role::Stream => return None,
             };
@@ -290,7 +307,9 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         quote!(#member: #value)
     });
     let from_py_object = from_py_object_impl(cont, &where_clause);
+    let dtype_agrees = dtype_agrees(roles);
     quote! {
+        #dtype_agrees
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackImport for #ident #ty_generics #where_clause {
             // Inlined into the caller, the value is built in place: returned through memory,
@@ -317,6 +336,44 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
         }
         #from_py_object
     }
+}
+
+/// A `dtype = T` constraint beside a data field that accepts one element type only
+/// (`ImportedData<U>`): a constant that fails to compile, at the constraint, when `T` and `U`
+/// differ, for no tensor could be imported then. Only where neither type names a type
+/// parameter (a free constant cannot name them).
+fn dtype_agrees(roles: &Roles<'_, '_>) -> Option<TokenStream> {
+    let cont = roles.cont;
+    let krate = &cont.krate;
+    let data_ty = roles.data.ty;
+    if mentions_generics(data_ty, cont.generics) {
+        return None;
+    }
+    let (constraint, ty) = cont.constraints.iter().find_map(|c| match &c.kind {
+        ConstraintKind::Dtype(ty) => Some((c, ty)),
+        _ => None,
+    })?;
+    if mentions_generics(ty, cont.generics) {
+        return None;
+    }
+    let message = format!(
+        "`dtype = {}` contradicts the `#[dlpack(data)]` field `{}`, whose elements have another dtype: no tensor could be imported; remove the constraint (the data field checks the dtype already) or make the two agree",
+        ty.to_token_stream().to_string().replace(' ', ""),
+        data_ty.to_token_stream().to_string().replace(' ', ""),
+    );
+    let private = quote!(#krate::__private);
+    Some(respan(
+        quote! {
+            const _: () = ::core::assert!(
+                #private::dtypes_agree(
+                    <#data_ty as #private::ImportBuffer>::ELEMENT_DTYPE,
+                    <#ty as #private::Element>::DTYPE,
+                ),
+                #message
+            );
+        },
+        constraint.value_span,
+    ))
 }
 
 /// `impl pyo3::FromPyObject`, so that a pyfunction takes the type as an argument (`python::from_dlpack`
@@ -403,6 +460,13 @@ fn where_clause(roles: &Roles<'_, '_>, derive: Derive) -> TokenStream {
     // Bounds on generic field types only: a bound on a concrete type is a "trivial bound",
     // which rustc reports with a note on an unstable feature; the spanned trait calls report an
     // unfit concrete type at its field instead.
+    // The element type of a generic buffer written as one (`Vec<T>`, `ImportedData<T>`), bound
+    // first: a use with a non-element type (`Vec<f32>`) is then told that this type is not an
+    // element type, even where rustc names only the impl's unmet bounds (a method call).
+    let element = check::element_of(roles.data.ty)
+        .filter(|element| mentions_generics(element, generics))
+        .map(|element| spanned_bound(element, quote!(#krate::__private::Element)))
+        .into_iter();
     let bounds = Role::ALL.into_iter().filter_map(|role| {
         let field = roles.get(role)?;
         let bound = bound_trait(role, derive)?;
@@ -415,7 +479,7 @@ fn where_clause(roles: &Roles<'_, '_>, derive: Derive) -> TokenStream {
         .filter(|_| derive == Derive::Export)
         .filter(|field| mentions_generics(field.ty, generics))
         .map(|field| spanned_bound(field.ty, quote!(#krate::__private::AsProducerStream)));
-    quote!(where #(#existing,)* #(#bounds,)* #(#stream_bounds,)*)
+    quote!(where #(#existing,)* #(#element,)* #(#bounds,)* #(#stream_bounds,)*)
 }
 
 /// `#ty: #bound`, the bound spanned at the type's last token, so that rustc reports an unfit
@@ -434,11 +498,26 @@ fn bound_trait(role: Role, derive: Derive) -> Option<TokenStream> {
         (Derive::Import, Role::Data) => Some(quote!(ImportBuffer)),
         (Derive::Import, Role::Shape) => Some(quote!(FromShape)),
         (Derive::Import, Role::Strides) => Some(quote!(FromStrides)),
-        // Plain types (`usize`, `DataType`, `Device`, `bool`): a mismatch is a type error at
-        // the field.
-        (_, Role::ByteOffset | Role::Offset | Role::Dtype | Role::Device | Role::Readonly) => None,
+        // Plain types (`usize`, `DataType`, `Device`, `bool`), the same both ways.
+        (_, Role::ByteOffset | Role::Offset | Role::Dtype | Role::Device | Role::Readonly) => {
+            plain_role_trait(role)
+        }
         // Several fields: bounded one by one in `where_clause`.
         (_, Role::Stream) => None,
+    }
+}
+
+/// The runtime trait of a role whose field holds one plain value (`usize`, `bool`, `Device`,
+/// `DataType`), read by an export and written by an import; its
+/// `#[diagnostic::on_unimplemented]` message says what the role holds.
+fn plain_role_trait(role: Role) -> Option<TokenStream> {
+    match role {
+        Role::ByteOffset => Some(quote!(ByteOffsetField)),
+        Role::Offset => Some(quote!(OffsetField)),
+        Role::Dtype => Some(quote!(DtypeField)),
+        Role::Device => Some(quote!(DeviceField)),
+        Role::Readonly => Some(quote!(ReadonlyField)),
+        Role::Data | Role::Shape | Role::Strides | Role::Stream => None,
     }
 }
 

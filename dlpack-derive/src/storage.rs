@@ -35,6 +35,15 @@ impl Storage {
             Storage::Import => "DlpackImportStorage",
         }
     }
+
+    /// A variant holding one buffer of this kind, for error messages: an owned buffer for a
+    /// producer's storage, an imported one for a consumer's.
+    fn example_variant(self) -> &'static str {
+        match self {
+            Storage::Export => "F32(Vec<f32>)",
+            Storage::Import => "F32(ImportedData<f32>)",
+        }
+    }
 }
 
 /// One way the storage can be: an enum variant or the struct itself, with its one buffer.
@@ -144,13 +153,14 @@ pub fn fallback(input: &DeriveInput, storage: Storage, errors: syn::Error) -> To
 /// The arms of the storage, each with one buffer; errors for variants that are not.
 fn arms<'a>(cx: &Ctxt, input: &'a DeriveInput, storage: Storage) -> Vec<Arm<'a>> {
     let name = storage.derive_name();
+    let example = storage.example_variant();
     match &input.data {
         Data::Enum(data) => {
             if data.variants.is_empty() {
                 cx.error_spanned_by(
                     &input.ident,
                     format_args!(
-                        "`{name}` needs at least one variant, each holding one buffer, as in `F32(Vec<f32>)`"
+                        "`{name}` needs at least one variant, each holding one buffer, as in `{example}`"
                     ),
                 );
             }
@@ -159,7 +169,7 @@ fn arms<'a>(cx: &Ctxt, input: &'a DeriveInput, storage: Storage) -> Vec<Arm<'a>>
                 .filter_map(|variant| {
                     no_roles(cx, &variant.attrs, name);
                     let variant_ident = &variant.ident;
-                    let (member, ty) = one_field(cx, &variant.fields, variant_ident, name)?;
+                    let (member, ty) = one_field(cx, &variant.fields, variant_ident, storage)?;
                     Some(Arm {
                         path: quote!(Self::#variant_ident),
                         name: variant_ident.to_string(),
@@ -169,7 +179,7 @@ fn arms<'a>(cx: &Ctxt, input: &'a DeriveInput, storage: Storage) -> Vec<Arm<'a>>
                 })
                 .collect()
         }
-        Data::Struct(data) => one_field(cx, &data.fields, &input.ident, name)
+        Data::Struct(data) => one_field(cx, &data.fields, &input.ident, storage)
             .map(|(member, ty)| Arm {
                 path: quote!(Self),
                 name: input.ident.to_string(),
@@ -193,8 +203,9 @@ fn one_field<'a>(
     cx: &Ctxt,
     fields: &'a Fields,
     ident: &Ident,
-    name: &str,
+    storage: Storage,
 ) -> Option<(Member, &'a syn::Type)> {
+    let (name, example) = (storage.derive_name(), storage.example_variant());
     for field in fields {
         no_roles(cx, &field.attrs, name);
     }
@@ -206,7 +217,7 @@ fn one_field<'a>(
         cx.error_spanned_by(
             ident,
             format_args!(
-                "`{name}` needs exactly one field here, the buffer, as in `F32(Vec<f32>)`; `{ident}` holds {found}"
+                "`{name}` needs exactly one field here, the buffer, as in `{example}`; `{ident}` holds {found}"
             ),
         );
         return None;

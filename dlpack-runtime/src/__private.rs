@@ -7,12 +7,145 @@ pub use crate::export::{
 pub use crate::import::{
     DlpackImport, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
 };
-pub use crate::tensor::device::DeviceType;
-pub use crate::tensor::dtype::Element;
+pub use crate::tensor::device::{Device, DeviceType};
+pub use crate::tensor::dtype::{DataType, Element};
 pub use crate::tensor::layout::Contiguity;
 pub use crate::tensor::managed::ManagedTensor;
 
 use crate::tensor::layout::{LayoutError, TensorLayout};
+
+/// The type of a `#[dlpack(byte_offset)]` field: bytes from the buffer start to element
+/// `(0, ..., 0)`, a `usize`, read by an export and written by an import.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(byte_offset)]` field",
+    label = "expected `usize`",
+    note = "`#[dlpack(byte_offset)]` is the start of element (0, ..., 0) in bytes from the buffer start, a `usize` as in `dlpack.h`'s `DLTensor::byte_offset`: declare the field `usize` (convert from your own type where you set it)"
+)]
+pub trait ByteOffsetField {
+    /// The value an export reads.
+    fn to_role(&self) -> usize;
+    /// The field an import writes.
+    fn from_role(value: usize) -> Self;
+}
+
+/// The type of a `#[dlpack(offset)]` field: elements from the buffer start to element
+/// `(0, ..., 0)`, a `usize`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(offset)]` field",
+    label = "expected `usize`",
+    note = "`#[dlpack(offset)]` is the start of element (0, ..., 0) in elements from the buffer start, a `usize`: declare the field `usize` (convert from your own type where you set it), or count bytes in a `usize` field marked `#[dlpack(byte_offset)]`"
+)]
+pub trait OffsetField {
+    /// The value an export reads.
+    fn to_role(&self) -> usize;
+    /// The field an import writes.
+    fn from_role(value: usize) -> Self;
+}
+
+/// The type of a `#[dlpack(readonly)]` field: whether the memory may not be written.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(readonly)]` field",
+    label = "expected `bool`",
+    note = "`#[dlpack(readonly)]` says whether the tensor's memory may not be written, a `bool` (`DLPACK_FLAG_BITMASK_READ_ONLY`): declare the field `bool`; a type that is always read-only is marked `#[dlpack(readonly)]` on the struct instead"
+)]
+pub trait ReadonlyField {
+    /// The value an export reads.
+    fn to_role(&self) -> bool;
+    /// The field an import writes.
+    fn from_role(value: bool) -> Self;
+}
+
+/// The type of a `#[dlpack(device)]` field: where the memory lives, a [`Device`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(device)]` field",
+    label = "expected `dlpack_runtime::Device`",
+    note = "`#[dlpack(device)]` holds a `dlpack_runtime::Device` (`Device::CPU`, `Device::cuda(0)`, `Device::from_raw(...)`), `dlpack.h`'s `DLDevice`: declare the field `Device`; a name such as \"cuda:0\" is not parsed"
+)]
+pub trait DeviceField {
+    /// The value an export reads.
+    fn to_role(&self) -> Device;
+    /// The field an import writes.
+    fn from_role(value: Device) -> Self;
+}
+
+/// The type of a `#[dlpack(dtype)]` field: the element type at run time, a [`DataType`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a `#[dlpack(dtype)]` field",
+    label = "expected `dlpack_runtime::DataType`",
+    note = "`#[dlpack(dtype)]` holds a `dlpack_runtime::DataType` (`DataType::F16`, `<f32 as Element>::DTYPE`), `dlpack.h`'s `DLDataType`: declare the field `DataType`; a consumer that needs one element type writes `#[dlpack(dtype = f32)]` on the struct"
+)]
+pub trait DtypeField {
+    /// The value an export reads.
+    fn to_role(&self) -> DataType;
+    /// The field an import writes.
+    fn from_role(value: DataType) -> Self;
+}
+
+impl ByteOffsetField for usize {
+    #[inline(always)]
+    fn to_role(&self) -> usize {
+        *self
+    }
+    #[inline(always)]
+    fn from_role(value: usize) -> Self {
+        value
+    }
+}
+
+impl OffsetField for usize {
+    #[inline(always)]
+    fn to_role(&self) -> usize {
+        *self
+    }
+    #[inline(always)]
+    fn from_role(value: usize) -> Self {
+        value
+    }
+}
+
+impl ReadonlyField for bool {
+    #[inline(always)]
+    fn to_role(&self) -> bool {
+        *self
+    }
+    #[inline(always)]
+    fn from_role(value: bool) -> Self {
+        value
+    }
+}
+
+impl DeviceField for Device {
+    #[inline(always)]
+    fn to_role(&self) -> Device {
+        *self
+    }
+    #[inline(always)]
+    fn from_role(value: Device) -> Self {
+        value
+    }
+}
+
+impl DtypeField for DataType {
+    #[inline(always)]
+    fn to_role(&self) -> DataType {
+        *self
+    }
+    #[inline(always)]
+    fn from_role(value: DataType) -> Self {
+        value
+    }
+}
+
+/// Generated `DlpackImport` code, `#[dlpack(dtype = T)]` beside a data field of one element
+/// type ([`ImportBuffer::ELEMENT_DTYPE`]): whether the two agree, evaluated in a constant so
+/// that a contradiction is a compile error at the constraint.
+pub const fn dtypes_agree(data: Option<DataType>, constraint: DataType) -> bool {
+    let Some(data) = data else {
+        return true;
+    };
+    let (a, b) = (data.to_raw(), constraint.to_raw());
+    a.code == b.code && a.bits == b.bits && a.lanes == b.lanes
+}
 
 /// Generated `DlpackImport` code: the validated layout under `constraints`.
 #[inline(always)]

@@ -79,7 +79,7 @@
 //!   no more than 16-byte alignment) is kept by the thread that freed it for its next export of
 //!   that size (at most 4 per size, given back to the allocator when the thread exits), so a
 //!   thread that exports and drops in turn allocates nothing.
-//! - **What is checked.** Imports validate the layout ([`layout::validate`](tensor::layout::validate)): rank, extents,
+//! - **What is checked.** Imports validate the layout ([`TensorLayout`]): rank, extents,
 //!   strides by version, overflow of every extent computation, NULL data, dtype width; typed
 //!   access adds dtype, host accessibility, alignment, read-only and `bool` bit patterns.
 //!   Exports validate the layout they describe against the buffer's length, so safe code cannot
@@ -119,8 +119,8 @@ pub use borrow::BorrowError;
 #[cfg(feature = "cuda")]
 pub use export::ProducerStream;
 pub use export::{
-    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
-    ExportError, ExportParts, ExportRequest, export_with,
+    AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, BufferLayout, DlpackExport,
+    ExportBuffer, ExportError, ExportParts, ExportRequest, export_with,
 };
 pub use import::{
     DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
@@ -199,7 +199,7 @@ pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writabil
 ///
 /// | attribute | meaning | accepted types | example |
 /// |---|---|---|---|
-/// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
+/// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise; a buffer with a layout of its own (`ndarray::Array`, [`ExportBuffer::own_layout`]) exports that layout, and the shape, strides and offset fields must agree with it ([`ExportError::BufferLayout`]) | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
 /// | `shape` | extents in elements (required, once) | [`AsShape`]: `Vec<usize>`, `[usize; N]`, `Box<[usize]>` | `#[dlpack(shape)] dims: Vec<usize>` |
 /// | `strides` | strides in elements, signed; compact row-major when absent or `None` | [`AsStrides`]: `Vec<isize>`, `[isize; N]`, `Box<[isize]>`, `Option<_>` of those | `#[dlpack(strides)] stride: Vec<isize>` |
 /// | `offset` | start offset in **elements** from the buffer start to element `(0, ..., 0)`; converted to bytes with overflow checks | `usize` | `#[dlpack(offset)] start_offset: usize` |
@@ -306,8 +306,13 @@ pub use dlpack_derive::DlpackExport;
 /// | `writable` | a writable tensor (versioned, not flagged read-only) | [`ImportError::ReadOnly`] | `#[dlpack(writable)]` |
 ///
 /// Contradictions are compile errors: `ndim` against `shape`, either against a `[usize; N]`
-/// shape field, `contiguous = "F"` without a strides field, and the export flag
-/// `#[dlpack(readonly)]` on a type that does not also derive `DlpackExport`.
+/// shape field, `contiguous = "F"` without a strides field, `dtype = T` against a data field
+/// `ImportedData<U>` of another element type, and the export flag `#[dlpack(readonly)]` on a
+/// type that does not also derive `DlpackExport`.
+///
+/// On both derives, a role field of another type than its role holds is an error at the field
+/// saying what the role holds; `#[repr(packed)]` structs (whose fields may be unaligned), an
+/// empty `#[dlpack()]` and a data field of zero-lane elements (`Vec<[f32; 0]>`) are refused.
 ///
 /// ```
 /// use dlpack_runtime::{DataType, DlpackExport, DlpackImport, ImportError, ManagedTensor};

@@ -531,7 +531,7 @@ macro_rules! dlpack_pymethods {
     ($ty:ty) => {
         #[::pyo3::pymethods]
         impl $ty {
-            #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+            #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
             fn __dlpack__<'py>(
                 slf: &::pyo3::Bound<'py, Self>,
                 stream: Option<i64>,

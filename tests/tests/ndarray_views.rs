@@ -1,7 +1,8 @@
 //! `ndarray` views of imported tensors and export of owned arrays (feature `ndarray`).
 
 use dlpack_runtime::{
-    DataType, DlpackExport, DlpackImport, ImportedData, LayoutError, ManagedTensor,
+    DataType, DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData, LayoutError,
+    ManagedTensor, export_with,
 };
 use dlpack_tests::{Counter, Foreign, READ_ONLY, bytes_of};
 use ndarray::{Array, ArrayD, Ix2, IxDyn, array, s};
@@ -171,4 +172,146 @@ fn owned_arrays_export_zero_copy_with_their_strides() {
     let scalar = ndarray::arr0(2.5f64);
     let view = View::<f64>::from_managed(scalar.into_dlpack().unwrap()).unwrap();
     assert_eq!(view.data.get(&[]).unwrap(), 2.5);
+}
+
+/// A tensor type whose data is an `ndarray` array, beside a shape field: the array's own
+/// layout is what is exported.
+#[derive(DlpackExport)]
+struct ArrayTensor {
+    #[dlpack(data)]
+    data: Array<i64, Ix2>,
+    #[dlpack(shape)]
+    shape: [usize; 2],
+}
+
+/// The same with strides and an offset declared too.
+#[derive(DlpackExport)]
+struct StridedArrayTensor {
+    #[dlpack(data)]
+    data: Array<i64, Ix2>,
+    #[dlpack(shape)]
+    shape: [usize; 2],
+    #[dlpack(strides)]
+    strides: Option<Vec<isize>>,
+    #[dlpack(byte_offset)]
+    byte_offset: usize,
+}
+
+/// The shape, strides and values (in logical, row-major order, read through the strides) of an
+/// export.
+type Exported = (Vec<usize>, Vec<isize>, Vec<i64>);
+
+/// [`Exported`] of `managed`.
+fn logical_values(managed: ManagedTensor) -> Exported {
+    let view = View::<i64>::from_managed(managed).unwrap();
+    let values = view.data.to_vec().unwrap();
+    (view.shape, view.strides, values)
+}
+
+/// Both ways a derived type exports: by value (`export_parts_mut`) and shared (`export_parts`,
+/// as `__dlpack__` of a frozen pyclass does).
+fn both_exports<T: DlpackExport + Send + Sync + 'static>(
+    tensor: T,
+) -> [Result<Exported, ExportError>; 2] {
+    let shared = std::sync::Arc::new(tensor);
+    let by_reference = export_with(
+        std::sync::Arc::clone(&shared),
+        |t| t.export_parts(),
+        // Versioned, so that the read-only export shares the memory (a legacy one would be a
+        // compact copy).
+        &ExportRequest::versioned(),
+    )
+    .map(logical_values);
+    let owned = std::sync::Arc::into_inner(shared).unwrap();
+    [owned.into_dlpack().map(logical_values), by_reference]
+}
+
+#[test]
+fn an_array_data_field_exports_its_own_layout_or_is_refused() {
+    use ndarray::ShapeBuilder;
+    // Fortran order: memory holds 0..6, the logical order is [0, 2, 4, 1, 3, 5].
+    let fortran = || Array::from_shape_vec((2, 3).f(), (0..6).collect()).unwrap();
+    assert_eq!(fortran(), array![[0, 2, 4], [1, 3, 5]]);
+    for export in both_exports(ArrayTensor {
+        data: fortran(),
+        shape: [2, 3],
+    }) {
+        let (shape, strides, values) = export.unwrap();
+        assert_eq!(shape, [2, 3]);
+        assert_eq!(strides, [1, 2], "the array's own strides, in elements");
+        assert_eq!(
+            values,
+            [0, 2, 4, 1, 3, 5],
+            "never the memory order [0, 1, 2, 3, 4, 5]"
+        );
+    }
+    // A 2x3 array declared 3x2: refused, whatever its order.
+    for data in [fortran(), fortran().as_standard_layout().into_owned()] {
+        for export in both_exports(ArrayTensor {
+            data,
+            shape: [3, 2],
+        }) {
+            assert_eq!(
+                export.unwrap_err(),
+                ExportError::BufferLayout {
+                    what: "shape",
+                    declared: "[3, 2]".into(),
+                    own: "[2, 3]".into(),
+                }
+            );
+        }
+    }
+    // Declared strides must be the array's; absent (`None`) they are the array's own.
+    let strided = |strides: Option<Vec<isize>>, byte_offset| StridedArrayTensor {
+        data: fortran(),
+        shape: [2, 3],
+        strides,
+        byte_offset,
+    };
+    for strides in [None, Some(vec![1, 2])] {
+        for export in both_exports(strided(strides, 0)) {
+            assert_eq!(export.unwrap().2, [0, 2, 4, 1, 3, 5]);
+        }
+    }
+    for export in both_exports(strided(Some(vec![3, 1]), 0)) {
+        assert_eq!(
+            export.unwrap_err(),
+            ExportError::BufferLayout {
+                what: "strides",
+                declared: "[3, 1]".into(),
+                own: "[1, 2]".into(),
+            }
+        );
+    }
+    // A negative stride puts element (0, 0) above the lowest address: the array's own offset
+    // is used, and another declared offset is refused.
+    let flipped = || {
+        Array::from_shape_vec((2, 3), (0..6).collect())
+            .unwrap()
+            .slice_move(s![.., ..;-1])
+    };
+    for export in both_exports(ArrayTensor {
+        data: flipped(),
+        shape: [2, 3],
+    }) {
+        let (_, strides, values) = export.unwrap();
+        assert_eq!(strides, [3, -1]);
+        assert_eq!(values, [2, 1, 0, 5, 4, 3]);
+    }
+    let declared_offset = StridedArrayTensor {
+        data: flipped(),
+        shape: [2, 3],
+        strides: None,
+        byte_offset: 8,
+    };
+    for export in both_exports(declared_offset) {
+        assert_eq!(
+            export.unwrap_err(),
+            ExportError::BufferLayout {
+                what: "byte_offset",
+                declared: "8".into(),
+                own: "16".into(),
+            }
+        );
+    }
 }

@@ -11,7 +11,7 @@ use dlpack_runtime::{
 use dlpack_tests::Counter;
 use dlpack_tests::py::{eval, with_numpy};
 use dlpack_tests::types::{Compact, Strided, tensor};
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 /// A `#[pyclass]` around another crate's tensor type (here `dlpack_tests::types::Tensor`),
@@ -95,10 +95,21 @@ fn pyfunctions_take_derived_views_as_arguments() {
             "{}",
             err.value(py)
         );
-        // No `__dlpack__` at all: AttributeError, as `from_dlpack` raises.
+        // No `__dlpack__` at all: a TypeError saying what was found and what is expected,
+        // with the argument named as pyo3 names it for its own conversions (a note).
         let err = raised("total([1.0, 2.0])");
-        assert!(err.is_instance_of::<PyAttributeError>(py), "{err}");
-        assert!(err.to_string().contains("__dlpack__"), "{err}");
+        assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert_eq!(
+            err.value(py).to_string(),
+            "expected a DLPack producer (an object with `__dlpack__`: a NumPy, PyTorch, JAX or CuPy array, say) or a DLPack capsule, found `list`"
+        );
+        let notes: Vec<String> = err
+            .value(py)
+            .getattr("__notes__")
+            .unwrap()
+            .extract()
+            .unwrap();
+        assert_eq!(notes, ["while processing 'v'"]);
         // An index out of bounds: IndexError.
         let err = raised("element(np.arange(3.0), 5)");
         assert!(err.is_instance_of::<PyIndexError>(py), "{err}");

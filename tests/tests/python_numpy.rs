@@ -494,8 +494,13 @@ fn producer_argument_errors() {
                 .to_string()
                 .starts_with("copy=False, but a read-only tensor")
         );
-        // CPU accepts only stream=None (case C09), positionally or by keyword.
-        let err = obj.call_method1("__dlpack__", (1,)).err().unwrap();
+        // CPU accepts only stream=None (case C09).
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("stream", 1).unwrap();
+        let err = obj
+            .call_method("__dlpack__", (), Some(&kwargs))
+            .err()
+            .unwrap();
         assert!(err.is_instance_of::<PyValueError>(py));
         assert_eq!(
             err.value(py).to_string(),
@@ -564,9 +569,11 @@ fn consumer_argument_errors() {
         )
         .err()
         .unwrap();
-        assert!(
-            err.is_instance_of::<pyo3::exceptions::PyAttributeError>(py),
-            "{err}"
+        // Not a producer: a TypeError saying what was found and what is expected.
+        assert!(err.is_instance_of::<PyTypeError>(py), "{err}");
+        assert_eq!(
+            err.value(py).to_string(),
+            "expected a DLPack producer (an object with `__dlpack__`: a NumPy, PyTorch, JAX or CuPy array, say) or a DLPack capsule, found `list`"
         );
         let other = foreign_capsule(py);
         let err = python::from_dlpack::<Compact<f64>>(&other).err().unwrap();

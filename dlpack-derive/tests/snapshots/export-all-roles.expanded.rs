@@ -38,8 +38,16 @@ const _: () = {
                         &self.strides,
                     ),
                 )
-                .with_byte_offset(self.offset)
-                .with_device(self.device)
+                .with_byte_offset(
+                    <usize as ::dlpack_runtime::__private::ByteOffsetField>::to_role(
+                        &self.offset,
+                    ),
+                )
+                .with_device(
+                    <Device as ::dlpack_runtime::__private::DeviceField>::to_role(
+                        &self.device,
+                    ),
+                )
         }
         #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
@@ -60,8 +68,16 @@ const _: () = {
                         &self.strides,
                     ),
                 )
-                .with_byte_offset(self.offset)
-                .with_device(self.device)
+                .with_byte_offset(
+                    <usize as ::dlpack_runtime::__private::ByteOffsetField>::to_role(
+                        &self.offset,
+                    ),
+                )
+                .with_device(
+                    <Device as ::dlpack_runtime::__private::DeviceField>::to_role(
+                        &self.device,
+                    ),
+                )
         }
     }
 };

@@ -19,6 +19,7 @@ const _: () = {
     for Tensor<'a, T, N>
     where
         T: Element,
+        T: ::dlpack_runtime::__private::Element,
         Arc<Vec<T>>: ::dlpack_runtime::__private::AsExportBuffer,
     {
         #[inline]

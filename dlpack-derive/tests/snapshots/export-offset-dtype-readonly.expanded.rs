@@ -39,9 +39,21 @@ const _: () = {
                         &self.stride,
                     ),
                 )
-                .with_offset(self.start_offset)
-                .with_dtype(self.dtype)
-                .with_read_only(self.frozen)
+                .with_offset(
+                    <usize as ::dlpack_runtime::__private::OffsetField>::to_role(
+                        &self.start_offset,
+                    ),
+                )
+                .with_dtype(
+                    <DataType as ::dlpack_runtime::__private::DtypeField>::to_role(
+                        &self.dtype,
+                    ),
+                )
+                .with_read_only(
+                    <bool as ::dlpack_runtime::__private::ReadonlyField>::to_role(
+                        &self.frozen,
+                    ),
+                )
         }
         #[inline]
         fn export_parts_mut(&mut self) -> ::dlpack_runtime::__private::ExportParts<'_> {
@@ -62,9 +74,21 @@ const _: () = {
                         &self.stride,
                     ),
                 )
-                .with_offset(self.start_offset)
-                .with_dtype(self.dtype)
-                .with_read_only(self.frozen)
+                .with_offset(
+                    <usize as ::dlpack_runtime::__private::OffsetField>::to_role(
+                        &self.start_offset,
+                    ),
+                )
+                .with_dtype(
+                    <DataType as ::dlpack_runtime::__private::DtypeField>::to_role(
+                        &self.dtype,
+                    ),
+                )
+                .with_read_only(
+                    <bool as ::dlpack_runtime::__private::ReadonlyField>::to_role(
+                        &self.frozen,
+                    ),
+                )
         }
     }
 };

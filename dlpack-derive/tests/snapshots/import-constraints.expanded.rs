@@ -19,6 +19,12 @@ pub struct Points {
 }
 
 const _: () = {
+    const _: () = ::core::assert!(
+        ::dlpack_runtime::__private::dtypes_agree(< ManagedTensor as
+        ::dlpack_runtime::__private::ImportBuffer > ::ELEMENT_DTYPE, < f32 as
+        ::dlpack_runtime::__private::Element > ::DTYPE,),
+        "`dtype = f32` contradicts the `#[dlpack(data)]` field `ManagedTensor`, whose elements have another dtype: no tensor could be imported; remove the constraint (the data field checks the dtype already) or make the two agree"
+    );
     #[automatically_derived]
     impl ::dlpack_runtime::__private::DlpackImport for Points {
         #[inline(always)]
@@ -60,9 +66,15 @@ const _: () = {
                     > as ::dlpack_runtime::__private::FromStrides>::from_strides(
                         &__dlpack_layout,
                     )?,
-                    ::dlpack_runtime::__private::element_offset(&__dlpack_layout)?,
-                    __dlpack_layout.dtype(),
-                    __dlpack_managed.is_read_only(),
+                    <usize as ::dlpack_runtime::__private::OffsetField>::from_role(
+                        ::dlpack_runtime::__private::element_offset(&__dlpack_layout)?,
+                    ),
+                    <DataType as ::dlpack_runtime::__private::DtypeField>::from_role(
+                        __dlpack_layout.dtype(),
+                    ),
+                    <bool as ::dlpack_runtime::__private::ReadonlyField>::from_role(
+                        __dlpack_managed.is_read_only(),
+                    ),
                 )
             };
             let __dlpack_data = <ManagedTensor as ::dlpack_runtime::__private::ImportBuffer>::from_managed(

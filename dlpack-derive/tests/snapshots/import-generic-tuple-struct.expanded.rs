@@ -15,6 +15,7 @@ const _: () = {
     #[automatically_derived]
     impl<T: Element> ::dlpack_runtime::__private::DlpackImport for View<T>
     where
+        T: ::dlpack_runtime::__private::Element,
         ImportedData<T>: ::dlpack_runtime::__private::ImportBuffer,
     {
         #[inline(always)]
@@ -57,8 +58,9 @@ const _: () = {
     ::dlpack_runtime::__if_python! {
         #[automatically_derived] impl < '__dlpack_a, '__dlpack_py, T : Element >
         ::dlpack_runtime::__private::pyo3::FromPyObject < '__dlpack_a, '__dlpack_py > for
-        View < T > where ImportedData < T > : ::dlpack_runtime::__private::ImportBuffer,
-        { type Error = ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
+        View < T > where T : ::dlpack_runtime::__private::Element, ImportedData < T > :
+        ::dlpack_runtime::__private::ImportBuffer, { type Error =
+        ::dlpack_runtime::__private::pyo3::PyErr; fn extract(obj :
         ::dlpack_runtime::__private::pyo3::Borrowed < '__dlpack_a, '__dlpack_py,
         ::dlpack_runtime::__private::pyo3::PyAny >,) -> ::core::result::Result < Self,
         ::dlpack_runtime::__private::pyo3::PyErr > {

@@ -34,8 +34,12 @@ const _: () = {
                     <[usize; 2] as ::dlpack_runtime::__private::FromShape>::from_shape(
                         __dlpack_layout.shape(),
                     )?,
-                    __dlpack_layout.device(),
-                    __dlpack_layout.byte_offset(),
+                    <Device as ::dlpack_runtime::__private::DeviceField>::from_role(
+                        __dlpack_layout.device(),
+                    ),
+                    <usize as ::dlpack_runtime::__private::ByteOffsetField>::from_role(
+                        __dlpack_layout.byte_offset(),
+                    ),
                 )
             };
             let __dlpack_data = <ImportedData<

@@ -310,7 +310,7 @@ where
     // A dtype field overrides the buffer's (type-erased storage); the layout is checked against
     // the buffer's length in bytes all the same.
     let dtype = parts.dtype();
-    let byte_offset = parts.byte_offset(dtype)?;
+    let (strides, byte_offset) = parts.strides_and_offset(dtype)?;
     if let Some(size) = dtype.element_bytes() {
         if byte_offset % size != 0 {
             // Elements of the buffer start at multiples of their size: any other offset splits
@@ -350,7 +350,7 @@ where
     // first and none before it when every extent is >= 1: their reach telescopes, so it needs
     // no pass of its own.
     let mut compact = false;
-    match parts.strides {
+    match strides {
         Some(strides) if strides.len() != ndim => {
             return Err(LayoutError::StridesRank {
                 shape: ndim,
@@ -448,7 +448,7 @@ where
         if span.start < 0 || span.end as usize > byte_len {
             return Err(out_of_buffer(
                 parts.shape,
-                parts.strides,
+                strides,
                 span,
                 byte_len,
                 element_bits,

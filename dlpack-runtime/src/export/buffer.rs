@@ -84,6 +84,23 @@ pub unsafe trait ExportBuffer {
         let _ = writable;
         Ok(())
     }
+    /// The layout the buffer carries itself, when it is more than a run of elements (an
+    /// `ndarray::Array` knows its shape, its strides and where its element `(0, ..., 0)` is);
+    /// `None`, the default, for flat buffers, whose layout is the one the tensor type declares
+    /// (its `#[dlpack(shape)]`, `#[dlpack(strides)]` and offset fields).
+    ///
+    /// An export of a buffer with a layout of its own exports that layout, never another: the
+    /// declared shape must be the buffer's; declared strides, when given, must be the buffer's
+    /// on every axis of extent > 1 (absent strides stand for the buffer's own, not for compact
+    /// row-major); a declared offset must be 0 (the buffer's own is used) or the buffer's own;
+    /// a dtype set with [`ExportParts::with_dtype`](crate::ExportParts::with_dtype) must be the
+    /// buffer's. Otherwise the export fails with [`ExportError::BufferLayout`](crate::ExportError::BufferLayout).
+    /// The layout adds nothing to this trait's safety contract: the export checks that it
+    /// stays within [`byte_len`](Self::byte_len), as it checks a declared one.
+    #[inline]
+    fn own_layout(&self) -> Option<BufferLayout<'_>> {
+        None
+    }
     /// The stream the buffer's own pending work is ordered on (a cudarc `CudaSlice`'s stream),
     /// if any; the export orders the consumer after it as after `#[dlpack(stream)]` fields.
     #[cfg(feature = "cuda")]
@@ -173,6 +190,19 @@ unsafe impl<T: Element> ExportBuffer for Arc<[T]> {
     fn as_mut_ptr(&mut self) -> Option<*mut c_void> {
         Arc::get_mut(self).map(|s| s.as_mut_ptr().cast())
     }
+}
+
+/// The layout a buffer carries itself ([`ExportBuffer::own_layout`]), relative to its
+/// [`as_ptr`](ExportBuffer::as_ptr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferLayout<'a> {
+    /// Extents in elements.
+    pub shape: &'a [usize],
+    /// Strides in elements of the buffer's dtype, signed, one per axis.
+    pub strides: &'a [isize],
+    /// Bytes from [`as_ptr`](ExportBuffer::as_ptr) to element `(0, ..., 0)` (non-zero when a
+    /// negative stride puts it above the lowest address).
+    pub byte_offset: usize,
 }
 
 /// How an export borrows its buffer: shared (the export is read-only) or unique (writable, unless

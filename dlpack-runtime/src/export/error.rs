@@ -61,6 +61,22 @@ pub enum ExportError {
         "copy=False, but this tensor exists only as a versioned DLManagedTensorVersioned, expected max_version >= (1, 0), or copy=None to get a copy"
     )]
     VersionedOnly,
+    /// The data buffer carries a layout of its own ([`ExportBuffer::own_layout`], an
+    /// `ndarray::Array`), and the layout the tensor type declares beside it disagrees: either
+    /// would export values other than the buffer's.
+    ///
+    /// [`ExportBuffer::own_layout`]: crate::ExportBuffer::own_layout
+    #[error(
+        "the tensor declares {what} {declared}, but its data buffer (an ndarray array, say) has its own layout with {what} {own}; expected the buffer's own {what} (a buffer with a layout of its own exports that layout: leave out the strides and offset fields, or set them from the buffer)"
+    )]
+    BufferLayout {
+        /// What disagrees: `shape`, `strides` (in elements), `byte_offset` or `dtype`.
+        what: &'static str,
+        /// What the tensor type declares.
+        declared: String,
+        /// What the buffer's own layout says.
+        own: String,
+    },
     /// The device field of the tensor disagrees with the buffer's own device.
     #[error("the device field says {field} but the buffer lives on {buffer}")]
     DeviceMismatch {

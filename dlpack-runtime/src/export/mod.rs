@@ -42,7 +42,7 @@ mod request;
 
 use block::{build, legacy_read_only};
 pub(crate) use block_cache::DEPTH as CACHED_BLOCKS_PER_CLASS;
-pub use buffer::{AsExportBuffer, BufferAccess, ExportBuffer};
+pub use buffer::{AsExportBuffer, BufferAccess, BufferLayout, ExportBuffer};
 #[cfg(feature = "python")]
 pub(crate) use copied::allocate_host;
 use copied::copy_of;

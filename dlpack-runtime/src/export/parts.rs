@@ -2,7 +2,7 @@
 //! [`AsShape`], [`AsStrides`], [`AsProducerStream`].
 
 use super::device::Streams;
-use super::{BufferAccess, ExportBuffer};
+use super::{BufferAccess, ExportBuffer, ExportError};
 use crate::tensor::device::Device;
 use crate::tensor::dtype::DataType;
 use crate::tensor::layout::LayoutError;
@@ -138,18 +138,21 @@ pub(super) struct BufferFacts {
     pub(super) mut_ptr: Option<*mut core::ffi::c_void>,
     /// [`ExportBuffer::is_unaliased`].
     pub(super) unaliased: bool,
+    /// Whether [`ExportBuffer::own_layout`] is `Some`: the layout is then checked against it.
+    pub(super) own_layout: bool,
 }
 
 impl BufferFacts {
     #[inline(always)]
     fn of(access: &mut BufferAccess<'_>) -> Self {
         let buffer = access.buffer();
-        let (ptr, byte_len, dtype, device, unaliased) = (
+        let (ptr, byte_len, dtype, device, unaliased, own_layout) = (
             buffer.as_ptr(),
             buffer.byte_len(),
             buffer.dtype(),
             buffer.device(),
             buffer.is_unaliased(),
+            buffer.own_layout().is_some(),
         );
         // The writable pointer is asked last, and when there is one it serves as the read-only
         // pointer too: taking it borrows the memory uniquely, which invalidates pointers taken
@@ -165,6 +168,7 @@ impl BufferFacts {
             device,
             mut_ptr,
             unaliased,
+            own_layout,
         }
     }
 }
@@ -287,6 +291,83 @@ impl<'a> ExportParts<'a> {
     #[inline]
     pub fn is_read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// The strides (in elements; `None`: compact row-major) and the byte offset of element
+    /// `(0, ..., 0)` to export, for elements of `dtype`: those declared, or, when the buffer has
+    /// a layout of its own ([`ExportBuffer::own_layout`]), that layout, once what is declared
+    /// agrees with it.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::BufferLayout`] when the declared shape, strides, offset or dtype disagree
+    /// with the buffer's own layout; the errors of the offset's conversion to bytes.
+    #[inline]
+    pub(super) fn strides_and_offset(
+        &self,
+        dtype: DataType,
+    ) -> Result<(Option<&[isize]>, usize), ExportError> {
+        let byte_offset = self.byte_offset(dtype)?;
+        if !self.facts.own_layout {
+            return Ok((self.strides, byte_offset));
+        }
+        self.own_strides_and_offset(dtype, byte_offset)
+    }
+
+    /// [`strides_and_offset`](Self::strides_and_offset) of a buffer with a layout of its own.
+    #[cold]
+    fn own_strides_and_offset(
+        &self,
+        dtype: DataType,
+        byte_offset: usize,
+    ) -> Result<(Option<&[isize]>, usize), ExportError> {
+        let Some(own) = self.buffer().own_layout() else {
+            return Ok((self.strides, byte_offset));
+        };
+        let mismatch = |what, declared: String, own: String| ExportError::BufferLayout {
+            what,
+            declared,
+            own,
+        };
+        if dtype != self.facts.dtype {
+            return Err(mismatch(
+                "dtype",
+                dtype.to_string(),
+                self.facts.dtype.to_string(),
+            ));
+        }
+        if self.shape != own.shape {
+            return Err(mismatch(
+                "shape",
+                format!("{:?}", self.shape),
+                format!("{:?}", own.shape),
+            ));
+        }
+        if let Some(strides) = self.strides {
+            // Strides of extent-0 and extent-1 axes address nothing: any value is the same
+            // layout.
+            let agree = strides.len() == own.strides.len()
+                && own
+                    .shape
+                    .iter()
+                    .zip(strides.iter().zip(own.strides))
+                    .all(|(&extent, (a, b))| extent <= 1 || a == b);
+            if !agree {
+                return Err(mismatch(
+                    "strides",
+                    format!("{strides:?}"),
+                    format!("{:?}", own.strides),
+                ));
+            }
+        }
+        if byte_offset != 0 && byte_offset != own.byte_offset {
+            return Err(mismatch(
+                "byte_offset",
+                byte_offset.to_string(),
+                own.byte_offset.to_string(),
+            ));
+        }
+        Ok((Some(own.strides), own.byte_offset))
     }
 
     /// The offset from the buffer start to element `(0, ..., 0)` in bytes, for elements of

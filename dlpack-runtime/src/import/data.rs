@@ -122,6 +122,8 @@ impl<T: Element> core::fmt::Debug for ImportedData<T> {
 }
 
 impl<T: Element> ImportBuffer for ImportedData<T> {
+    const ELEMENT_DTYPE: Option<DataType> = Some(T::DTYPE);
+
     // Always inlined, as `ImportConstraints::check` is: the result is built in place.
     #[inline(always)]
     fn from_managed(managed: ManagedTensor) -> Result<Self, ImportError> {

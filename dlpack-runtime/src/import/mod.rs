@@ -24,6 +24,7 @@ pub use iter::Elements;
 
 use crate::abi::words::load;
 use crate::export::DlpackExport;
+use crate::tensor::dtype::DataType;
 use crate::tensor::layout::TensorLayout;
 use crate::tensor::managed::ManagedTensor;
 
@@ -64,6 +65,12 @@ pub trait DlpackImport: Sized {
     note = "imported data is held by `dlpack_runtime::ImportedData<T>` or `dlpack_runtime::ManagedTensor`, or by an enum of them that derives `dlpack_runtime::DlpackImportStorage`"
 )]
 pub trait ImportBuffer: Sized {
+    /// The one dtype every tensor this buffer accepts has, when there is one
+    /// ([`ImportedData<T>`](ImportedData): `T`'s); `None` (the default) for buffers that accept
+    /// several ([`ManagedTensor`], storage enums). The derive refuses at compile time a
+    /// `#[dlpack(dtype = T)]` constraint that contradicts it, which no tensor could meet.
+    const ELEMENT_DTYPE: Option<DataType> = None;
+
     /// Takes ownership of `managed`, whose layout has been validated.
     ///
     /// # Errors

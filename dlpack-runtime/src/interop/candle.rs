@@ -211,8 +211,8 @@ impl TryFrom<&Tensor> for CandleTensor {
 /// [`CandleError::Dtype`] for a dtype candle has no type for (`int8`, `uint16`, `uint64`,
 /// `bool`, complex, the other float8 formats, ...); [`CandleError::Import`] for an invalid
 /// layout or memory the host cannot read (CUDA memory: ask the producer for
-/// `dl_device=(CPU, 0)`, as [`tensor_from_py`](crate::candle::tensor_from_py) does); [`CandleError::Candle`] when candle cannot
-/// place the tensor on `device`.
+/// `dl_device=(CPU, 0)`, as `candle::tensor_from_py` (feature `python`) does);
+/// [`CandleError::Candle`] when candle cannot place the tensor on `device`.
 pub fn tensor_from_managed(
     managed: ManagedTensor,
     device: &candle_core::Device,

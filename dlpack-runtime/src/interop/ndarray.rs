@@ -35,7 +35,9 @@ use ::ndarray::{Array, ArrayViewD, ArrayViewMutD, Axis, Dimension, IxDyn, ShapeB
 
 use crate::borrow::Access;
 use crate::export::ExportError;
-use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest, export_with};
+use crate::export::{
+    BufferLayout, DlpackExport, ExportBuffer, ExportParts, ExportRequest, export_with,
+};
 use crate::import::ImportedData;
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, Element};
@@ -245,6 +247,16 @@ unsafe impl<T: Element, D: Dimension> ExportBuffer for Array<T, D> {
                 .wrapping_sub(offset)
                 .cast(),
         )
+    }
+    /// The array's own shape, strides and offset: an array used as the `#[dlpack(data)]` of a
+    /// derived tensor type exports its own layout, and the type's shape (strides, offset) must
+    /// agree with it.
+    fn own_layout(&self) -> Option<BufferLayout<'_>> {
+        Some(BufferLayout {
+            shape: self.shape(),
+            strides: self.strides(),
+            byte_offset: array_span(self).0,
+        })
     }
 }
 

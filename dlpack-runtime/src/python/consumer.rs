@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
 use pyo3::ffi as pyffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -103,7 +103,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 ///
 /// # Errors
 ///
-/// `AttributeError` when `obj` has no `__dlpack__`; the producer's own exceptions; those of
+/// `TypeError` when `obj` is neither a DLPack producer (no `__dlpack__`) nor a capsule, saying
+/// what it is (pyo3 prefixes the argument's name, `argument 'x': ...`, when the import is a
+/// pyfunction argument's conversion); the producer's own exceptions; those of
 /// [`consume_capsule`]; `BufferError` for the torch tensors above, when the result cannot be on
 /// `device`, when `copy=False`
 /// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
@@ -173,11 +175,14 @@ pub fn managed_from_object(
         if let Some(stream) = options.stream {
             kwargs.set_item(intern!(py, "stream"), stream)?;
         }
-        obj.getattr(intern!(py, "__dlpack__"))?
-            .call((), Some(&kwargs))
+        obj.getattr(intern!(py, "__dlpack__"))
+            .and_then(|dunder| dunder.call((), Some(&kwargs)))
     };
     let (capsule, fell_back) = match first {
         Ok(capsule) => (capsule, false),
+        Err(err) if err.is_instance_of::<PyAttributeError>(py) => {
+            return Err(not_a_producer(obj, err));
+        }
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
             let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
@@ -197,6 +202,25 @@ pub fn managed_from_object(
         settle(consume_capsule(&capsule)?, options, fell_back)?,
         options,
     )
+}
+
+/// The error for an object whose `__dlpack__` could not be called: a `TypeError` saying what
+/// was found and what is expected when `obj` has no `__dlpack__` (a `str`, a list); `err` as
+/// it is when the `AttributeError` came from inside the producer's own `__dlpack__`.
+#[cold]
+fn not_a_producer(obj: &Bound<'_, PyAny>, err: PyErr) -> PyErr {
+    if obj.hasattr(intern!(obj.py(), "__dlpack__")).unwrap_or(true) {
+        return err;
+    }
+    let found = obj
+        .get_type()
+        .qualname()
+        .map_or_else(|_| "?".to_owned(), |name| name.to_string());
+    let error = PyTypeError::new_err(format!(
+        "expected a DLPack producer (an object with `__dlpack__`: a NumPy, PyTorch, JAX or CuPy array, say) or a DLPack capsule, found `{found}`"
+    ));
+    error.set_cause(obj.py(), Some(err));
+    error
 }
 
 /// `managed`, imported for `options.stream`, carrying what it is ready after (feature `cuda`:

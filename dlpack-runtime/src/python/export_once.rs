@@ -92,8 +92,8 @@ pub fn export_once<T: DlpackExport + Send + 'static>(
 
 #[pymethods]
 impl ExportOnce {
-    /// `__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)`.
-    #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+    /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,

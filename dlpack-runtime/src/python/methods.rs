@@ -16,13 +16,11 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::export::DlpackExport;
 
-#[cfg(doc)]
-use super::dlpack;
 use super::parameters::{self, COUNT, DlpackArguments, tuple_item, tuple_size};
 use super::{dlpack_c_exchange_api, dlpack_device};
 
 /// Installs `__dlpack__`, `__dlpack_device__` and `__dlpack_c_exchange_api__` on the pyclass
-/// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`], [`dlpack_device`] and
+/// `T`: the same protocol as the `#[pymethods]` written with [`dlpack`](super::dlpack), [`dlpack_device`] and
 /// [`dlpack_c_exchange_api`] (see the module docs), with one call in the module's init, and
 /// faster per call.
 ///
@@ -46,9 +44,9 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 /// }
 /// ```
 ///
-/// `__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)` is the array API's
+/// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` is the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
-/// served as [`dlpack`] serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
+/// served as [`dlpack`](super::dlpack) serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
 /// its keywords against interned names (callers such as NumPy pass interned names, so one
 /// pointer comparison each), where pyo3's general argument handling decodes each keyword to
 /// UTF-8 and compares strings. Arguments in their plain forms (`None`, `int`, a tuple of two
@@ -65,7 +63,7 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 /// a derived implementation never touches Python; a hand-written one must not clone or drop
 /// `Py<...>` values there (pyo3 would defer the release, panic on a clone, or abort under
 /// `pyo3_disable_reference_pool`). Such a type can use the `#[pymethods]` written with
-/// [`dlpack`] instead, which run attached.
+/// [`dlpack`](super::dlpack) instead, which run attached.
 ///
 /// # Errors
 ///
@@ -192,8 +190,9 @@ unsafe fn method_call<T: PyClass>(
 /// The arguments of one `__dlpack__` call, by parameter (borrowed from the call).
 type Arguments<'a, 'py> = [Option<Borrowed<'a, 'py, PyAny>>; COUNT];
 
-/// Sorts the vectorcall arguments of `__dlpack__` into its parameters: at most one positional
-/// (`stream`), then keywords named in `kwnames`.
+/// Sorts the vectorcall arguments of `__dlpack__` into its parameters, all keyword-only: a
+/// positional argument is a `TypeError` in Python's words, as NumPy's and PyTorch's
+/// `__dlpack__` raise it.
 ///
 /// # Safety
 ///
@@ -207,16 +206,13 @@ unsafe fn sort_arguments<'a, 'py>(
     kwnames: *mut pyffi::PyObject,
 ) -> PyResult<Arguments<'a, 'py>> {
     let mut sorted: Arguments<'a, 'py> = [None; COUNT];
-    if nargs > 1 {
+    if nargs > 0 {
+        let verb = if nargs == 1 { "was" } else { "were" };
         return Err(PyTypeError::new_err(format!(
-            "{}() takes at most 1 positional argument ({}), {nargs} were given",
+            "{}() takes 0 positional arguments but {nargs} {verb} given; its parameters ({}) are keyword-only",
             method(),
-            parameters::NAMES[0]
+            parameters::NAMES.join(", ")
         )));
-    }
-    if nargs == 1 {
-        // SAFETY: one positional value (caller).
-        sorted[0] = Some(unsafe { Borrowed::from_ptr(py, *args) });
     }
     if kwnames.is_null() {
         return Ok(sorted);
@@ -382,11 +378,9 @@ unsafe fn quick_arguments(
     kwnames: *mut pyffi::PyObject,
 ) -> Option<DlpackArguments> {
     let mut sorted = [core::ptr::null_mut::<pyffi::PyObject>(); COUNT];
-    match nargs {
-        0 => {}
-        // SAFETY: one positional value (caller).
-        1 => sorted[0] = unsafe { *args },
-        _ => return None,
+    // Every parameter is keyword-only: the general path reports positional ones.
+    if nargs != 0 {
+        return None;
     }
     if !kwnames.is_null() {
         // SAFETY: `kwnames` is a tuple (caller).

@@ -22,7 +22,7 @@
 //!
 //! #[pymethods]
 //! impl Tensor {
-//!     #[pyo3(signature = (stream=None, *, max_version=None, dl_device=None, copy=None))]
+//!     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
 //!     fn __dlpack__<'py>(
 //!         slf: &Bound<'py, Self>,
 //!         stream: Option<i64>,
@@ -130,7 +130,7 @@
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
-//! | an object without `__dlpack__` | `AttributeError` |
+//! | an object without `__dlpack__` that is not a capsule (a `str`, a list) | `TypeError`, naming the argument (`argument 'x': ...`) when pyo3 converts a pyfunction argument |
 //! | wrong argument types (`stream` not an int, `max_version` not a tuple), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
 //! | a `max_version` or `dl_device` tuple whose length is not 2 | `ValueError` (pyo3's conversion, on both paths) |
 //! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`) | `OverflowError` |

@@ -3,8 +3,9 @@
 //! declared once ([`dlpack_parameters!`]): their names, Rust types and Python kinds, from which
 //! the installed methods ([`super::methods`]) get their interned names, their text signature,
 //! the general conversion of each argument and the quick read of its plain forms, and from
-//! which [`DlpackArguments::request`] builds the [`ExportRequest`]. The first parameter may
-//! also be passed by position; the others are keyword-only.
+//! which [`DlpackArguments::request`] builds the [`ExportRequest`]. Every parameter is
+//! keyword-only, as the array API's signature makes them
+//! (`__dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None)`).
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi as pyffi;
@@ -26,8 +27,8 @@ macro_rules! dlpack_parameters {
         /// The parameter names, in parameter order.
         pub(crate) const NAMES: [&str; COUNT] = [$(stringify!($name)),*];
 
-        /// `__dlpack__`'s text signature and docstring (`__text_signature__`, `__doc__`): the
-        /// first parameter positional or keyword, the others keyword-only.
+        /// `__dlpack__`'s text signature and docstring (`__text_signature__`, `__doc__`): every
+        /// parameter keyword-only.
         pub(crate) const DOC: &core::ffi::CStr = match core::ffi::CStr::from_bytes_with_nul(
             text_signature!($($name)*).as_bytes(),
         ) {
@@ -68,9 +69,9 @@ macro_rules! dlpack_parameters {
 macro_rules! text_signature {
     ($first:ident $($rest:ident)*) => {
         concat!(
-            "__dlpack__($self, /, ",
+            "__dlpack__($self, /, *, ",
             stringify!($first),
-            "=None, *",
+            "=None",
             $(", ", stringify!($rest), "=None",)*
             ")\n--\n\nA DLPack capsule of this tensor (the array API's __dlpack__).\0"
         )

@@ -41,7 +41,10 @@ pub fn export_request(
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
 /// `stream` as its `stream` parameter lists per device; `max_version` `None` gives a legacy
 /// `"dltensor"` capsule, major >= 1 a `"dltensor_versioned"` capsule at version 1.3;
-/// `dl_device` the device wanted; `copy`.
+/// `dl_device` the device wanted; `copy`. The array API makes every one keyword-only: declare
+/// the method with `#[pyo3(signature = (*, stream=None, max_version=None, dl_device=None,
+/// copy=None))]`, as the module docs do, so that a positional argument raises `TypeError` as it
+/// does for NumPy's and PyTorch's `__dlpack__`.
 ///
 /// # Errors
 ///

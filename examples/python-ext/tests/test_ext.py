@@ -1,6 +1,7 @@
 """pytest suite of the example extension: a Rust tensor type used from Python."""
 
 import gc
+import inspect
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def test_every_spelling_of_the_arguments_is_served_alike():
     key = "".join(["max_", "version"])
     calls = [
         t.__dlpack__(max_version=(1, 0)),
-        t.__dlpack__(None, max_version=(1, 3), dl_device=(1, 0), copy=False),
+        t.__dlpack__(stream=None, max_version=(1, 3), dl_device=(1, 0), copy=False),
         t.__dlpack__(max_version=version(1, 3)),
         t.__dlpack__(max_version=(np.int64(1), 3), dl_device=(np.int32(1), 0)),
         t.__dlpack__(copy=np.bool_(False), max_version=(1, 3)),
@@ -68,8 +69,52 @@ def test_every_spelling_of_the_arguments_is_served_alike():
         t.__dlpack__(stream=2**70)
     with pytest.raises(TypeError, match="'copy' must be a bool or None, not int"):
         t.__dlpack__(copy=1)
-    with pytest.raises(TypeError, match="multiple values for argument 'stream'"):
-        t.__dlpack__(None, stream=None)
+
+
+@pytest.mark.parametrize(
+    "make, values",
+    [(lambda: de.Tensor.arange(3), [0.0, 1.0, 2.0]), (lambda: de.ones(3), [1.0] * 3)],
+    ids=["installed-vectorcall", "pymethods"],
+)
+def test_dlpack_arguments_are_keyword_only(make, values):
+    # The array API's signature, `__dlpack__(self, /, *, stream=None, max_version=None,
+    # dl_device=None, copy=None)`: a positional argument is a TypeError, as for NumPy and
+    # PyTorch, on the installed method (its quick path and its general one) and on
+    # `#[pymethods]` (`ExportOnce`).
+    t = make()
+    for args in [(None,), (None, (1, 3)), (-1,)]:
+        with pytest.raises(TypeError, match="positional argument"):
+            t.__dlpack__(*args)
+    with pytest.raises(TypeError, match="positional argument"):
+        t.__dlpack__(None, max_version=(1, 3))
+    assert "*, stream=None" in str(inspect.signature(type(t).__dlpack__))
+    # The refused calls exported nothing: the by-value tensor is still there to take once.
+    assert np.from_dlpack(t).tolist() == values
+
+
+def test_an_argument_that_is_not_an_array_is_named():
+    # A TypeError that says what was found and what is expected, named the way pyo3 names the
+    # argument of its own conversions (a note, "while processing 'value'", as for
+    # `de.fill(x, "1")`).
+    expected = r"^expected a DLPack producer \(an object with `__dlpack__`.* or a DLPack capsule, found `{}`\n"
+    for call, argument, found in [
+        (lambda: de.total("abc"), "x", "str"),
+        (lambda: de.alias(np.zeros(2, dtype=np.float32), [1.0, 2.0]), "b", "list"),
+        (lambda: de.fill(None, 1.0), "out", "NoneType"),
+    ]:
+        with pytest.raises(TypeError, match=expected.format(found)) as raised:
+            call()
+        assert raised.value.__notes__ == [f"while processing '{argument}'"]
+    with pytest.raises(TypeError) as raised:
+        de.fill(np.zeros(2, dtype=np.float32), "1")
+    assert raised.value.__notes__ == ["while processing 'value'"]
+    # An `AttributeError` raised inside a producer's own `__dlpack__` is the producer's.
+    class Broken:
+        def __dlpack__(self, **kwargs):
+            raise AttributeError("inside")
+
+    with pytest.raises(AttributeError, match="inside"):
+        de.total(Broken())
 
 
 def test_consume_imports_any_rank_from_any_producer():
@@ -80,7 +125,7 @@ def test_consume_imports_any_rank_from_any_producer():
     assert consume(np.zeros(())) == 0
     assert consume(np.zeros((1,) * 8, dtype=np.int8)[..., ::-1]) == 8
     assert consume(np.arange(10.0)[::3]) == 1
-    with pytest.raises(AttributeError, match="__dlpack__"):
+    with pytest.raises(TypeError, match="expected a DLPack producer .* found `object`"):
         consume(object())
 
 
