@@ -35,6 +35,10 @@ pub struct FromDlpackOptions {
     /// synchronization); `None` passes none, which a CUDA producer reads as the legacy default
     /// stream.
     pub stream: Option<i64>,
+    /// Whether an import through `__cuda_array_interface__` skips ordering the consumer's
+    /// stream after the exported `stream` (set only by the `unsafe`
+    /// [`without_cuda_array_interface_sync`](Self::without_cuda_array_interface_sync)).
+    pub(crate) cai_unsynchronized: bool,
 }
 
 impl FromDlpackOptions {
@@ -44,7 +48,24 @@ impl FromDlpackOptions {
             device: None,
             copy: None,
             stream: None,
+            cai_unsynchronized: false,
         }
+    }
+
+    /// Imports through `__cuda_array_interface__` ignore its `stream` entry, as if it were
+    /// `None`: the consumer's stream is not ordered after the producer's pending work (the
+    /// interface's consumer option, "Synchronization" section; Numba's `sync=False`, CuPy's
+    /// `CUPY_CUDA_ARRAY_INTERFACE_SYNC=0`). DLPack imports are not affected.
+    ///
+    /// # Safety
+    ///
+    /// The caller orders every access to the imported memory after the producer's pending work
+    /// itself (a host synchronization of the producer's stream, an event of its own). Otherwise
+    /// reads race with the producer's writes, and host-accessible memory read from Rust is a
+    /// data race.
+    pub const unsafe fn without_cuda_array_interface_sync(mut self) -> Self {
+        self.cai_unsynchronized = true;
+        self
     }
 
     /// Sets `stream`: the stream the consumer will use the data on.
@@ -173,11 +194,19 @@ pub fn managed_from_object(
         if let Some(stream) = options.stream {
             kwargs.set_item(intern!(py, "stream"), stream)?;
         }
-        obj.getattr(intern!(py, "__dlpack__"))?
-            .call((), Some(&kwargs))
+        obj.getattr(intern!(py, "__dlpack__"))
+            .and_then(|dunder| dunder.call((), Some(&kwargs)))
     };
     let (capsule, fell_back) = match first {
         Ok(capsule) => (capsule, false),
+        // No `__dlpack__`: an object with only `__cuda_array_interface__` (feature `cuda`).
+        #[cfg(feature = "cuda")]
+        Err(err) if err.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+            let Some(managed) = super::cai::without_dlpack(obj, options)? else {
+                return Err(err);
+            };
+            return made_ready(settle(managed, options, true)?, options);
+        }
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
             let dunder = obj.getattr(intern!(py, "__dlpack__"))?;

@@ -92,6 +92,8 @@ where
             .map_err(|_| PySystemError::new_err("method name is not UTF-8"))?;
         ty.setattr(name, descr)?;
     }
+    #[cfg(feature = "cuda")]
+    super::cai::install::<T>(&ty)?;
     ty.setattr("__dlpack_c_exchange_api__", dlpack_c_exchange_api::<T>(py)?)
 }
 

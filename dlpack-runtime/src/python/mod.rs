@@ -144,6 +144,8 @@ use crate::plan::stream::StreamError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
 
+#[cfg(feature = "cuda")]
+mod cai;
 #[cfg(feature = "candle")]
 pub(crate) mod candle;
 mod capsule;
@@ -157,6 +159,8 @@ mod parameters;
 mod producer;
 mod torch;
 
+#[cfg(feature = "cuda")]
+pub use cai::cuda_array_interface;
 pub use capsule::{consume_capsule, to_capsule};
 pub use consumer::{FromDlpackOptions, from_dlpack, from_dlpack_with, managed_from_object};
 pub use exchange_api::dlpack_c_exchange_api;

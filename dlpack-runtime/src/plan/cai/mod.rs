@@ -16,7 +16,7 @@
 //! | `version` | 0, 1, 2 or 3 |
 //! | `shape` | extents >= 0; their product, in elements and bytes, fits the address space |
 //! | `typestr` | `<` (or `|` for one-byte types) then `b1`, `i1`..`i8`, `u1`..`u8`, `f2`, `f4`, `f8`, `c8`, `c16`; `>` (big-endian) and other kinds refused |
-//! | `data` | `(pointer, readonly)`; pointer 0 only for an empty array |
+//! | `data` | `(pointer, readonly)`; pointer 0 only for an empty array, else aligned to the item size |
 //! | `strides` | absent or `None`: C-contiguous (every version); else one stride per axis, in bytes, each a multiple of the item size (negative and zero strides allowed) |
 //! | `descr` | absent, or the trivial `[("", typestr)]`; structured types refused |
 //! | `mask` | absent or `None`; masked arrays refused |
@@ -231,6 +231,16 @@ pub enum CaiError {
         /// The number of elements.
         numel: usize,
     },
+    /// A data pointer not aligned to the item size.
+    #[error(
+        "__cuda_array_interface__ data pointer {data:#x} is not aligned to the item size ({itemsize} bytes), expected an aligned pointer"
+    )]
+    DataAlignment {
+        /// The pointer.
+        data: u64,
+        /// The item size, in bytes.
+        itemsize: usize,
+    },
     /// A masked array.
     #[error(
         "__cuda_array_interface__ has a mask: masked arrays are not supported, expected `mask` absent or None"
@@ -346,6 +356,12 @@ pub fn parse(fields: &CaiFields) -> Result<CaiTensor, CaiError> {
         .ok_or(CaiError::Overflow { what: "shape" })?;
     if fields.data == 0 && numel > 0 {
         return Err(CaiError::NullData { numel });
+    }
+    if numel > 0 && fields.data % itemsize as u64 != 0 {
+        return Err(CaiError::DataAlignment {
+            data: fields.data,
+            itemsize,
+        });
     }
     let strides = match &fields.strides {
         None => None,

@@ -234,7 +234,7 @@ fn shapes_and_strides_that_overflow_are_refused() {
     );
     assert_eq!(
         parse(&CaiFields {
-            data: u64::MAX - 8,
+            data: u64::MAX - 11,
             ..fields()
         }),
         Err(CaiError::Overflow {
@@ -269,6 +269,20 @@ fn an_empty_array_may_have_data_0_and_spans_nothing() {
             ..fields()
         }),
         Err(CaiError::NullData { numel: 4 })
+    );
+}
+
+#[test]
+fn a_misaligned_data_pointer_is_refused() {
+    assert_eq!(
+        parse(&CaiFields {
+            data: 0x1002,
+            ..fields()
+        }),
+        Err(CaiError::DataAlignment {
+            data: 0x1002,
+            itemsize: 4
+        })
     );
 }
 
