@@ -115,6 +115,14 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
 /// describes, and the tensor is validated by `T`'s import before anything reads it.
 ///
+/// An object without `__dlpack__` that has `__cuda_array_interface__` (feature `cuda`; the
+/// [CUDA Array Interface](https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html),
+/// versions 0 to 3) is read through it: its fields checked, the consumer's `stream` (`None`: the
+/// legacy default stream) made to wait on an event recorded on the exported `stream` (unless
+/// [`FromDlpackOptions::without_cuda_array_interface_sync`]), `device` and `copy` served as for
+/// a producer that refused the keywords, and the object kept alive until the import is dropped.
+/// `__dlpack__` is preferred where an object has both.
+///
 /// PyTorch tensors (types found once per type, from `sys.modules`, never importing torch): what
 /// PyTorch's `Tensor.__dlpack__` refuses (requires grad, conjugate bit, a layout other than
 /// strided, quantized dtypes) and the negative bit, which it exports wrongly, are refused with
@@ -124,7 +132,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 ///
 /// # Errors
 ///
-/// `AttributeError` when `obj` has no `__dlpack__`; the producer's own exceptions; those of
+/// `AttributeError` when `obj` has neither `__dlpack__` nor `__cuda_array_interface__`; for a
+/// `__cuda_array_interface__` that cannot be read, the exceptions of
+/// [`CaiError`](crate::CaiError) (module docs); the producer's own exceptions; those of
 /// [`consume_capsule`]; `BufferError` for the torch tensors above, when the result cannot be on
 /// `device`, when `copy=False`
 /// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
