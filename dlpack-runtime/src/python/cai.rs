@@ -32,7 +32,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 use crate::engine::cuda::{order_raw, pointer_device, raw_stream};
 use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest};
 use crate::plan::cai::{self, CaiError, CaiFields, CaiTensor, DescrEntry};
-use crate::plan::stream::{StreamId, parse_stream};
+use crate::plan::stream::{StreamId, StreamRequest, parse_stream};
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::DataType;
 use crate::tensor::managed::ManagedTensor;
@@ -250,18 +250,29 @@ pub(super) fn managed_from_interface(
 ) -> PyResult<ManagedTensor> {
     let fields = read_fields(interface)?;
     let tensor = cai::parse(&fields)?;
-    let device = if tensor.data == 0 {
-        Device::cuda(0)
+    let numel = tensor.numel();
+    let device = if numel == 0 {
+        // Nothing is read: a pointer the driver does not know (0, or any other an empty array
+        // may carry) is not an error.
+        Device::cuda(match tensor.data {
+            0 => 0,
+            data => pointer_device(data).unwrap_or(0),
+        })
     } else {
         Device::cuda(pointer_device(tensor.data).map_err(ExportError::from)?)
     };
-    let numel = tensor.numel();
     let stream = tensor.stream;
     let managed = import(obj, tensor, device)?;
     let Some(stream) = stream.filter(|_| numel > 0 && !options.cai_unsynchronized) else {
         return Ok(managed);
     };
-    let request = parse_stream(device, options.stream).map_err(ExportError::from)?;
+    // A consumer on the host (`device=CPU`, served by a copy to the host) waits on the host,
+    // with the GIL released; any other waits with its stream.
+    let request = if options.device == Some(Device::CPU) {
+        StreamRequest::Host
+    } else {
+        parse_stream(device, options.stream).map_err(ExportError::from)?
+    };
     let kept =
         order_raw(device.device_id, raw_stream(stream), request).map_err(ExportError::from)?;
     Ok(crate::export::carry_ready_events(managed, kept))
@@ -453,11 +464,17 @@ fn ints(
     field: &'static str,
     expected: &'static str,
 ) -> Result<Vec<i64>, CaiError> {
-    let tuple = value
-        .cast::<PyTuple>()
+    // The interface says tuple; a list is read the same way.
+    if let Ok(tuple) = value.cast::<PyTuple>() {
+        return tuple
+            .iter()
+            .map(|item| int(&item, field, expected))
+            .collect();
+    }
+    let list = value
+        .cast::<PyList>()
         .map_err(|_| field_type(field, value, expected))?;
-    tuple
-        .iter()
+    list.iter()
         .map(|item| int(&item, field, expected))
         .collect()
 }

@@ -44,6 +44,10 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 /// }
 /// ```
 ///
+/// With the `cuda` feature it also installs `__cuda_array_interface__`, a property that is
+/// `python::cuda_array_interface` of the instance (an `AttributeError` for a tensor not in CUDA
+/// memory).
+///
 /// `__dlpack__(stream=None, *, max_version=None, dl_device=None, copy=None)` is the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
 /// served as [`dlpack`] serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches

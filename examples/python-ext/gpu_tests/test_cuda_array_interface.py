@@ -18,9 +18,12 @@ import pytest
 import dlpack_example as de
 from test_cuda_numpy import (  # noqa: F401 (`no_violations` is the autouse checker fixture)
     SIMULATOR,
+    TICKS,
+    Ticker,
     _driver,
     _report,
     no_violations,
+    while_a_thread_releases,
 )
 
 N = 1 << 14
@@ -186,6 +189,22 @@ def test_every_version_is_read(version):
     if version == 0:
         fields["strides"] = ...
     np.testing.assert_array_equal(to_host(over(x, **fields)), expected())
+
+
+def test_a_host_consumer_waits_with_the_gil_released():
+    # `host_sum` imports for the host (device=CPU): it waits on the host for the exported
+    # stream, during which a Python thread opens the gate.
+    x, gate = de.cuda_arange_gated(N, GATE_TIMEOUT)
+    producer = over(x, stream=gate.stream)
+    with Ticker() as ticker:
+        total, ticks = while_a_thread_releases(ticker, gate, lambda: de.host_sum(producer))
+    assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
+    assert total == float(expected().astype(np.float64).sum())
+
+
+def test_shape_and_strides_as_lists_are_read():
+    x = de.cuda_arange(N)
+    np.testing.assert_array_equal(to_host(over(x, shape=[N], strides=[4])), expected())
 
 
 def test_a_stream_of_none_or_absent_means_nothing_to_wait_for():
