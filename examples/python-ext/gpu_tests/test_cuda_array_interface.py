@@ -107,8 +107,11 @@ def test_the_exported_stream_covers_the_work_of_a_second_stream_field():
     # The write is held on the tensor's second stream; the interface names the first, which it
     # made wait on the second (an event, no host wait).
     x, gate = de.cuda_arange_two_streams(N, GATE_TIMEOUT)
+    first, second = x.streams
+    assert second == gate.stream
     d = x.__cuda_array_interface__
-    assert d["stream"] not in (None, 0, gate.stream)
+    assert d["stream"] == first
+    assert d["data"][0] == x.data_ptr
     dst = de.CudaBuffer(N)
     dst.copy_from_pointer(d["data"][0], d["stream"])
     assert not de.cuda_stream_idle(d["stream"]), "the exported stream does not wait for the second"
@@ -128,6 +131,23 @@ def test_the_checker_sees_a_cai_consumer_that_reads_on_another_stream():
     gate.release()
     dst.read(other)
     assert _driver.cuSimViolations() >= 1, "the checker missed the unordered read"
+    assert "cuMemcpyDtoDAsync" in report, report
+    _driver.cuSimReset()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_read_on_the_first_stream_without_the_interface():
+    # The negative control of the two-stream test: the same read on the first stream, with the
+    # pointer taken without reading the interface, so the first stream never waits on the
+    # second.
+    x, gate = de.cuda_arange_two_streams(N, GATE_TIMEOUT)
+    first, _second = x.streams
+    dst = de.CudaBuffer(N)
+    dst.copy_from_pointer(x.data_ptr, first)
+    report = _report()
+    gate.release()
+    dst.read(first)
+    assert _driver.cuSimViolations() >= 1, "the checker missed the read the interface orders"
     assert "cuMemcpyDtoDAsync" in report, report
     _driver.cuSimReset()
 

@@ -443,6 +443,27 @@ mod gpu {
         first: Arc<CudaStream>,
         #[dlpack(stream)]
         second: Arc<CudaStream>,
+        /// `data`'s device pointer, read once when made.
+        ptr: sys::CUdeviceptr,
+    }
+
+    #[pymethods]
+    impl GpuTensorTwoStreams {
+        /// The handles of the two streams (`CUstream` as integers): `(first, second)`.
+        #[getter]
+        fn streams(&self) -> (usize, usize) {
+            (
+                self.first.cu_stream() as usize,
+                self.second.cu_stream() as usize,
+            )
+        }
+
+        /// The device pointer of the data, read without any ordering (for the negative
+        /// control of the tests).
+        #[getter]
+        fn data_ptr(&self) -> u64 {
+            self.ptr
+        }
     }
 
     /// `cuda_arange_two_streams(n, timeout) -> (CudaTensorTwoStreams, gate)`: 0..n as float32
@@ -459,11 +480,17 @@ mod gpu {
         let open = gate_stream(&second, timeout)?;
         let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
         let data = second.clone_htod(&host).map_err(cuda_err)?;
+        let ptr = {
+            use cudarc::driver::DevicePtr;
+            let (ptr, _record) = data.device_ptr(&second);
+            ptr
+        };
         let tensor = GpuTensorTwoStreams {
             data,
             shape: vec![n],
             first,
             second: second.clone(),
+            ptr,
         };
         Ok((
             tensor,
