@@ -18,11 +18,9 @@
 //!   `None` means nothing to wait for. The import keeps a reference to the producer object until
 //!   it is dropped (the interface has no deleter).
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use pyo3::PyClass;
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PySystemError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 use pyo3::ffi as pyffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -140,10 +138,16 @@ where
 
 /// Installs `__cuda_array_interface__` on the pyclass `T` as a property (a getset descriptor)
 /// that calls [`cuda_array_interface`]. Used by [`add_dlpack_methods`](super::add_dlpack_methods).
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 pub(super) fn install<T>(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()>
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+
+    use pyo3::exceptions::PySystemError;
+
     type Defs = Mutex<HashMap<std::any::TypeId, usize>>;
     static DEFS: OnceLock<Defs> = OnceLock::new();
     let address = *DEFS
@@ -173,8 +177,9 @@ where
     ty.setattr("__cuda_array_interface__", descr)
 }
 
-/// The getter of the property [`install`] sets: [`cuda_array_interface`] of `slf`. Never
-/// unwinds: a panic becomes `SystemError`.
+/// The getter of the property [`install`] sets: [`cuda_array_interface`] of `slf`, run as the
+/// installed methods run (errors raised, a panic a `SystemError`; never unwinds).
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 unsafe extern "C" fn getter<T>(
     slf: *mut pyffi::PyObject,
     _closure: *mut core::ffi::c_void,
@@ -182,33 +187,10 @@ unsafe extern "C" fn getter<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    let called = Python::try_attach(|py| {
-        let call = || -> PyResult<*mut pyffi::PyObject> {
-            // SAFETY: CPython calls a getter with its instance, borrowed for the call.
-            let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }
-                .ok_or_else(|| PyTypeError::new_err("a getter called without its instance"))?;
-            let slf = slf.cast::<T>().map_err(PyErr::from)?;
-            Ok(cuda_array_interface(&slf)?.into_ptr())
-        };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
-            Ok(Ok(result)) => result,
-            Ok(Err(err)) => {
-                err.restore(py);
-                core::ptr::null_mut()
-            }
-            Err(_) => {
-                PySystemError::new_err("panic in __cuda_array_interface__").restore(py);
-                core::ptr::null_mut()
-            }
-        }
-    });
-    called.unwrap_or_else(|| {
-        // SAFETY: CPython holds the GIL for its getter calls.
-        unsafe {
-            super::raise_unattached(c"__cuda_array_interface__ read while Python is finalizing")
-        };
-        core::ptr::null_mut()
-    })
+    // SAFETY: CPython calls a getter with its instance, borrowed for the call, with the GIL.
+    unsafe {
+        super::methods::method_call::<T>(slf, |_py, slf| Ok(cuda_array_interface(&slf)?.into_ptr()))
+    }
 }
 
 /// The managed tensor of an object that has `__cuda_array_interface__` but no `__dlpack__`, or

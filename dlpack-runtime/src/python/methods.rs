@@ -160,7 +160,7 @@ fn names(py: Python<'_>) -> &[Py<PyString>; COUNT] {
 ///
 /// `slf` is NULL or a live object borrowed for the call (CPython calls a method with its
 /// instance, which the method descriptor has checked to be a `T`; checked again here).
-unsafe fn method_call<T: PyClass>(
+pub(super) unsafe fn method_call<T: PyClass>(
     slf: *mut pyffi::PyObject,
     f: impl for<'a, 'py> FnOnce(Python<'py>, Borrowed<'a, 'py, T>) -> PyResult<*mut pyffi::PyObject>,
 ) -> *mut pyffi::PyObject {
