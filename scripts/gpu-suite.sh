@@ -13,7 +13,8 @@
 # device checks; pending work is a gate on the producer's stream, so the same assertions hold
 # on hardware and on the simulator), tests/tests/cuda_driver.rs (the simulator's conformance
 # suite, so the model is checked against the hardware), then examples/python-ext/gpu_tests
-# (NumPy, PyTorch and CuPy both ways with their streams, copies, the C exchange API from torch).
+# (NumPy, PyTorch and CuPy both ways with their streams, copies, the C exchange API from torch;
+# the CUDA Array Interface both ways with the extension alone, CuPy and Numba).
 # The simulator-only negative controls (tests/tests/cuda_checker.rs) do not run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +37,9 @@ for line in sys.stdin:
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin build --quiet --release --features cuda,abi3 \
         --manifest-path examples/python-ext/Cargo.toml --out gpu-bundle/wheel
     .venv/bin/python -m zipfile -e gpu-bundle/wheel/*.whl gpu-bundle/site
-    cp examples/python-ext/gpu_tests/test_gpu.py examples/python-ext/gpu_tests/test_cuda_numpy.py gpu-bundle/
+    cp examples/python-ext/gpu_tests/test_gpu.py examples/python-ext/gpu_tests/test_cuda_numpy.py \
+        examples/python-ext/gpu_tests/test_cuda_array_interface.py \
+        examples/python-ext/gpu_tests/test_gpu_cai.py gpu-bundle/
     du -sh gpu-bundle
     ;;
 run)
@@ -49,6 +52,11 @@ run)
         ./gpu-bundle/cuda_driver-tests --test-threads=1 --nocapture || [ "$status" -ne 0 ] || status=$?
         PYTHONPATH="$PWD/gpu-bundle/site" PYTHONUNBUFFERED=1 python3 -m pytest -q -s \
             gpu-bundle/test_cuda_numpy.py gpu-bundle/test_gpu.py \
+            || [ "$status" -ne 0 ] || status=$?
+        # The CUDA Array Interface both ways: the extension alone, then CuPy and Numba
+        # (numba-cuda); a library missing here is a skip whose reason -rs prints.
+        PYTHONPATH="$PWD/gpu-bundle/site:$PWD/gpu-bundle" PYTHONUNBUFFERED=1 python3 -m pytest -q -s -rs \
+            gpu-bundle/test_cuda_array_interface.py gpu-bundle/test_gpu_cai.py \
             || [ "$status" -ne 0 ] || status=$?
         echo "gpu-suite: exit status $status"
         exit "$status"

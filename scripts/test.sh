@@ -52,6 +52,8 @@ echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+echo "==> the CUDA Array Interface both ways from Python, on the CUDA simulator"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_array_interface.py
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \

@@ -187,6 +187,7 @@ pub mod candle {
 }
 #[cfg(feature = "cuda")]
 pub use interop::cuda;
+pub use plan::cai::CaiError;
 pub use plan::stream::StreamError;
 pub use tensor::device::{Device, DeviceType};
 pub use tensor::dtype::{DataType, DataTypeCode, Element};

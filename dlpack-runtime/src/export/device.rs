@@ -53,6 +53,26 @@ impl<'a> ExportParts<'a> {
                 .ready_events()
                 .is_some_and(|events| !events.is_empty())
     }
+
+    /// The one stream a CUDA Array Interface export names as its `stream`: the first
+    /// `#[dlpack(stream)]` field, else the buffer's own stream, else (a relay, ready after
+    /// events) the legacy default stream; `None` when nothing is pending. Exported with this
+    /// stream as the consumer's (`ExportRequest::stream`), the tensor makes it wait on every
+    /// other pending stream and event, so that it covers all pending work.
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn covering_stream(&self) -> Option<StreamId> {
+        let buffer = self.buffer();
+        if let Some(first) = self.streams.first() {
+            return Some(stream_id(first));
+        }
+        if let Some(stream) = buffer.producer_stream() {
+            return Some(stream_id(stream.0));
+        }
+        buffer
+            .ready_events()
+            .filter(|events| !events.is_empty())
+            .map(|_| StreamId::LegacyDefault)
+    }
 }
 
 /// Keeps the thread's current CUDA context across a deleter: an exported owner's drop may bind

@@ -35,6 +35,10 @@ pub struct FromDlpackOptions {
     /// synchronization); `None` passes none, which a CUDA producer reads as the legacy default
     /// stream.
     pub stream: Option<i64>,
+    /// Whether an import through `__cuda_array_interface__` skips ordering the consumer's
+    /// stream after the exported `stream` (set only by the `unsafe`
+    /// [`without_cuda_array_interface_sync`](Self::without_cuda_array_interface_sync)).
+    pub(crate) cai_unsynchronized: bool,
 }
 
 impl FromDlpackOptions {
@@ -44,7 +48,24 @@ impl FromDlpackOptions {
             device: None,
             copy: None,
             stream: None,
+            cai_unsynchronized: false,
         }
+    }
+
+    /// Imports through `__cuda_array_interface__` ignore its `stream` entry, as if it were
+    /// `None`: the consumer's stream is not ordered after the producer's pending work (the
+    /// interface's consumer option, "Synchronization" section; Numba's `sync=False`, CuPy's
+    /// `CUPY_CUDA_ARRAY_INTERFACE_SYNC=0`). DLPack imports are not affected.
+    ///
+    /// # Safety
+    ///
+    /// The caller orders every access to the imported memory after the producer's pending work
+    /// itself (a host synchronization of the producer's stream, an event of its own). Otherwise
+    /// reads race with the producer's writes, and host-accessible memory read from Rust is a
+    /// data race.
+    pub const unsafe fn without_cuda_array_interface_sync(mut self) -> Self {
+        self.cai_unsynchronized = true;
+        self
     }
 
     /// Sets `stream`: the stream the consumer will use the data on.
@@ -94,6 +115,14 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
 /// describes, and the tensor is validated by `T`'s import before anything reads it.
 ///
+/// An object without `__dlpack__` that has `__cuda_array_interface__` (feature `cuda`; the
+/// [CUDA Array Interface](https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html),
+/// versions 0 to 3) is read through it: its fields checked, the consumer's `stream` (`None`: the
+/// legacy default stream) made to wait on an event recorded on the exported `stream` (unless
+/// [`FromDlpackOptions::without_cuda_array_interface_sync`]), `device` and `copy` served as for
+/// a producer that refused the keywords, and the object kept alive until the import is dropped.
+/// `__dlpack__` is preferred where an object has both.
+///
 /// PyTorch tensors (types found once per type, from `sys.modules`, never importing torch): what
 /// PyTorch's `Tensor.__dlpack__` refuses (requires grad, conjugate bit, a layout other than
 /// strided, quantized dtypes) and the negative bit, which it exports wrongly, are refused with
@@ -103,9 +132,11 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 ///
 /// # Errors
 ///
-/// `TypeError` when `obj` is neither a DLPack producer (no `__dlpack__`) nor a capsule, saying
-/// what it is (pyo3 prefixes the argument's name, `argument 'x': ...`, when the import is a
-/// pyfunction argument's conversion); the producer's own exceptions; those of
+/// `TypeError` when `obj` is neither a DLPack producer (no `__dlpack__`), nor an object with
+/// `__cuda_array_interface__` (feature `cuda`), nor a capsule, saying what it is (pyo3 prefixes
+/// the argument's name when the import is a pyfunction argument's conversion); for a
+/// `__cuda_array_interface__` that cannot be read, the exceptions of
+/// [`CaiError`](crate::CaiError) (module docs); the producer's own exceptions; those of
 /// [`consume_capsule`]; `BufferError` for the torch tensors above, when the result cannot be on
 /// `device`, when `copy=False`
 /// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
@@ -181,6 +212,11 @@ pub fn managed_from_object(
     let (capsule, fell_back) = match first {
         Ok(capsule) => (capsule, false),
         Err(err) if err.is_instance_of::<PyAttributeError>(py) => {
+            // No `__dlpack__`: an object with only `__cuda_array_interface__` (feature `cuda`).
+            #[cfg(feature = "cuda")]
+            if let Some(managed) = super::cai::without_dlpack(obj, options)? {
+                return made_ready(settle(managed, options, true)?, options);
+            }
             return Err(not_a_producer(obj, err));
         }
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
@@ -212,12 +248,17 @@ fn not_a_producer(obj: &Bound<'_, PyAny>, err: PyErr) -> PyErr {
     if obj.hasattr(intern!(obj.py(), "__dlpack__")).unwrap_or(true) {
         return err;
     }
+    let cai = if cfg!(feature = "cuda") {
+        ", an object with `__cuda_array_interface__`"
+    } else {
+        ""
+    };
     let found = obj
         .get_type()
         .qualname()
         .map_or_else(|_| "?".to_owned(), |name| name.to_string());
     let error = PyTypeError::new_err(format!(
-        "expected a DLPack producer (an object with `__dlpack__`: a NumPy, PyTorch, JAX or CuPy array, say) or a DLPack capsule, found `{found}`"
+        "expected a DLPack producer (an object with `__dlpack__`: a NumPy, PyTorch, JAX or CuPy array, say){cai} or a DLPack capsule, found `{found}`"
     ));
     error.set_cause(obj.py(), Some(err));
     error

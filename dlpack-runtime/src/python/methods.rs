@@ -44,6 +44,10 @@ use super::{dlpack_c_exchange_api, dlpack_device};
 /// }
 /// ```
 ///
+/// With the `cuda` feature it also installs `__cuda_array_interface__`, a property that is
+/// `python::cuda_array_interface` of the instance (an `AttributeError` for a tensor not in CUDA
+/// memory).
+///
 /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)` is the array API's
 /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html),
 /// served as [`dlpack`](super::dlpack) serves it. It is a `METH_FASTCALL | METH_KEYWORDS` method that matches
@@ -92,6 +96,8 @@ where
             .map_err(|_| PySystemError::new_err("method name is not UTF-8"))?;
         ty.setattr(name, descr)?;
     }
+    #[cfg(feature = "cuda")]
+    super::cai::install::<T>(&ty)?;
     ty.setattr("__dlpack_c_exchange_api__", dlpack_c_exchange_api::<T>(py)?)
 }
 
@@ -154,7 +160,7 @@ fn names(py: Python<'_>) -> &[Py<PyString>; COUNT] {
 ///
 /// `slf` is NULL or a live object borrowed for the call (CPython calls a method with its
 /// instance, which the method descriptor has checked to be a `T`; checked again here).
-unsafe fn method_call<T: PyClass>(
+pub(super) unsafe fn method_call<T: PyClass>(
     slf: *mut pyffi::PyObject,
     f: impl for<'a, 'py> FnOnce(Python<'py>, Borrowed<'a, 'py, T>) -> PyResult<*mut pyffi::PyObject>,
 ) -> *mut pyffi::PyObject {

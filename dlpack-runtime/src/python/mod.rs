@@ -77,6 +77,18 @@
 //! accessors (`requires_grad`, `is_neg()`, and `is_conj()` for complex tensors): they roughly
 //! double the cost of a torch import through the C exchange API.
 //!
+//! # CUDA Array Interface (feature `cuda`)
+//!
+//! The other protocol of the same exchange, the
+//! [CUDA Array Interface](https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html)
+//! (the producer names one stream, the consumer orders itself after it), is served both ways:
+//! [`add_dlpack_methods`] also installs `__cuda_array_interface__` (version 3; see
+//! `cuda_array_interface`) on a pyclass whose tensor is in CUDA memory, and [`from_dlpack`]
+//! reads objects that have only that attribute (versions 0 to 3), ordering the consumer's
+//! stream after the exported `stream` with an event. Where an object has both, `__dlpack__` is
+//! used: it carries ownership (a deleter) and the device, which the interface leaves to the
+//! caller's care and to pointer queries.
+//!
 //! # C exchange API (`DLPackExchangeAPI` in `dlpack.h`)
 //!
 //! [`dlpack_c_exchange_api`] builds the
@@ -128,6 +140,10 @@
 //! | [`LayoutError::Borrow`] (another import of the same memory holds a conflicting borrow) | `BufferError` |
 //! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
+//! | [`CaiError`](crate::CaiError) (a `__cuda_array_interface__` that cannot be read): a missing or mistyped field | `TypeError` |
+//! | [`CaiError`](crate::CaiError): a mask, a structured `descr`, a `typestr` without a DLPack dtype | `BufferError` |
+//! | [`CaiError`](crate::CaiError): any other invalid value (`version`, `stream=0`, extents, strides, pointer) | `ValueError` |
+//! | `__cuda_array_interface__` of a host tensor, or of a dtype without a `typestr` | `AttributeError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
 //! | an object without `__dlpack__` that is not a capsule (a `str`, a list) | `TypeError`, naming the argument (`argument 'x': ...`) when pyo3 converts a pyfunction argument |
@@ -144,6 +160,8 @@ use crate::plan::stream::StreamError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
 
+#[cfg(feature = "cuda")]
+mod cai;
 #[cfg(feature = "candle")]
 pub(crate) mod candle;
 mod capsule;
@@ -157,6 +175,8 @@ mod parameters;
 mod producer;
 mod torch;
 
+#[cfg(feature = "cuda")]
+pub use cai::cuda_array_interface;
 pub use capsule::{consume_capsule, to_capsule};
 pub use consumer::{FromDlpackOptions, from_dlpack, from_dlpack_with, managed_from_object};
 pub use exchange_api::dlpack_c_exchange_api;

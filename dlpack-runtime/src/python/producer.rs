@@ -92,7 +92,7 @@ pub fn dlpack_device<T: DlpackExport + ?Sized>(tensor: &T) -> (i32, i32) {
 /// the interpreter is finalizing (deleters may run on any thread, even after shutdown: the
 /// [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html),
 /// "Implementation").
-pub(super) struct PyOwner<T: PyClass>(pub(super) Option<Py<T>>);
+pub(super) struct PyOwner<T>(pub(super) Option<Py<T>>);
 
 impl<T: PyClass<Frozen = True> + DlpackExport + Sync> PyOwner<T> {
     pub(super) fn parts(&mut self) -> crate::export::ExportParts<'_> {
@@ -109,7 +109,7 @@ fn unreachable_parts() -> ! {
     unreachable!("PyOwner is emptied only when dropped")
 }
 
-impl<T: PyClass> Drop for PyOwner<T> {
+impl<T> Drop for PyOwner<T> {
     fn drop(&mut self) {
         if let Some(obj) = self.0.take() {
             // The common case: a consumer (NumPy freeing its array, say) calls the deleter on a

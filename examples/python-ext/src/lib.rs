@@ -365,7 +365,7 @@ mod gpu {
 
     use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
     use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
-    use dlpack_runtime::python::{self, FromDlpackOptions, export_once};
+    use dlpack_runtime::python::{self, FromDlpackOptions};
     use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData, ManagedTensor};
     use pyo3::exceptions::{PyBufferError, PyRuntimeError};
     use pyo3::prelude::*;
@@ -393,9 +393,12 @@ mod gpu {
         Ok(CONTEXT.get_or_init(|| ctx).clone())
     }
 
-    /// A float32 CUDA tensor and the stream its contents were written on.
+    /// A float32 CUDA tensor and the stream its contents were written on: `CudaTensor` in
+    /// Python, a frozen pyclass with `__dlpack__`, `__dlpack_device__` and
+    /// `__cuda_array_interface__` (all three installed by `python::add_dlpack_methods`).
+    #[pyclass(frozen, name = "CudaTensor", module = "dlpack_example")]
     #[derive(DlpackExport)]
-    struct GpuTensor {
+    pub struct GpuTensor {
         #[dlpack(data)]
         data: CudaSlice<f32>,
         #[dlpack(shape)]
@@ -412,21 +415,90 @@ mod gpu {
         shape: Vec<usize>,
     }
 
-    /// `cuda_arange(n)`: 0..n as float32 on device 0, written asynchronously on a stream of its
-    /// own; consumers get an event dependency on it.
+    /// `cuda_arange(n) -> CudaTensor`: 0..n as float32 on device 0, written asynchronously on
+    /// a stream of its own; DLPack consumers get an event dependency on it, and
+    /// `__cuda_array_interface__` names that stream.
     #[pyfunction]
-    pub fn cuda_arange(py: Python<'_>, n: usize) -> PyResult<Bound<'_, python::ExportOnce>> {
+    pub fn cuda_arange(n: usize) -> PyResult<GpuTensor> {
         let stream = device0()?.new_stream().map_err(cuda_err)?;
         let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
         let data = stream.clone_htod(&host).map_err(cuda_err)?;
-        export_once(
-            py,
-            GpuTensor {
-                data,
-                shape: vec![n],
-                stream,
+        Ok(GpuTensor {
+            data,
+            shape: vec![n],
+            stream,
+        })
+    }
+
+    /// A float32 CUDA tensor with two streams that may have pending work on it: `first` (the
+    /// stream its `__cuda_array_interface__` names) and `second`.
+    #[pyclass(frozen, name = "CudaTensorTwoStreams", module = "dlpack_example")]
+    #[derive(DlpackExport)]
+    pub struct GpuTensorTwoStreams {
+        #[dlpack(data)]
+        data: CudaSlice<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+        #[dlpack(stream)]
+        first: Arc<CudaStream>,
+        #[dlpack(stream)]
+        second: Arc<CudaStream>,
+        /// `data`'s device pointer, read once when made.
+        ptr: sys::CUdeviceptr,
+    }
+
+    #[pymethods]
+    impl GpuTensorTwoStreams {
+        /// The handles of the two streams (`CUstream` as integers): `(first, second)`.
+        #[getter]
+        fn streams(&self) -> (usize, usize) {
+            (
+                self.first.cu_stream() as usize,
+                self.second.cu_stream() as usize,
+            )
+        }
+
+        /// The device pointer of the data, read without any ordering (for the negative
+        /// control of the tests).
+        #[getter]
+        fn data_ptr(&self) -> u64 {
+            self.ptr
+        }
+    }
+
+    /// `cuda_arange_two_streams(n, timeout) -> (CudaTensorTwoStreams, gate)`: 0..n as float32
+    /// written on the tensor's second stream behind a gate (released by `gate.release()` or
+    /// after `timeout` seconds); the first stream has nothing pending.
+    #[pyfunction]
+    pub fn cuda_arange_two_streams(
+        n: usize,
+        timeout: f64,
+    ) -> PyResult<(GpuTensorTwoStreams, CudaGate)> {
+        let ctx = device0()?;
+        let first = ctx.new_stream().map_err(cuda_err)?;
+        let second = ctx.new_stream().map_err(cuda_err)?;
+        let open = gate_stream(&second, timeout)?;
+        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        let data = second.clone_htod(&host).map_err(cuda_err)?;
+        let ptr = {
+            use cudarc::driver::DevicePtr;
+            let (ptr, _record) = data.device_ptr(&second);
+            ptr
+        };
+        let tensor = GpuTensorTwoStreams {
+            data,
+            shape: vec![n],
+            first,
+            second: second.clone(),
+            ptr,
+        };
+        Ok((
+            tensor,
+            CudaGate {
+                open,
+                stream: second,
             },
-        )
+        ))
     }
 
     /// The streams `cuda_stream` hands out: created with the context (`device0`), alive until
@@ -528,29 +600,29 @@ mod gpu {
     /// `cuda_arange_gated(n, timeout) -> (tensor, gate)`: as `cuda_arange`, with the write held
     /// behind a gate on its stream until `gate.release()` (or `timeout` seconds).
     #[pyfunction]
-    pub fn cuda_arange_gated(
-        py: Python<'_>,
-        n: usize,
-        timeout: f64,
-    ) -> PyResult<(Bound<'_, python::ExportOnce>, CudaGate)> {
+    pub fn cuda_arange_gated(n: usize, timeout: f64) -> PyResult<(GpuTensor, CudaGate)> {
         let stream = device0()?.new_stream().map_err(cuda_err)?;
+        let open = gate_stream(&stream, timeout)?;
+        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        let data = stream.clone_htod(&host).map_err(cuda_err)?;
+        let tensor = GpuTensor {
+            data,
+            shape: vec![n],
+            stream: stream.clone(),
+        };
+        Ok((tensor, CudaGate { open, stream }))
+    }
+
+    /// Enqueues a gate on `stream`: the work enqueued after it waits until the returned flag is
+    /// set (`CudaGate::release`) or `timeout` seconds have passed.
+    fn gate_stream(stream: &CudaStream, timeout: f64) -> PyResult<Arc<(Mutex<bool>, Condvar)>> {
         let open = Arc::new((Mutex::new(false), Condvar::new()));
         let user_data = Box::into_raw(Box::new((open.clone(), timeout)));
         // SAFETY: `wait_for_gate` matches `CUhostFn` and takes `user_data` back once it runs.
         unsafe { sys::cuLaunchHostFunc(stream.cu_stream(), Some(wait_for_gate), user_data.cast()) }
             .result()
             .map_err(cuda_err)?;
-        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
-        let data = stream.clone_htod(&host).map_err(cuda_err)?;
-        let tensor = export_once(
-            py,
-            GpuTensor {
-                data,
-                shape: vec![n],
-                stream: stream.clone(),
-            },
-        )?;
-        Ok((tensor, CudaGate { open, stream }))
+        Ok(open)
     }
 
     /// `cuda_synchronize_holding_gil(stream)`: `cuStreamSynchronize` called directly, keeping
@@ -573,6 +645,28 @@ mod gpu {
             &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
         )?;
         Ok(view.data.as_slice()?.iter().map(|&v| f64::from(v)).sum())
+    }
+
+    /// `cuda_to_host(x) -> ExportOnce`: `x` (any layout, from `__dlpack__` or
+    /// `__cuda_array_interface__`) imported for the host (`device=CPU`: a compact copy in
+    /// row-major order), handed back for `numpy.from_dlpack`.
+    #[pyfunction]
+    pub fn cuda_to_host<'py>(
+        x: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, python::ExportOnce>> {
+        let managed = python::managed_from_object(
+            x,
+            &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
+        )?;
+        python::export_managed(x.py(), managed)
+    }
+
+    /// `cuda_is_read_only(x) -> bool`: whether the import of `x` is read-only (the
+    /// `DLPACK_FLAG_BITMASK_READ_ONLY` flag of what `from_dlpack` gets).
+    #[pyfunction]
+    pub fn cuda_is_read_only(x: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let managed = python::managed_from_object(x, &FromDlpackOptions::new())?;
+        Ok(managed.is_read_only())
     }
 
     /// A CUDA tensor imported by Rust and lent on (a relay), with no stream field: made by
@@ -629,15 +723,29 @@ mod gpu {
             Ok(Self { data, ptr })
         }
 
-        /// `copy_from(x, stream, sync=True) -> CudaImport`: imports `x` for `stream` (with
-        /// `stream=-1` when `sync` is false: no ordering, the negative control) and enqueues a
-        /// device-to-device copy of it into this buffer on `stream`; under a capture, the copy
-        /// is part of the graph. Keep the result as long as the copy may run.
-        #[pyo3(signature = (x, stream, sync=true))]
-        fn copy_from(&self, x: &Bound<'_, PyAny>, stream: usize, sync: bool) -> PyResult<CudaImport> {
+        /// `copy_from(x, stream, sync=True, cai_sync=True) -> CudaImport`: imports `x` for
+        /// `stream` (with `stream=-1` when `sync` is false: no ordering, the negative control;
+        /// with `cai_sync` false an import through `__cuda_array_interface__` ignores its
+        /// `stream`, the other negative control) and enqueues a device-to-device copy of it
+        /// into this buffer on `stream`; under a capture, the copy is part of the graph. Keep
+        /// the result as long as the copy may run.
+        #[pyo3(signature = (x, stream, sync=true, cai_sync=true))]
+        fn copy_from(
+            &self,
+            x: &Bound<'_, PyAny>,
+            stream: usize,
+            sync: bool,
+            cai_sync: bool,
+        ) -> PyResult<CudaImport> {
             let asked = if sync { stream as i64 } else { -1 };
-            let view: GpuView =
-                python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(asked)))?;
+            let mut options = FromDlpackOptions::new().stream(Some(asked));
+            if !cai_sync {
+                // SAFETY: the imported memory is only read by the device copy enqueued below,
+                // never through a Rust reference; left unordered (the negative control of the
+                // tests), that copy may read stale values, which is the point.
+                options = unsafe { options.without_cuda_array_interface_sync() };
+            }
+            let view: GpuView = python::from_dlpack_with(x, &options)?;
             let n: usize = view.shape.iter().product();
             if n != self.data.len() {
                 return Err(PyBufferError::new_err(format!(
@@ -658,6 +766,45 @@ mod gpu {
             .result()
             .map_err(cuda_err)?;
             Ok(CudaImport { _view: view })
+        }
+
+        /// `copy_from_pointer(ptr, stream)`: enqueues a device-to-device copy of the buffer's
+        /// length in float32 from the device pointer `ptr` (as a CUDA Array Interface
+        /// consumer finds it in `data`) into this buffer on `stream`, with no ordering of its
+        /// own: the caller enqueues on the stream the interface names, as its
+        /// "Synchronization" section allows.
+        fn copy_from_pointer(&self, ptr: u64, stream: usize) -> PyResult<()> {
+            let n = self.data.len();
+            let (mut start, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+            // SAFETY: valid out-pointers of the attributes' types; the driver only reads its
+            // own tables for `ptr`.
+            unsafe {
+                sys::cuPointerGetAttribute(
+                    (&mut start as *mut sys::CUdeviceptr).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                    ptr,
+                )
+                .result()
+                .map_err(cuda_err)?;
+                sys::cuPointerGetAttribute(
+                    (&mut size as *mut usize).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    ptr,
+                )
+                .result()
+                .map_err(cuda_err)?;
+            }
+            if ptr + (n * 4) as u64 > start + size as u64 {
+                return Err(PyBufferError::new_err(format!(
+                    "{n} float32 at {ptr:#x} reach past the allocation"
+                )));
+            }
+            // SAFETY: `ptr` starts `n` float32 inside one live allocation (checked above) that
+            // the caller keeps alive (its producer's `__cuda_array_interface__`); the buffer is
+            // `n` float32 kept by `self`; stream-ordered on a live stream.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(self.ptr, ptr, n * 4, stream as sys::CUstream) }
+                .result()
+                .map_err(cuda_err)
         }
 
         /// `zero(stream)`: enqueues a memset of the buffer to 0.0 on `stream`.
@@ -862,13 +1009,21 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hold, m)?)?;
     #[cfg(feature = "cuda")]
     {
+        m.add_class::<gpu::GpuTensor>()?;
+        // A shared, read-only export; `__cuda_array_interface__` too (CUDA memory).
+        python::add_dlpack_methods::<gpu::GpuTensor>(m.py())?;
+        m.add_class::<gpu::GpuTensorTwoStreams>()?;
+        python::add_dlpack_methods::<gpu::GpuTensorTwoStreams>(m.py())?;
         m.add_function(wrap_pyfunction!(gpu::cuda_arange, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_arange_two_streams, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum_via_c_api, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_stream, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_arange_gated, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_synchronize_holding_gil, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::host_sum, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_to_host, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_is_read_only, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_relay, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_capture_begin, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_capture_end, m)?)?;
