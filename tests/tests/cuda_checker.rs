@@ -6,12 +6,11 @@
 
 use std::sync::Arc;
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{
-    CapturedGraph, Checker, Gate, GpuStrided, GpuTensor, GpuView, captured_copy, checker,
-};
+use dlpack_tests::gpu::{CapturedGraph, GpuStrided, GpuTensor, GpuView, captured_copy};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -19,7 +18,7 @@ const N: usize = 1024;
 
 fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>, Checker) {
     let ctx = CudaContext::new(0).expect(NEEDS_SIMULATOR);
-    let checker = checker().expect(NEEDS_SIMULATOR);
+    let checker = Checker::attach().expect(NEEDS_SIMULATOR);
     let a = ctx.new_stream().unwrap();
     let b = ctx.new_stream().unwrap();
     (ctx, a, b, checker)

@@ -19,8 +19,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, sys};
-use dlpack_tests::gpu::{Gate, checker};
 use sys::CUresult;
 use sys::CUstreamCaptureMode::{
     CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED,
@@ -338,7 +338,7 @@ fn pointer_memory_type(ptr: sys::CUdeviceptr) -> u32 {
 fn an_event_captures_its_streams_position_at_record_time() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (buf, snapshot) = (DevBuf::new(N), DevBuf::new(N));
     let (a, b) = (Stream::non_blocking(), Stream::non_blocking());
     let event = Event::new();
@@ -375,7 +375,7 @@ fn an_event_captures_its_streams_position_at_record_time() {
 fn rerecording_an_event_leaves_earlier_waits_on_the_old_position() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (buf, before, after) = (DevBuf::new(N), DevBuf::new(N), DevBuf::new(N));
     let (a, b, c) = (
         Stream::non_blocking(),
@@ -414,7 +414,7 @@ fn rerecording_an_event_leaves_earlier_waits_on_the_old_position() {
 #[test]
 fn a_never_recorded_event_counts_as_complete() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     let event = Event::new();
@@ -433,7 +433,7 @@ fn a_never_recorded_event_counts_as_complete() {
 #[test]
 fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     let event = Event::new();
@@ -458,7 +458,7 @@ fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
 #[test]
 fn the_legacy_default_stream_waits_for_blocking_streams() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let (legacy, blocking) = (Stream::legacy(), Stream::blocking());
 
@@ -487,7 +487,7 @@ fn the_legacy_default_stream_waits_for_blocking_streams() {
 #[test]
 fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (held, buf) = (DevBuf::new(N), DevBuf::new(N));
     let (legacy, non_blocking) = (Stream::legacy(), Stream::non_blocking());
 
@@ -516,7 +516,7 @@ fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
 #[test]
 fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (after_legacy, independent) = (DevBuf::new(N), DevBuf::new(N));
     let legacy = Stream::legacy();
     let (blocking, non_blocking) = (Stream::blocking(), Stream::non_blocking());
@@ -553,7 +553,7 @@ fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not
 fn the_per_thread_default_stream_belongs_to_its_thread() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (theirs, mine) = (DevBuf::new(N), DevBuf::new(N));
     let (held_tx, held_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -601,7 +601,7 @@ fn the_per_thread_default_stream_belongs_to_its_thread() {
 fn the_context_stack_is_per_thread_and_pops_back_to_the_previous_context() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     thread::scope(|scope| {
         scope.spawn(|| {
             let primary = ctx.cu_ctx();
@@ -689,7 +689,7 @@ fn the_context_stack_is_per_thread_and_pops_back_to_the_previous_context() {
 fn device_pointers_report_their_device_context_and_memory_type() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let contexts: Vec<_> = (0..device_count().min(2))
         .map(|ordinal| CudaContext::new(ordinal).expect("a context on each device"))
         .collect();
@@ -740,7 +740,7 @@ fn device_pointers_report_their_device_context_and_memory_type() {
 fn a_stream_knows_its_context_and_its_capture_status() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     assert_eq!(stream.context(), ctx.cu_ctx(), "the creating context");
@@ -806,7 +806,7 @@ fn a_stream_knows_its_context_and_its_capture_status() {
 fn the_threads_capture_mode_is_exchanged() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let exchange = |mut mode: sys::CUstreamCaptureMode| {
         // SAFETY: the in/out-pointer is a live local.
         let result = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
@@ -870,7 +870,7 @@ fn copy_2d(stream: &Stream, src: &Side, dst: &Side, width: usize, height: usize)
 #[test]
 fn copies_and_memsets_produce_the_right_bytes() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let host: Vec<u32> = (0..N as u32)
         .map(|i| i.wrapping_mul(2_654_435_761))
         .collect();
@@ -1016,7 +1016,7 @@ fn copies_and_memsets_produce_the_right_bytes() {
 fn error_names_device_ordinals_and_the_driver_version_are_reported() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let text = |f: unsafe fn(CUresult, *mut *const c_char) -> CUresult, error: CUresult| {
         let mut text: *const c_char = null();
         // SAFETY: the out-pointer is a live local; on success the driver points it at a static
@@ -1060,7 +1060,7 @@ fn error_names_device_ordinals_and_the_driver_version_are_reported() {
 #[test]
 fn context_synchronize_waits_for_every_stream_of_the_context() {
     let ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (one, two) = (DevBuf::new(N), DevBuf::new(N));
     let (a, b) = (Stream::non_blocking(), Stream::non_blocking());
     a.fill(&one, 0);
@@ -1105,7 +1105,7 @@ fn context_synchronize_waits_for_every_stream_of_the_context() {
 #[test]
 fn two_dimensional_memsets_write_only_their_rows() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     // 8 rows of 64 bytes; the memsets write the first 6 rows, 20 bytes (5 words) of each.
     let (rows, pitch, written) = (8usize, 64usize, 6usize);
     let buf = DevBuf::with_bytes(rows * pitch);
@@ -1282,7 +1282,7 @@ impl Drop for Exec {
 #[test]
 fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     let (src, dst) = (DevBuf::new(N), DevBuf::new(N));
     let (stream, launch) = (Stream::non_blocking(), Stream::non_blocking());
@@ -1331,7 +1331,7 @@ fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
 #[test]
 fn launches_of_one_executable_graph_are_ordered() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let (stream, first, second) = (
         Stream::non_blocking(),
@@ -1366,7 +1366,7 @@ fn launches_of_one_executable_graph_are_ordered() {
 #[test]
 fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (buf, out) = (DevBuf::new(N), DevBuf::new(N));
     let (producer, capturing, launch) = (
         Stream::non_blocking(),
@@ -1423,7 +1423,7 @@ fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
 #[test]
 fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (buf, other) = (DevBuf::new(N), DevBuf::new(N));
     let (blocking, non_blocking) = (Stream::blocking(), Stream::non_blocking());
     Stream::legacy().fill(&buf, 0);
@@ -1475,7 +1475,7 @@ fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
 #[test]
 fn the_per_thread_default_stream_can_be_captured() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::per_thread();
     stream.fill(&buf, 0);
@@ -1496,7 +1496,7 @@ fn the_per_thread_default_stream_can_be_captured() {
 fn capture_modes_decide_which_threads_may_make_potentially_unsafe_calls() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let stream = Stream::non_blocking();
     let alloc = || {
         let mut ptr = 0;
@@ -1586,7 +1586,7 @@ fn capture_modes_decide_which_threads_may_make_potentially_unsafe_calls() {
 fn capture_info_gives_each_capture_its_own_id() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let stream = Stream::non_blocking();
     assert_eq!(stream.capture_info().status, CU_STREAM_CAPTURE_STATUS_NONE);
 
@@ -1608,7 +1608,7 @@ fn capture_info_gives_each_capture_its_own_id() {
 #[test]
 fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let [a, b, c] = [(); 3].map(|()| DevBuf::new(N));
     let (origin, forked, launch) = (
         Stream::non_blocking(),
@@ -1670,7 +1670,7 @@ fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
 #[test]
 fn an_executable_graph_outlives_its_graph() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     stream.fill(&buf, 0);
@@ -1711,7 +1711,7 @@ fn an_executable_graph_outlives_its_graph() {
 fn cudarcs_capture_and_graph_launch_work() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     // SAFETY: this test orders its work itself: one stream only (cudarc's events would be
     // recorded outside the capture and waited on inside it).
     unsafe { ctx.disable_event_tracking() };
