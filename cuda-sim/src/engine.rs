@@ -530,6 +530,8 @@ pub(crate) struct State {
     host: VClock,
     host_seq: u64,
     pub(crate) checker: Checker,
+    /// Loaded PTX modules and their kernels.
+    pub(crate) kernels: crate::kernel::Kernels,
     /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
     pub(crate) operations: HashMap<String, u64>,
     next_handle: Handle,
@@ -561,6 +563,7 @@ impl State {
             host: VClock::default(),
             host_seq: 0,
             checker: Checker::default(),
+            kernels: Default::default(),
             operations: HashMap::new(),
             next_handle: 0x1000,
             next_capture: 0,
@@ -780,11 +783,25 @@ impl State {
         wait: Option<&Recorded>,
         work: Option<Work>,
     ) -> Res<u64> {
+        self.enqueue_as(i, op, op, accesses, wait, work)
+    }
+
+    /// [`State::enqueue`], counted under `count` (`cuSimOperations`) and reported as `op`
+    /// (a kernel launch is counted as `cuLaunchKernel` and reported with the kernel's name).
+    pub(crate) fn enqueue_as(
+        &mut self,
+        i: usize,
+        count: &str,
+        op: &str,
+        accesses: &[(&Alloc, Pattern, bool)],
+        wait: Option<&Recorded>,
+        work: Option<Work>,
+    ) -> Res<u64> {
         if self.capturing(i)?.is_some() {
             self.invalidate_stream_capture(i);
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
-        *self.operations.entry(op.to_string()).or_default() += 1;
+        *self.operations.entry(count.to_string()).or_default() += 1;
         let mut deps = Vec::new();
         let mut clock = self.streams[i].clock.clone();
         let ctx = &self.contexts[&self.streams[i].ctx];

@@ -9,7 +9,11 @@
 //! per stream and for the host, as in PyTorch's CUDA stream sanitizer): an access not ordered
 //! after a conflicting one, a free not ordered after every access, and any access to freed
 //! memory are reported as violations through `cuSimViolations`, `cuSimReport` and
-//! `cuSimReset`.
+//! `cuSimReset`. PTX modules load and kernel launches are checked as accesses to the memory
+//! their pointer parameters point into, but kernel bodies do not run (below).
+//!
+//! Tests reach the checker, a stream gate, and a loader that puts the simulator under plain
+//! `cargo test`, through the crate `cuda-sim-testing`.
 //!
 //! # Use
 //!
@@ -40,13 +44,35 @@
 //! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
 //! and their launch (below), error names and strings.
 //!
-//! Not modelled: kernels and modules (`cuLaunchKernel`, `cuModuleLoad*` return
-//! `CUDA_ERROR_NOT_SUPPORTED`), timing and throughput, unified memory faults and prefetching,
+//! Not modelled: kernel bodies (below), cubin and fatbin images, timing and throughput, unified memory faults and prefetching,
 //! peer access rules, IPC and multi-process use, and the device reset of a primary context
 //! whose retain count drops to zero (its state is kept). Every driver function that cudarc
 //! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
 //! except on request.
+//!
+//! # Modules and kernels
+//!
+//! `cuModuleLoadData`, `cuModuleLoadDataEx` (JIT options ignored) and `cuModuleLoad` accept PTX
+//! text: the `.entry` directives' signatures are read (parameter sizes and alignments), nothing
+//! else. A cubin (an ELF image) or a fatbin is not modelled: `CUDA_ERROR_NOT_SUPPORTED`, said
+//! on stderr; PTX whose entries cannot be read is `CUDA_ERROR_INVALID_PTX`, with the reason on
+//! stderr. `cuModuleGetFunction` finds an entry by name (`CUDA_ERROR_NOT_FOUND` otherwise);
+//! `cuModuleUnload` makes its kernels' handles invalid (`CUDA_ERROR_INVALID_HANDLE`).
+//!
+//! **Kernel bodies do not run: a launch computes no value.** `cuLaunchKernel` (also
+//! `cuLaunchKernelEx`, launch attributes ignored, and `cuLaunchCooperativeKernel`) checks the
+//! geometry as the driver does (`CUDA_ERROR_INVALID_VALUE` for a zero dimension, more than 1024
+//! threads per block, block z above 64, grid y or z above 65535), reads the parameters from
+//! `kernelParams` or `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER`/`_SIZE`, packed at their aligned
+//! offsets), and enqueues the launch on its stream as an access to every live device allocation
+//! that a pointer-sized parameter (`.u64`, `.s64`, `.b64`; not inside a by-value struct)
+//! points into: a read and write of the whole allocation, or a read for a parameter declared
+//! read-only with `cuSimKernelParamReadOnly(function, index, 1)`. The checker sees it like a
+//! copy (reported as ``cuLaunchKernel `name` ``, counted as `cuLaunchKernel`), so ordering bugs
+//! around real launches are caught; a parameter pointing into freed memory is a use after free,
+//! reported, and the launch is refused with `CUDA_ERROR_INVALID_VALUE`. A launch on a capturing
+//! stream is refused (kernel nodes are not modelled) and invalidates the capture.
 //!
 //! # Stream capture and graphs
 //!
@@ -129,6 +155,8 @@ mod checker;
 mod control;
 mod engine;
 mod graph;
+mod kernel;
+mod ptx;
 mod stubs;
 
 use std::sync::{LazyLock, Mutex};
