@@ -4,12 +4,13 @@ use std::ffi::{CString, c_char};
 use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard};
 
-use cudarc::driver::sys;
+use cudarc::driver::{CudaFunction, DriverError, sys};
 
 type Count = unsafe extern "C" fn() -> u64;
 type Reset = unsafe extern "C" fn();
 type Report = unsafe extern "C" fn(*mut u8, usize) -> usize;
 type Operations = unsafe extern "C" fn(*const c_char) -> u64;
+type ReadOnly = unsafe extern "C" fn(sys::CUfunction, u32, i32) -> sys::CUresult;
 
 /// The simulator's entry points, found with `dlsym` in the driver library cudarc loaded.
 #[derive(Clone, Copy)]
@@ -18,6 +19,7 @@ struct Entries {
     reset: Reset,
     report: Report,
     operations: Operations,
+    read_only: ReadOnly,
 }
 
 impl Entries {
@@ -35,6 +37,7 @@ impl Entries {
                 reset: *lib.get::<Reset>(b"cuSimReset").ok()?,
                 report: *lib.get::<Report>(b"cuSimReport").ok()?,
                 operations: *lib.get::<Operations>(b"cuSimOperations").ok()?,
+                read_only: *lib.get::<ReadOnly>(b"cuSimKernelParamReadOnly").ok()?,
             })
         }
     }
@@ -123,6 +126,24 @@ impl Checker {
         };
         // SAFETY: a NUL-terminated string, alive for the call.
         unsafe { (self.entries.operations)(name.as_ptr()) }
+    }
+
+    /// Declares parameters `params` (indices in the kernel's `.entry` signature) of `kernel`
+    /// read-only: later launches read the allocations they point into rather than read and
+    /// write them, so two unordered launches that only read one buffer are not reported. The
+    /// simulator's error for an index that is not a pointer-sized parameter
+    /// (`CUDA_ERROR_INVALID_VALUE`) or a kernel of an unloaded module
+    /// (`CUDA_ERROR_INVALID_HANDLE`); the parameters before it are declared.
+    pub fn declare_read_only(
+        &self,
+        kernel: &CudaFunction,
+        params: &[u32],
+    ) -> Result<(), DriverError> {
+        for &index in params {
+            // SAFETY: the simulator's entry point; a kernel handle it made (or one it refuses).
+            unsafe { (self.entries.read_only)(kernel.cu_function(), index, 1) }.result()?;
+        }
+        Ok(())
     }
 
     /// Panics with the report, prefixed by `what`, if a violation was found since the last

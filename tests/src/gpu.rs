@@ -188,3 +188,71 @@ pub fn captured_copy(
     let graph = unsafe { CapturedGraph::end(b.cu_stream()) }.expect("the capture stays valid");
     (graph, view)
 }
+
+/// A PTX module of two kernels, for launches on the simulator (which reads the `.entry`
+/// signatures and runs no body) and on GPUs (which run them, PTX JIT-compiled from `sm_52`):
+/// `fill_u32(out: *mut u32, value: u32, n: u32)` sets `out[i] = value` and
+/// `copy_u32(dst: *mut u32, src: *const u32, n: u32)` sets `dst[i] = src[i]`, for `i < n`, one
+/// thread per element.
+pub const KERNELS_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry fill_u32(
+	.param .u64 fill_u32_out,
+	.param .u32 fill_u32_value,
+	.param .u32 fill_u32_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<5>;
+
+	ld.param.u64 	%rd1, [fill_u32_out];
+	ld.param.u32 	%r1, [fill_u32_value];
+	ld.param.u32 	%r2, [fill_u32_n];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r6, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r6, %r2;
+	@%p1 bra 	$L__fill_done;
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.u32 	%rd3, %r6, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	st.global.u32 	[%rd4], %r1;
+$L__fill_done:
+	ret;
+}
+
+.visible .entry copy_u32(
+	.param .u64 copy_u32_dst,
+	.param .u64 copy_u32_src,
+	.param .u32 copy_u32_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [copy_u32_dst];
+	ld.param.u64 	%rd2, [copy_u32_src];
+	ld.param.u32 	%r1, [copy_u32_n];
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %tid.x;
+	mad.lo.s32 	%r5, %r2, %r3, %r4;
+	setp.ge.u32 	%p1, %r5, %r1;
+	@%p1 bra 	$L__copy_done;
+	cvta.to.global.u64 	%rd3, %rd2;
+	mul.wide.u32 	%rd4, %r5, 4;
+	add.s64 	%rd5, %rd3, %rd4;
+	ld.global.u32 	%r6, [%rd5];
+	cvta.to.global.u64 	%rd6, %rd1;
+	add.s64 	%rd7, %rd6, %rd4;
+	st.global.u32 	[%rd7], %r6;
+$L__copy_done:
+	ret;
+}
+"#;

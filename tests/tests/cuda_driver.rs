@@ -2,7 +2,9 @@
 //! stream position an event captures, never-recorded and re-recorded events, not-ready queries,
 //! the legacy and per-thread default streams against blocking and non-blocking streams, the
 //! per-thread context stack, pointer attributes, stream capture into graphs and their launch,
-//! copies and memsets, error codes and context synchronization.
+//! copies and memsets, PTX modules and kernel launches (their order and geometry checks: the
+//! simulator runs no kernel body, so no test here reads a kernel's values), error codes and
+//! context synchronization.
 //!
 //! Written against the driver API only (cudarc's raw `sys` functions), with no branch for any
 //! particular driver: the test command runs it on the CUDA simulator (`cuda-sim`, a stand-in
@@ -1734,4 +1736,141 @@ fn cudarcs_capture_and_graph_launch_work() {
         .expect("memcpy_htod");
     graph.launch().expect("launch");
     assert_eq!(stream.clone_dtoh(&data).expect("clone_dtoh"), [0; 4]);
+}
+
+/// `dlpack_tests::gpu::KERNELS_PTX`, loaded with `cuModuleLoadData` into the current context
+/// and unloaded on drop.
+struct Module(sys::CUmodule);
+
+impl Module {
+    fn load() -> Self {
+        let text = std::ffi::CString::new(dlpack_tests::gpu::KERNELS_PTX).unwrap();
+        let mut module = null_mut();
+        // SAFETY: a valid out-pointer; NUL-terminated PTX text.
+        let result = unsafe { sys::cuModuleLoadData(&mut module, text.as_ptr().cast()) };
+        ok(result, "cuModuleLoadData");
+        Self(module)
+    }
+
+    fn function(&self, name: &CStr) -> Result<sys::CUfunction, CUresult> {
+        let mut f = null_mut();
+        // SAFETY: a loaded module; a NUL-terminated name; a valid out-pointer.
+        match unsafe { sys::cuModuleGetFunction(&mut f, self.0, name.as_ptr()) } {
+            SUCCESS => Ok(f),
+            e => Err(e),
+        }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `load`, unloaded once.
+        let result = unsafe { sys::cuModuleUnload(self.0) };
+        if !thread::panicking() {
+            ok(result, "cuModuleUnload");
+        }
+    }
+}
+
+/// `cuLaunchKernel` of `fill_u32(buf, value, n)` with the given geometry on `stream`.
+fn launch_fill(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    stream: &Stream,
+    buf: &DevBuf,
+    value: u32,
+) -> CUresult {
+    let n = buf.words() as u32;
+    let mut params = [
+        (&buf.ptr as *const sys::CUdeviceptr)
+            .cast_mut()
+            .cast::<c_void>(),
+        (&value as *const u32).cast_mut().cast::<c_void>(),
+        (&n as *const u32).cast_mut().cast::<c_void>(),
+    ];
+    // SAFETY: one pointer per parameter of `fill_u32(u64, u32, u32)`, alive for the call; the
+    // kernel writes `n` u32 of `buf`, a live allocation.
+    unsafe {
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            0,
+            stream.raw,
+            params.as_mut_ptr(),
+            null_mut(),
+        )
+    }
+}
+
+#[test]
+fn a_ptx_module_finds_its_entries_by_name() {
+    let _ctx = ctx();
+    let module = Module::load();
+    assert!(module.function(c"fill_u32").is_ok());
+    assert!(module.function(c"copy_u32").is_ok());
+    assert_eq!(
+        module.function(c"fill"),
+        Err(sys::cudaError_enum::CUDA_ERROR_NOT_FOUND)
+    );
+    assert_eq!(
+        module.function(c"fill_u32_out"),
+        Err(sys::cudaError_enum::CUDA_ERROR_NOT_FOUND),
+        "a parameter is not an entry"
+    );
+}
+
+#[test]
+fn kernel_launches_are_stream_ordered_and_their_geometry_is_checked() {
+    let _ctx = ctx();
+    let checker = Checker::attach();
+    let module = Module::load();
+    let fill = module.function(c"fill_u32").unwrap();
+    let buf = DevBuf::new(N);
+    let stream = Stream::non_blocking();
+    let event = Event::new();
+
+    let gate = stream.gate();
+    let blocks = N.div_ceil(128) as u32;
+    ok(
+        launch_fill(fill, (blocks, 1, 1), (128, 1, 1), &stream, &buf, 7),
+        "cuLaunchKernel",
+    );
+    event.record(&stream);
+    // After the kernel in stream order: its value is the one left.
+    stream.fill(&buf, 9);
+    assert_eq!(
+        stream.query(),
+        NOT_READY,
+        "a launch behind a gate is pending"
+    );
+    assert_eq!(event.query(), NOT_READY);
+    gate.release();
+    ok(stream.sync(), "cuStreamSynchronize after the gate");
+    assert_eq!(event.query(), SUCCESS);
+    assert_eq!(stream.read(&buf), vec![9; N]);
+
+    for (grid, block) in [
+        ((0, 1, 1), (128, 1, 1)),
+        ((1, 1, 1), (0, 1, 1)),
+        ((1, 1, 1), (1025, 1, 1)),
+        ((1, 1, 1), (32, 32, 2)),
+        ((1, 1, 1), (1, 1, 65)),
+        ((1, 65536, 1), (1, 1, 1)),
+    ] {
+        assert_eq!(
+            launch_fill(fill, grid, block, &stream, &buf, 1),
+            CUDA_ERROR_INVALID_VALUE,
+            "grid {grid:?}, block {block:?}"
+        );
+    }
+    ok(stream.sync(), "cuStreamSynchronize");
+    if let Some(c) = checker {
+        c.assert_clean("a launch followed by a memset on one stream");
+    }
 }
