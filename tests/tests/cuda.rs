@@ -62,7 +62,7 @@ fn setup() -> (
 }
 
 fn assert_clean(checker: &Option<Checker>, what: &str) {
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean(what);
     }
 }

@@ -427,7 +427,7 @@ fn a_never_recorded_event_counts_as_complete() {
     stream.fill(&buf, 5);
     ok(stream.sync(), "a wait for a never-recorded event");
     assert_eq!(stream.read(&buf), vec![5; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("never-recorded event");
     }
 }
@@ -452,7 +452,7 @@ fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
     assert_eq!(event.query(), SUCCESS);
     ok(event.sync(), "cuEventSynchronize after the gate");
     assert_eq!(stream.read(&buf), vec![3; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("not-ready queries");
     }
 }
@@ -481,7 +481,7 @@ fn the_legacy_default_stream_waits_for_blocking_streams() {
     ok(legacy.sync(), "the legacy stream after the gate");
     assert_eq!(Stream::null().query(), SUCCESS);
     assert_eq!(legacy.read(&buf), vec![7; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("legacy stream after a blocking stream");
     }
 }
@@ -510,7 +510,7 @@ fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
     );
     assert_eq!(legacy.read(&buf), vec![9; N]);
     assert_eq!(non_blocking.read(&held), vec![3; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("legacy stream beside a non-blocking stream");
     }
 }
@@ -546,7 +546,7 @@ fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not
     ok(legacy.sync(), "the legacy stream after the gate");
     assert_eq!(blocking.read(&after_legacy), vec![5; N]);
     assert_eq!(non_blocking.read(&independent), vec![6; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("blocking and non-blocking streams after legacy work");
     }
 }
@@ -1009,7 +1009,7 @@ fn copies_and_memsets_produce_the_right_bytes() {
         })
         .collect();
     assert_eq!(stream.read_bytes(&dst), expected, "2-D device to device");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("copies and memsets");
     }
 }
@@ -1099,7 +1099,7 @@ fn context_synchronize_waits_for_every_stream_of_the_context() {
     assert_eq!(b.query(), SUCCESS);
     assert_eq!(a.read(&one), vec![1; N]);
     assert_eq!(b.read(&two), vec![2; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("context synchronize");
     }
 }
@@ -1144,7 +1144,7 @@ fn two_dimensional_memsets_write_only_their_rows() {
         );
     }
     assert_eq!(stream.read_bytes(&buf), expect(0xCD, 20), "cuMemsetD2D32");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("2-D memsets");
     }
 }
@@ -1325,7 +1325,7 @@ fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
             "launch {launches}: the host function"
         );
     }
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("graph launches");
     }
 }
@@ -1360,7 +1360,7 @@ fn launches_of_one_executable_graph_are_ordered() {
     ok(second.sync(), "the second launch after the gate");
     assert_eq!(first.query(), SUCCESS, "the first launch is done before it");
     assert_eq!(second.read(&buf), vec![4; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("ordered launches");
     }
 }
@@ -1417,7 +1417,7 @@ fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
     ok(launch.sync(), "the launch after the gate");
     assert_eq!(launch.read(&out), vec![5; N], "the producer's values");
     ok(producer.sync(), "the producer");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("an external event wait");
     }
 }
@@ -1469,7 +1469,7 @@ fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
         vec![6; N],
         "the legacy stream's fill ran, the captured one did not"
     );
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("the legacy stream beside captures");
     }
 }
@@ -1489,7 +1489,7 @@ fn the_per_thread_default_stream_can_be_captured() {
     assert_eq!(stream.read(&buf), vec![0; N], "captured work does not run");
     exec.launch(&stream);
     assert_eq!(stream.read(&buf), vec![5; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("a capture of the per-thread default stream");
     }
 }
@@ -1664,7 +1664,7 @@ fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
     assert_eq!(origin.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
     assert_eq!(forked.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
     assert_eq!(launch.read(&b), vec![1; N], "captured work does not run");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("fork and join");
     }
 }
@@ -1704,7 +1704,7 @@ fn an_executable_graph_outlives_its_graph() {
         "launched after cuGraphDestroy"
     );
     drop(exec);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("an executable graph after its graph");
     }
 }
@@ -1870,7 +1870,7 @@ fn kernel_launches_are_stream_ordered_and_their_geometry_is_checked() {
         );
     }
     ok(stream.sync(), "cuStreamSynchronize");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("a launch followed by a memset on one stream");
     }
 }

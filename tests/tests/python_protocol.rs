@@ -304,7 +304,7 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
         gate.release();
         assert_eq!(consumer.clone_dtoh(&result).unwrap(), [7; 4]);
         drop(managed);
-        if let Some(c) = checker {
+        if let Some(c) = &checker {
             c.assert_clean("C exchange API ordering");
         }
         let err = python::managed_from_object(
