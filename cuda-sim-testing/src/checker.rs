@@ -19,7 +19,8 @@ struct Entries {
     reset: Reset,
     report: Report,
     operations: Operations,
-    read_only: ReadOnly,
+    /// Absent from a simulator older than kernel launches.
+    read_only: Option<ReadOnly>,
 }
 
 impl Entries {
@@ -37,7 +38,10 @@ impl Entries {
                 reset: *lib.get::<Reset>(b"cuSimReset").ok()?,
                 report: *lib.get::<Report>(b"cuSimReport").ok()?,
                 operations: *lib.get::<Operations>(b"cuSimOperations").ok()?,
-                read_only: *lib.get::<ReadOnly>(b"cuSimKernelParamReadOnly").ok()?,
+                read_only: lib
+                    .get::<ReadOnly>(b"cuSimKernelParamReadOnly")
+                    .ok()
+                    .map(|f| *f),
             })
         }
     }
@@ -133,15 +137,19 @@ impl Checker {
     /// write them, so two unordered launches that only read one buffer are not reported. The
     /// simulator's error for an index that is not a pointer-sized parameter
     /// (`CUDA_ERROR_INVALID_VALUE`) or a kernel of an unloaded module
-    /// (`CUDA_ERROR_INVALID_HANDLE`); the parameters before it are declared.
+    /// (`CUDA_ERROR_INVALID_HANDLE`), the parameters before it declared;
+    /// `CUDA_ERROR_NOT_SUPPORTED` from a simulator without kernels.
     pub fn declare_read_only(
         &self,
         kernel: &CudaFunction,
         params: &[u32],
     ) -> Result<(), DriverError> {
+        let Some(read_only) = self.entries.read_only else {
+            return Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED));
+        };
         for &index in params {
             // SAFETY: the simulator's entry point; a kernel handle it made (or one it refuses).
-            unsafe { (self.entries.read_only)(kernel.cu_function(), index, 1) }.result()?;
+            unsafe { read_only(kernel.cu_function(), index, 1) }.result()?;
         }
         Ok(())
     }

@@ -35,11 +35,17 @@
 //!
 //! A value out of range is ignored, with a word on stderr.
 //!
+//! Long runs stay small: a destroyed stream's worker thread ends once its work is done, and so
+//! does a thread's per-thread default stream when the thread ends; freed allocations are kept
+//! as runs of adjacent addresses freed alike (a few bytes per run, the free's description
+//! stored once), so a use after free is reported however long ago the free was.
+//!
 //! # Modelled, and not
 //!
 //! Modelled: devices with primary and created contexts, the per-thread context stack, created
 //! streams (blocking and non-blocking), the legacy (`NULL`, `CU_STREAM_LEGACY`) and per-thread
-//! (`CU_STREAM_PER_THREAD`) default streams, events (positions, queries, waits, elapsed time),
+//! (`CU_STREAM_PER_THREAD`; it ends with its thread, whose pending work on it still runs)
+//! default streams, events (positions, queries, waits, elapsed time),
 //! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
 //! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
 //! and their launch (below), error names and strings.
