@@ -49,8 +49,9 @@ impl Entries {
 
 /// The CUDA simulator's happens-before checker, held by one test at a time.
 ///
-/// The simulator checks every copy, memset, kernel launch, stream-ordered allocation and
-/// free against the order that streams, events (`cuEventRecord` + `cuStreamWaitEvent`), the
+/// The simulator checks every copy, memset, kernel launch (kernel bodies do not run on the
+/// simulator: a launch is an access to every allocation its pointer parameters point into,
+/// and computes nothing), stream-ordered allocation and free against the order that streams, events (`cuEventRecord` + `cuStreamWaitEvent`), the
 /// legacy default stream's barriers and host synchronizations create, when the work is
 /// enqueued, whatever the timing of the run: an access not ordered after a conflicting one (at
 /// least one a write, overlapping bytes), a free not ordered after every access, and any use of
