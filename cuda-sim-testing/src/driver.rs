@@ -16,7 +16,7 @@ pub enum Driver {
 }
 
 /// Why the simulator could not be loaded.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
     /// The simulator's shared library is not where cargo built it (a test binary copied to
     /// another machine, or a target directory cleaned since the build).

@@ -518,3 +518,14 @@ fn a_copy_for_a_stream_outside_a_global_capture_leaves_the_capture_valid() {
     b.synchronize().unwrap();
     checker.assert_clean("a copy beside a global capture");
 }
+
+#[test]
+fn the_kit_finds_the_simulator_on_the_library_path() {
+    // The test command puts the simulator first on the library path: the kit's loader keeps it
+    // and says so, and its checker is there.
+    assert_eq!(
+        cuda_sim_testing::load(),
+        Ok(cuda_sim_testing::Driver::Simulator)
+    );
+    assert!(Checker::attach().is_some(), "{NEEDS_SIMULATOR}");
+}
