@@ -9,7 +9,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUfunction, CUjit_option, CUlaunchConfig, CUmodule, CUresult, CUstream};
 
 use crate::checker::Pattern;
-use crate::engine::{Handle, Res, Resolved, State};
+use crate::engine::{Alloc, Handle, Res, Resolved, State};
+use crate::graph::Node;
 use crate::ptx::{self, Param, Refusal};
 use crate::{driver, out, state};
 
@@ -230,36 +231,69 @@ unsafe fn launch(
     let (name, read_only) = (func.name.clone(), func.read_only.clone());
     // SAFETY: as the caller promises.
     let values = unsafe { pointer_values(&func.params, kernel_params, extra) }?;
+    let pointers: Vec<KernelPointer> = values
+        .into_iter()
+        .map(|(index, value)| KernelPointer {
+            index,
+            value,
+            write: !read_only[index],
+        })
+        .collect();
     let op = format!("cuLaunchKernel `{name}`");
+    // Checked now on a capturing stream too: a launch given freed memory is refused either way.
+    let accesses = prepare_launch(&mut st, &op, &pointers)?;
+    if st.capturing(i)?.is_some() {
+        st.add_node(i, Node::Kernel { name, pointers });
+        return Ok(());
+    }
+    let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
+    st.enqueue_as(i, "cuLaunchKernel", &op, &refs, None, None)?;
+    Ok(())
+}
+
+/// A pointer-sized parameter of a launch: its index, its value, and whether the launch writes
+/// what it points into (not declared read-only).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct KernelPointer {
+    index: usize,
+    value: u64,
+    write: bool,
+}
+
+/// The accesses of a launch described as `op` (the kernel, and the graph launch replaying it):
+/// the whole of every live allocation a pointer parameter points into, written if any
+/// parameter into it writes. A parameter into freed memory is reported as a use after free and
+/// refuses the launch (`CUDA_ERROR_INVALID_VALUE`); values outside device memory are not
+/// accesses.
+pub(crate) fn prepare_launch(
+    st: &mut State,
+    op: &str,
+    pointers: &[KernelPointer],
+) -> Res<Vec<(Alloc, Pattern, bool)>> {
     // Allocations touched, by base: whether any parameter writes it.
     let mut touched: Vec<(u64, bool)> = Vec::new();
-    for (k, value) in values {
-        match st.memory.resolve(value, 0) {
-            Resolved::Live(a) => {
-                let write = !read_only[k];
-                match touched.iter_mut().find(|(base, _)| *base == a.base) {
-                    Some((_, w)) => *w |= write,
-                    None => touched.push((a.base, write)),
-                }
-            }
+    for p in pointers {
+        match st.memory.resolve(p.value, 0) {
+            Resolved::Live(a) => match touched.iter_mut().find(|(base, _)| *base == a.base) {
+                Some((_, w)) => *w |= p.write,
+                None => touched.push((a.base, p.write)),
+            },
             Resolved::Freed(by) => {
-                st.checker
-                    .use_after_free(value, &format!("{op} (parameter {k})"), &by);
+                let what = format!("{op} (parameter {})", p.index);
+                st.checker.use_after_free(p.value, &what, &by);
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
             Resolved::Unknown => {}
         }
     }
-    let views: Vec<_> = touched
-        .iter()
-        .map(|&(base, write)| (st.take_alloc_view(base), write))
-        .collect();
-    let accesses: Vec<_> = views
-        .iter()
-        .map(|(a, write)| (a, Pattern::range(0, a.len as u64), *write))
-        .collect();
-    st.enqueue_as(i, "cuLaunchKernel", &op, &accesses, None, None)?;
-    Ok(())
+    Ok(touched
+        .into_iter()
+        .map(|(base, write)| {
+            let a = st.take_alloc_view(base);
+            let whole = Pattern::range(0, a.len as u64);
+            (a, whole, write)
+        })
+        .collect())
 }
 
 driver! {

@@ -77,8 +77,9 @@
 //! read-only with `cuSimKernelParamReadOnly(function, index, 1)`. The checker sees it like a
 //! copy (reported as ``cuLaunchKernel `name` ``, counted as `cuLaunchKernel`), so ordering bugs
 //! around real launches are caught; a parameter pointing into freed memory is a use after free,
-//! reported, and the launch is refused with `CUDA_ERROR_INVALID_VALUE`. A launch on a capturing
-//! stream is refused (kernel nodes are not modelled) and invalidates the capture.
+//! reported, and the launch is refused with `CUDA_ERROR_INVALID_VALUE`. On a capturing stream a
+//! launch becomes a kernel node (its pointer parameters' values taken at capture), which each
+//! `cuGraphLaunch` replays the same way, resolving the allocations again.
 //!
 //! # Stream capture and graphs
 //!
@@ -86,7 +87,7 @@
 //! capturing stream becomes a node of the capture's graph, in captured order, and does not
 //! run: 1-D and 2-D copies and memsets (their parameters kept; device addresses are resolved
 //! again at each launch), host functions (`cuLaunchHostFunc`: the function and its user data),
-//! and external event waits and records (below). A copy involving pageable host memory is
+//! kernel launches (above), and external event waits and records (below). A copy involving pageable host memory is
 //! refused on a capturing stream with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, which
 //! invalidates the capture (the simulator neither takes its bytes at capture time nor reads
 //! them at each launch); pinned memory (`cuMemHostAlloc`, `cuMemAllocHost_v2`) is read or
@@ -149,7 +150,7 @@
 //!
 //! Not modelled for graphs: concurrency inside a graph (the replay is serialized in captured
 //! order on the launch stream, so a race between two branches of one graph is not reported),
-//! kernel nodes, graph memory nodes (`cuMemAllocAsync` in a capture), child graphs, graphs
+//! graph memory nodes (`cuMemAllocAsync` in a capture), child graphs, graphs
 //! built or edited node by node (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphExecUpdate_v2`
 //! and the other `cuGraph*` functions are stubs), and capture into an existing graph
 //! (`cuStreamBeginCaptureToGraph`).

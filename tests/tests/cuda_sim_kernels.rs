@@ -18,8 +18,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{GpuTensor, GpuView, KERNELS_PTX};
+use dlpack_tests::gpu::{CapturedGraph, GpuTensor, GpuView, KERNELS_PTX};
 use sys::CUresult;
+use sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -371,4 +372,66 @@ fn cubins_fatbins_and_unreadable_ptx_are_refused() {
         )
     };
     assert_eq!(launched, CUresult::CUDA_ERROR_INVALID_HANDLE);
+}
+
+#[test]
+fn a_captured_launch_is_checked_at_each_graph_launch() {
+    let s = setup();
+    let (a, b) = (&s.a, &s.b);
+    let mut src = a.alloc_zeros::<u32>(N).unwrap();
+    let dst = b.alloc_zeros::<u32>(N).unwrap();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+    let (dst_ptr, src_ptr) = (ptr(&dst, b), ptr(&src, a));
+    // SAFETY: a live stream of the current context, not capturing.
+    unsafe { CapturedGraph::begin(b.cu_stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) };
+    copy(&s, b, dst_ptr, src_ptr);
+    // SAFETY: `b` is being captured (begun above).
+    let graph = unsafe { CapturedGraph::end(b.cu_stream()) }.expect("the capture stays valid");
+    s.checker.reset();
+    assert_eq!(
+        s.checker.operations("cuLaunchKernel"),
+        0,
+        "captured, not run"
+    );
+
+    // Wrong: a launch of the graph on B races with A's kernel.
+    let gate = Gate::hold(a);
+    fill(&s, a, &mut src, 4);
+    graph.launch(b);
+    let report = s.checker.report();
+    assert_eq!(s.checker.violations(), 1, "{report}");
+    assert!(
+        report.contains("cuLaunchKernel `copy_u32` (replayed by cuGraphLaunch")
+            && report.contains("cuLaunchKernel `fill_u32`"),
+        "{report}"
+    );
+    gate.release();
+    a.synchronize().unwrap();
+    b.synchronize().unwrap();
+
+    // Right: the graph launched after an event recorded behind A's kernel.
+    s.checker.reset();
+    let gate = Gate::hold(a);
+    fill(&s, a, &mut src, 5);
+    let filled = a.record_event(None).unwrap();
+    b.wait(&filled).unwrap();
+    graph.launch(b);
+    gate.release();
+    b.synchronize().unwrap();
+    s.checker.assert_clean("a graph launch ordered by an event");
+    assert_eq!(
+        s.checker.operations("cuLaunchKernel"),
+        2,
+        "one fill, one replay"
+    );
+
+    // A launch after the source was freed is reported and refused.
+    drop(src);
+    a.synchronize().unwrap();
+    s.checker.reset();
+    assert_eq!(graph.try_launch(b), CUresult::CUDA_ERROR_INVALID_VALUE);
+    let report = s.checker.report();
+    assert_eq!(s.checker.violations(), 1, "{report}");
+    assert!(report.contains("(parameter 1) touches"), "{report}");
 }
