@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes src/stubs.rs: an exported CUDA_ERROR_NOT_SUPPORTED stub for every driver function that
-cudarc binds (for the CUDA version pinned in .cargo/config.toml) and src/api.rs does not model.
+cudarc binds (for the CUDA version pinned in .cargo/config.toml) and src/ does not model.
 Signatures are copied from cudarc's bindings (and checked against them at compile time by the
 `driver!` macro).
 
@@ -15,7 +15,11 @@ if not roots:
     sys.exit("cudarc 0.19.10 is not in the cargo registry: run a build first")
 root = roots[0]
 sys_rs = open(os.path.join(root, "sys/mod.rs")).read()
-modelled = set(re.findall(r"^\s*fn (cu[A-Za-z0-9_]+)\(", open(os.path.join(here, "src/api.rs")).read(), re.M))
+# Functions modelled: those defined with `driver!` in any source file but this script's output.
+modelled = set()
+for path in glob.glob(os.path.join(here, "src/*.rs")):
+    if os.path.basename(path) != "stubs.rs":
+        modelled |= set(re.findall(r"^\s*fn (cu[A-Za-z0-9_]+)\(", open(path).read(), re.M))
 
 # Each binding: optional cfg line, then `pub unsafe fn NAME(ARGS) -> CUresult {`.
 sigs = {}

@@ -8,9 +8,10 @@
 #       LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" cargo test -p dlpack-tests --features cuda --test cuda
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The library cargo built, as cargo reports it (wherever the target directory is).
+# The library cargo built, as cargo reports it (wherever the target directory is; the crate is
+# also an rlib, listed beside it).
 lib="$(cargo build --locked --quiet -p cuda-sim --message-format=json-render-diagnostics \
-    | sed -n 's/.*"filenames":\["\([^"]*libcuda_sim\.so\)".*/\1/p' | tail -n 1)"
+    | sed -n 's/.*"filenames":\[[^]]*"\([^"]*libcuda_sim\.so\)".*/\1/p' | tail -n 1)"
 if [ -z "$lib" ] || [ ! -f "$lib" ]; then
     echo "cuda-sim.sh: cargo built no libcuda_sim.so" >&2
     exit 1

@@ -15,7 +15,8 @@
 # suite, so the model is checked against the hardware), then examples/python-ext/gpu_tests
 # (NumPy, PyTorch and CuPy both ways with their streams, copies, the C exchange API from torch;
 # the CUDA Array Interface both ways with the extension alone, CuPy and Numba).
-# The simulator-only negative controls (tests/tests/cuda_checker.rs) do not run here.
+# The simulator-only negative controls (tests/tests/cuda_checker.rs, cuda_sim_kernels.rs,
+# cuda_sim_graphs.rs) do not run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

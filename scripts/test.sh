@@ -11,6 +11,7 @@ source scripts/env.sh
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
+cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 echo "==> cargo clippy (default features, all features, each of cuda and python alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
@@ -32,7 +33,12 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_driver
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver
+echo "==> a crate outside the workspace tests its CUDA exports with cuda-sim-testing (plain cargo test)"
+# tests/fixtures/kit-user depends on the kit as a user's crate would; no library path is set, the
+# kit loads the simulator itself. The workspace's target directory keeps the build short.
+(cd tests/fixtures/kit-user && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
+    cargo test --locked)
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \

@@ -197,18 +197,18 @@ driver! {
 
     /// Destroys a created context; its streams' pending work still completes.
     fn cuCtxDestroy_v2(ctx: CUcontext) {
-        let mut st = state();
-        st.check_init()?;
-        let c = st.context(h(ctx))?;
-        if c.primary {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        st.contexts.get_mut(&h(ctx)).expect("checked").destroyed = true;
-        let streams: Vec<usize> = (0..st.streams.len())
-            .filter(|&i| st.streams[i].ctx == h(ctx))
-            .collect();
-        for i in streams {
-            st.destroy_stream(i);
+        let workers = {
+            let mut st = state();
+            st.check_init()?;
+            let c = st.context(h(ctx))?;
+            if c.primary {
+                return Err(CUDA_ERROR_INVALID_CONTEXT);
+            }
+            st.contexts.get_mut(&h(ctx)).expect("checked").destroyed = true;
+            st.end_context_streams(h(ctx))
+        };
+        for w in workers {
+            let _ = w.join();
         }
         if engine::current_raw() == Some(h(ctx)) {
             engine::pop_current();
@@ -324,12 +324,18 @@ driver! {
 
     /// Returns at once; work already enqueued still runs.
     fn cuStreamDestroy_v2(stream: CUstream) {
-        let mut st = state();
-        let i = st.stream(h(stream))?;
-        if !matches!(st.streams[i].kind, Kind::Created { .. }) {
-            return Err(CUDA_ERROR_INVALID_HANDLE);
+        let worker = {
+            let mut st = state();
+            let i = st.stream(h(stream))?;
+            if !matches!(st.streams[i].kind, Kind::Created { .. }) {
+                return Err(CUDA_ERROR_INVALID_HANDLE);
+            }
+            st.destroy_stream(i)
+        };
+        // An idle stream's worker ends at once.
+        if let Some(w) = worker {
+            let _ = w.join();
         }
-        st.destroy_stream(i);
         Ok(())
     }
 

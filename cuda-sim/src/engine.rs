@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::ThreadId;
+use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
 
 use cudarc::driver::sys::{CUresult, CUstreamCaptureMode};
@@ -51,17 +51,19 @@ pub(crate) struct StreamCore {
 }
 
 impl StreamCore {
-    fn start(name: String) -> Arc<Self> {
+    /// A stream's queue and the worker thread that runs it (which ends once the queue is
+    /// closed and empty).
+    fn start(name: String) -> (Arc<Self>, JoinHandle<()>) {
         let core = Arc::new(Self {
             queue: Mutex::new(Queue::default()),
             cv: Condvar::new(),
         });
         let worker = core.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || worker.run())
             .expect("cuda-sim: cannot start a stream thread");
-        core
+        (core, thread)
     }
 
     fn run(&self) {
@@ -131,6 +133,8 @@ pub(crate) const NON_BLOCKING: u32 = 0x1;
 /// The enqueue half of a stream.
 pub(crate) struct Stream {
     pub(crate) core: Arc<StreamCore>,
+    /// The worker thread, until the stream ends (joined then if idle, else left to finish).
+    worker: Option<JoinHandle<()>>,
     pub(crate) handle: Handle,
     pub(crate) ctx: Handle,
     pub(crate) kind: Kind,
@@ -335,9 +339,14 @@ impl Alloc {
     }
 }
 
-pub(crate) struct Freed {
-    len: usize,
-    by: String,
+/// Freed device addresses: a run of allocations, adjacent in the address space (each with the
+/// gap after it) and freed by the same kind of call, kept as one range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FreedRun {
+    /// One past the run's last address.
+    end: u64,
+    /// Who freed it: an index into [`Memory::freers`].
+    by: u32,
 }
 
 /// Pinned host memory (`cuMemHostAlloc`, `cuMemAllocHost`).
@@ -348,13 +357,24 @@ pub(crate) struct Pinned {
     buf: DevBuf,
 }
 
+/// The addresses an allocation of `len` bytes takes: rounded up to [`ALIGN`], and a gap of
+/// `ALIGN` after it, so that one past the end is never another allocation's byte.
+fn extent(len: usize) -> u64 {
+    (len as u64).div_ceil(ALIGN as u64) * ALIGN as u64 + ALIGN as u64
+}
+
 /// Device address space: per device, a range of addresses no host mapping uses, never reused,
 /// so a stale pointer is always recognized.
 const ADDRESS_BASE: u64 = 0x3000_0000_0000;
 
 pub(crate) struct Memory {
     pub(crate) live: BTreeMap<u64, Alloc>,
-    freed: BTreeMap<u64, Freed>,
+    /// Every freed address, by run start: a use after free is reported however long ago the
+    /// free was, in a few bytes per run rather than per allocation.
+    freed: BTreeMap<u64, FreedRun>,
+    /// The descriptions of the frees ("cuMemFreeAsync on stream 0x1040"), each kept once.
+    freers: Vec<Arc<str>>,
+    freer_ids: HashMap<Arc<str>, u32>,
     pub(crate) pinned: BTreeMap<usize, Pinned>,
     next: HashMap<i32, u64>,
     next_id: u64,
@@ -384,9 +404,9 @@ impl Memory {
                 Resolved::Unknown
             };
         }
-        if let Some((base, f)) = self.freed.range(..=ptr).next_back() {
-            if ptr < base + f.len.max(1) as u64 {
-                return Resolved::Freed(f.by.clone());
+        if let Some((_, run)) = self.freed.range(..=ptr).next_back() {
+            if ptr < run.end {
+                return Resolved::Freed(self.freers[run.by as usize].to_string());
             }
         }
         Resolved::Unknown
@@ -417,8 +437,7 @@ impl Memory {
             .entry(device)
             .or_insert(ADDRESS_BASE + ((device as u64) << 40));
         let base = *next;
-        // A gap after every allocation, so that one past the end is never another's byte.
-        *next += (len as u64).div_ceil(ALIGN as u64) * ALIGN as u64 + ALIGN as u64;
+        *next += extent(len);
         self.next_id += 1;
         self.used += len;
         self.live.insert(
@@ -438,8 +457,44 @@ impl Memory {
     fn free(&mut self, base: u64, by: String) -> Option<Alloc> {
         let a = self.live.remove(&base)?;
         self.used -= a.len;
-        self.freed.insert(base, Freed { len: a.len, by });
+        let by = self.freer(by);
+        let mut run = FreedRun {
+            end: base + extent(a.len),
+            by,
+        };
+        let mut start = base;
+        // Joins the run before, and the one after, when adjacent and freed alike.
+        if let Some((&before, prev)) = self.freed.range(..base).next_back() {
+            if prev.end == base && prev.by == by {
+                start = before;
+            }
+        }
+        if let Some(next) = self.freed.get(&run.end).copied() {
+            if next.by == by {
+                self.freed.remove(&run.end);
+                run.end = next.end;
+            }
+        }
+        self.freed.insert(start, run);
         Some(a)
+    }
+
+    /// The index of a free's description, adding it the first time.
+    fn freer(&mut self, by: String) -> u32 {
+        if let Some(&id) = self.freer_ids.get(by.as_str()) {
+            return id;
+        }
+        let id = self.freers.len() as u32;
+        let by: Arc<str> = by.into();
+        self.freers.push(by.clone());
+        self.freer_ids.insert(by, id);
+        id
+    }
+
+    /// Freed runs kept (for tests of their compaction).
+    #[cfg(test)]
+    pub(crate) fn freed_runs(&self) -> usize {
+        self.freed.len()
     }
 
     pub(crate) fn alloc_pinned(&mut self, len: usize, ctx: Handle, device: i32) -> Res<usize> {
@@ -470,6 +525,30 @@ thread_local! {
     /// `cuThreadExchangeStreamCaptureMode`.
     static CAPTURE_MODE: RefCell<CUstreamCaptureMode> =
         const { RefCell::new(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) };
+}
+
+/// Ends a thread's per-thread default streams when the thread ends (a thread-local's
+/// destructor); made when the thread first uses one.
+struct ThreadEnd(ThreadId);
+
+impl Drop for ThreadEnd {
+    fn drop(&mut self) {
+        let thread = self.0;
+        let ended = std::panic::catch_unwind(move || {
+            let workers = crate::state().end_thread(thread);
+            // Idle workers end at once; joined so that the thread's streams are gone when it is.
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        if ended.is_err() {
+            eprintln!("cuda-sim: ending a thread's per-thread default streams panicked");
+        }
+    }
+}
+
+thread_local! {
+    static THREAD_END: ThreadEnd = ThreadEnd(std::thread::current().id());
 }
 
 pub(crate) fn current_raw() -> Option<Handle> {
@@ -519,6 +598,8 @@ pub(crate) struct State {
     pub(crate) streams: Vec<Stream>,
     by_handle: HashMap<Handle, usize>,
     per_thread: HashMap<(ThreadId, Handle), usize>,
+    /// Ended streams still in their context's lists (see [`State::sweep_ended`]).
+    ended: Vec<usize>,
     pub(crate) events: HashMap<Handle, Event>,
     /// Capture sequences under way (begun and not yet ended), by id.
     pub(crate) captures: HashMap<u64, CaptureSeq>,
@@ -530,6 +611,8 @@ pub(crate) struct State {
     host: VClock,
     host_seq: u64,
     pub(crate) checker: Checker,
+    /// Loaded PTX modules and their kernels.
+    pub(crate) kernels: crate::kernel::Kernels,
     /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
     pub(crate) operations: HashMap<String, u64>,
     next_handle: Handle,
@@ -546,6 +629,7 @@ impl State {
             streams: Vec::new(),
             by_handle: HashMap::new(),
             per_thread: HashMap::new(),
+            ended: Vec::new(),
             events: HashMap::new(),
             captures: HashMap::new(),
             graphs: HashMap::new(),
@@ -553,6 +637,8 @@ impl State {
             memory: Memory {
                 live: BTreeMap::new(),
                 freed: BTreeMap::new(),
+                freers: Vec::new(),
+                freer_ids: HashMap::new(),
                 pinned: BTreeMap::new(),
                 next: HashMap::new(),
                 next_id: 0,
@@ -561,6 +647,7 @@ impl State {
             host: VClock::default(),
             host_seq: 0,
             checker: Checker::default(),
+            kernels: Default::default(),
             operations: HashMap::new(),
             next_handle: 0x1000,
             next_capture: 0,
@@ -650,9 +737,10 @@ impl State {
             Kind::Created { .. } => format!("stream {handle:#x}"),
         }
         .into();
-        let core = StreamCore::start(format!("cuda-sim stream {}", index + 1));
+        let (core, worker) = StreamCore::start(format!("cuda-sim stream {}", index + 1));
         let stream = Stream {
             core,
+            worker: Some(worker),
             handle,
             ctx,
             kind,
@@ -691,6 +779,8 @@ impl State {
                 if let Some(&i) = self.per_thread.get(&key) {
                     return Ok(i);
                 }
+                // The thread's streams end with it (`end_thread`).
+                THREAD_END.with(|_| ());
                 let i = self.new_stream(ctx, Kind::PerThread, 0);
                 self.per_thread.insert(key, i);
                 Ok(i)
@@ -707,12 +797,82 @@ impl State {
         }
     }
 
-    pub(crate) fn destroy_stream(&mut self, i: usize) {
+    /// Ends stream `i` (`cuStreamDestroy`, its context's destruction, or its thread's end for a
+    /// per-thread stream): its handle is invalid at once, its enqueued work still runs, and its
+    /// worker thread ends after that work. Its bookkeeping shrinks once the host has seen that
+    /// work complete ([`State::sweep_ended`]). Returns the worker thread if the stream is idle
+    /// (it ends at once), for the caller to join outside the lock.
+    pub(crate) fn destroy_stream(&mut self, i: usize) -> Option<JoinHandle<()>> {
+        if self.streams[i].destroyed {
+            return None;
+        }
         self.leave_capture(i);
         let s = &mut self.streams[i];
         s.destroyed = true;
         s.core.close();
+        let idle = s.core.completed() >= s.submitted;
+        let worker = if idle { s.worker.take() } else { None };
         self.by_handle.remove(&s.handle);
+        self.ended.push(i);
+        self.sweep_ended();
+        worker
+    }
+
+    /// Ends the per-thread default streams of `thread` (which is ending); returns the worker
+    /// threads of the idle ones, for the caller to join outside the lock.
+    fn end_thread(&mut self, thread: ThreadId) -> Vec<JoinHandle<()>> {
+        let mine: Vec<_> = self
+            .per_thread
+            .keys()
+            .filter(|(t, _)| *t == thread)
+            .copied()
+            .collect();
+        let mut workers = Vec::new();
+        for key in mine {
+            if let Some(i) = self.per_thread.remove(&key) {
+                workers.extend(self.destroy_stream(i));
+            }
+        }
+        workers
+    }
+
+    /// Ends every stream of context `ctx` (being destroyed); returns the idle ones' worker
+    /// threads, for the caller to join outside the lock.
+    pub(crate) fn end_context_streams(&mut self, ctx: Handle) -> Vec<JoinHandle<()>> {
+        self.per_thread.retain(|&(_, c), _| c != ctx);
+        let mine: Vec<usize> = (0..self.streams.len())
+            .filter(|&i| self.streams[i].ctx == ctx)
+            .collect();
+        mine.into_iter()
+            .filter_map(|i| self.destroy_stream(i))
+            .collect()
+    }
+
+    /// Drops ended streams whose work is complete and seen by the host from their context's
+    /// lists, and their vector clocks: every later operation joins the host's clock, which
+    /// covers them, so the legacy stream's barriers and `cuCtxSynchronize` need them no more.
+    fn sweep_ended(&mut self) {
+        let (streams, host) = (&self.streams, &self.host);
+        let done: Vec<usize> = self
+            .ended
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let s = &streams[i];
+                host.covers(i + 1, s.submitted) && s.core.completed() >= s.submitted
+            })
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        self.ended.retain(|i| !done.contains(i));
+        for i in done {
+            if let Some(c) = self.contexts.get_mut(&self.streams[i].ctx) {
+                c.blocking.retain(|&j| j != i);
+                c.all.retain(|&j| j != i);
+            }
+            self.streams[i].clock = VClock::default();
+        }
     }
 
     pub(crate) fn actor(&self, i: usize, seq: u64, op: &str) -> Actor {
@@ -780,11 +940,25 @@ impl State {
         wait: Option<&Recorded>,
         work: Option<Work>,
     ) -> Res<u64> {
+        self.enqueue_as(i, op, op, accesses, wait, work)
+    }
+
+    /// [`State::enqueue`], counted under `count` (`cuSimOperations`) and reported as `op`
+    /// (a kernel launch is counted as `cuLaunchKernel` and reported with the kernel's name).
+    pub(crate) fn enqueue_as(
+        &mut self,
+        i: usize,
+        count: &str,
+        op: &str,
+        accesses: &[(&Alloc, Pattern, bool)],
+        wait: Option<&Recorded>,
+        work: Option<Work>,
+    ) -> Res<u64> {
         if self.capturing(i)?.is_some() {
             self.invalidate_stream_capture(i);
             return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
         }
-        *self.operations.entry(op.to_string()).or_default() += 1;
+        *self.operations.entry(count.to_string()).or_default() += 1;
         let mut deps = Vec::new();
         let mut clock = self.streams[i].clock.clone();
         let ctx = &self.contexts[&self.streams[i].ctx];
@@ -873,6 +1047,7 @@ impl State {
     pub(crate) fn observed(&mut self, w: &Waiter) {
         self.host.join(&w.clock);
         self.checker.prune(&self.host);
+        self.sweep_ended();
     }
 
     /// Waiters for every stream of a context (`cuCtxSynchronize`).
@@ -999,5 +1174,61 @@ pub(crate) unsafe fn fill_u8(dst: *mut u8, value: u8, n: usize) {
         // SAFETY: in range (caller).
         unsafe { AtomicU8::from_ptr(dst.add(k)).store(value, Ordering::Relaxed) };
         k += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST_FREE: &str = "cuMemFree on the host";
+
+    fn freed_by(m: &Memory, ptr: u64) -> Option<String> {
+        match m.resolve(ptr, 0) {
+            Resolved::Freed(by) => Some(by),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn freed_allocations_merge_into_runs_that_still_resolve_every_address() {
+        let mut m = State::new().memory;
+        let bases: Vec<u64> = (0..1000)
+            .map(|k| m.alloc(100 + k % 300, 0, 0x10).unwrap())
+            .collect();
+        // Out of order: every seventh first, then the others.
+        for pass in [true, false] {
+            for (k, &b) in bases.iter().enumerate() {
+                if (k % 7 == 0) == pass {
+                    m.free(b, HOST_FREE.into()).unwrap();
+                }
+            }
+        }
+        assert_eq!(
+            m.freed_runs(),
+            1,
+            "one run for 1000 allocations freed alike"
+        );
+        for (k, &b) in bases.iter().enumerate() {
+            assert_eq!(freed_by(&m, b).as_deref(), Some(HOST_FREE));
+            let last = b + (100 + k % 300) as u64 - 1;
+            assert_eq!(freed_by(&m, last).as_deref(), Some(HOST_FREE));
+        }
+        // A free of another kind keeps a run of its own, which names it.
+        let c = m.alloc(64, 0, 0x10).unwrap();
+        let d = m.alloc(64, 0, 0x10).unwrap();
+        let e = m.alloc(64, 0, 0x10).unwrap();
+        m.free(d, "cuMemFreeAsync on stream 0x1040".into()).unwrap();
+        m.free(c, HOST_FREE.into()).unwrap();
+        assert_eq!(m.freed_runs(), 2);
+        assert_eq!(freed_by(&m, c).as_deref(), Some(HOST_FREE));
+        assert_eq!(
+            freed_by(&m, d + 8).as_deref(),
+            Some("cuMemFreeAsync on stream 0x1040")
+        );
+        assert!(matches!(m.resolve(e, 64), Resolved::Live(_)));
+        assert!(matches!(m.resolve(bases[0] - 1, 0), Resolved::Unknown));
+        m.free(e, HOST_FREE.into()).unwrap();
+        assert_eq!(m.freed_runs(), 3, "not adjacent to a run freed alike");
     }
 }

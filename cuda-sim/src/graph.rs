@@ -22,6 +22,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstreamCaptureMode, CUstreamCa
 use crate::api::{CopyRequest, Fill, prepare_copy, prepare_memset};
 use crate::checker::Pattern;
 use crate::engine::{Alloc, Handle, Kind, LastRecord, Recorded, Res, State, Work};
+use crate::kernel::{KernelPointer, prepare_launch};
 
 use CUresult::*;
 
@@ -47,6 +48,12 @@ pub(crate) enum Node {
     /// An external event record (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`):
     /// each launch records the event at this point of the launch stream.
     RecordEvent { event: Handle },
+    /// A kernel launch (`cuLaunchKernel`): the kernel's name and its pointer parameters' values,
+    /// taken at capture; the allocations they point into are resolved again at each launch.
+    Kernel {
+        name: Arc<str>,
+        pointers: Vec<KernelPointer>,
+    },
 }
 
 /// A node and the nodes (indices of earlier nodes) it depends on.
@@ -409,6 +416,13 @@ impl State {
                     // Never recorded, or last recorded inside a capture: nothing to wait for.
                     Some(_) => Ok(None),
                 },
+                Node::Kernel {
+                    ref name,
+                    ref pointers,
+                } => {
+                    let op = format!("cuLaunchKernel `{name}` (replayed by {launch})");
+                    prepare_launch(self, &op, pointers).map(|a| Some(Step::Kernel(op, a)))
+                }
                 Node::RecordEvent { event } => {
                     if self.events.contains_key(&event) {
                         Ok(Some(Step::Record(event)))
@@ -438,6 +452,10 @@ impl State {
                     let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
                     self.enqueue(i, op, &refs, wait.as_ref(), work)?;
                 }
+                Step::Kernel(op, accesses) => {
+                    let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
+                    self.enqueue_as(i, "cuLaunchKernel", &op, &refs, None, None)?;
+                }
                 Step::Record(event) => {
                     let r = self.record(i)?;
                     self.events.get_mut(&event).expect("checked").last = LastRecord::Stream(r);
@@ -462,6 +480,8 @@ enum Step {
         Option<Recorded>,
     ),
     Record(Handle),
+    /// A kernel launch: its description for reports, and its accesses.
+    Kernel(String, Vec<(Alloc, Pattern, bool)>),
 }
 
 /// Whether every node is `frontier` or ordered before it (an ancestor through the nodes'

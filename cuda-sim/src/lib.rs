@@ -9,7 +9,11 @@
 //! per stream and for the host, as in PyTorch's CUDA stream sanitizer): an access not ordered
 //! after a conflicting one, a free not ordered after every access, and any access to freed
 //! memory are reported as violations through `cuSimViolations`, `cuSimReport` and
-//! `cuSimReset`.
+//! `cuSimReset`. PTX modules load and kernel launches are checked as accesses to the memory
+//! their pointer parameters point into, but kernel bodies do not run (below).
+//!
+//! Tests reach the checker, a stream gate, and a loader that puts the simulator under plain
+//! `cargo test`, through the crate `cuda-sim-testing`.
 //!
 //! # Use
 //!
@@ -31,22 +35,51 @@
 //!
 //! A value out of range is ignored, with a word on stderr.
 //!
+//! Long runs stay small: a destroyed stream's worker thread ends once its work is done, and so
+//! does a thread's per-thread default stream when the thread ends; freed allocations are kept
+//! as runs of adjacent addresses freed alike (a few bytes per run, the free's description
+//! stored once), so a use after free is reported however long ago the free was.
+//!
 //! # Modelled, and not
 //!
 //! Modelled: devices with primary and created contexts, the per-thread context stack, created
 //! streams (blocking and non-blocking), the legacy (`NULL`, `CU_STREAM_LEGACY`) and per-thread
-//! (`CU_STREAM_PER_THREAD`) default streams, events (positions, queries, waits, elapsed time),
+//! (`CU_STREAM_PER_THREAD`; it ends with its thread, whose pending work on it still runs)
+//! default streams, events (positions, queries, waits, elapsed time),
 //! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
 //! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
 //! and their launch (below), error names and strings.
 //!
-//! Not modelled: kernels and modules (`cuLaunchKernel`, `cuModuleLoad*` return
-//! `CUDA_ERROR_NOT_SUPPORTED`), timing and throughput, unified memory faults and prefetching,
+//! Not modelled: kernel bodies (below), cubin and fatbin images, timing and throughput, unified memory faults and prefetching,
 //! peer access rules, IPC and multi-process use, and the device reset of a primary context
 //! whose retain count drops to zero (its state is kept). Every driver function that cudarc
 //! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
 //! except on request.
+//!
+//! # Modules and kernels
+//!
+//! `cuModuleLoadData`, `cuModuleLoadDataEx` (JIT options ignored) and `cuModuleLoad` accept PTX
+//! text: the `.entry` directives' signatures are read (parameter sizes and alignments), nothing
+//! else. A cubin (an ELF image) or a fatbin is not modelled: `CUDA_ERROR_NOT_SUPPORTED`, said
+//! on stderr; PTX whose entries cannot be read is `CUDA_ERROR_INVALID_PTX`, with the reason on
+//! stderr. `cuModuleGetFunction` finds an entry by name (`CUDA_ERROR_NOT_FOUND` otherwise);
+//! `cuModuleUnload` makes its kernels' handles invalid (`CUDA_ERROR_INVALID_HANDLE`).
+//!
+//! **Kernel bodies do not run: a launch computes no value.** `cuLaunchKernel` (also
+//! `cuLaunchKernelEx`, launch attributes ignored, and `cuLaunchCooperativeKernel`) checks the
+//! geometry as the driver does (`CUDA_ERROR_INVALID_VALUE` for a zero dimension, more than 1024
+//! threads per block, block z above 64, grid y or z above 65535), reads the parameters from
+//! `kernelParams` or `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER`/`_SIZE`, packed at their aligned
+//! offsets), and enqueues the launch on its stream as an access to every live device allocation
+//! that a pointer-sized parameter (`.u64`, `.s64`, `.b64`; not inside a by-value struct)
+//! points into: a read and write of the whole allocation, or a read for a parameter declared
+//! read-only with `cuSimKernelParamReadOnly(function, index, 1)`. The checker sees it like a
+//! copy (reported as ``cuLaunchKernel `name` ``, counted as `cuLaunchKernel`), so ordering bugs
+//! around real launches are caught; a parameter pointing into freed memory is a use after free,
+//! reported, and the launch is refused with `CUDA_ERROR_INVALID_VALUE`. On a capturing stream a
+//! launch becomes a kernel node (its pointer parameters' values taken at capture), which each
+//! `cuGraphLaunch` replays the same way, resolving the allocations again.
 //!
 //! # Stream capture and graphs
 //!
@@ -54,7 +87,7 @@
 //! capturing stream becomes a node of the capture's graph, in captured order, and does not
 //! run: 1-D and 2-D copies and memsets (their parameters kept; device addresses are resolved
 //! again at each launch), host functions (`cuLaunchHostFunc`: the function and its user data),
-//! and external event waits and records (below). A copy involving pageable host memory is
+//! kernel launches (above), and external event waits and records (below). A copy involving pageable host memory is
 //! refused on a capturing stream with `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, which
 //! invalidates the capture (the simulator neither takes its bytes at capture time nor reads
 //! them at each launch); pinned memory (`cuMemHostAlloc`, `cuMemAllocHost_v2`) is read or
@@ -117,7 +150,7 @@
 //!
 //! Not modelled for graphs: concurrency inside a graph (the replay is serialized in captured
 //! order on the launch stream, so a race between two branches of one graph is not reported),
-//! kernel nodes, graph memory nodes (`cuMemAllocAsync` in a capture), child graphs, graphs
+//! graph memory nodes (`cuMemAllocAsync` in a capture), child graphs, graphs
 //! built or edited node by node (`cuGraphCreate`, `cuGraphAdd*Node`, `cuGraphExecUpdate_v2`
 //! and the other `cuGraph*` functions are stubs), and capture into an existing graph
 //! (`cuStreamBeginCaptureToGraph`).
@@ -129,6 +162,8 @@ mod checker;
 mod control;
 mod engine;
 mod graph;
+mod kernel;
+mod ptx;
 mod stubs;
 
 use std::sync::{LazyLock, Mutex};

@@ -1,179 +1,13 @@
-//! Helpers for the GPU suite that work the same on a real CUDA driver and on the CUDA simulator
-//! (`cuda-sim`): a [`Gate`] that holds a stream until the test releases it, and the simulator's
-//! happens-before [`Checker`], which is present only when the loaded `libcuda.so` is the
-//! simulator.
+//! Types and helpers of the GPU suite, which work the same on a real CUDA driver and on the
+//! CUDA simulator (`cuda-sim`). The gate and the checker come from `cuda-sim-testing`, as a
+//! user's tests would take them.
 
-use std::ffi::c_void;
-use std::rc::Rc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, sys};
 use dlpack_runtime::{Device, DlpackExport, DlpackImport, ExportRequest, ImportedData};
 
 use crate::{Counter, DropGuard};
-
-/// Holds a stream: everything enqueued on it after [`Gate::hold`] waits until
-/// [`Gate::release`] (or the gate's drop).
-///
-/// Built on `cuLaunchHostFunc`: the stream runs a host function that blocks on a condition
-/// variable, which the driver documents as stream-ordered. Pending work is therefore a fact the
-/// test controls, not a matter of timing, on hardware and on the simulator alike.
-#[derive(Debug)]
-pub struct Gate(Arc<(Mutex<bool>, Condvar)>);
-
-unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
-    // SAFETY: `user_data` is the `Arc::into_raw` of `Gate::hold`; this call takes that reference
-    // back, exactly once (the driver calls a host function once).
-    let gate = unsafe { Arc::from_raw(user_data.cast::<(Mutex<bool>, Condvar)>()) };
-    let (open, cv) = &*gate;
-    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-    while !*open {
-        open = cv.wait(open).unwrap_or_else(|e| e.into_inner());
-    }
-}
-
-impl Gate {
-    /// Enqueues the gate on `stream`; panics if the driver refuses it.
-    pub fn hold(stream: &CudaStream) -> Self {
-        // SAFETY: a live stream of a live context.
-        unsafe { Self::hold_raw(stream.cu_stream()) }
-    }
-
-    /// [`Gate::hold`] for a raw stream handle (including the special handles 0x1 and 0x2).
-    ///
-    /// # Safety
-    ///
-    /// `stream` is a live stream handle, or a special handle with a current context.
-    pub unsafe fn hold_raw(stream: sys::CUstream) -> Self {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let user_data = Arc::into_raw(gate.clone()) as *mut c_void;
-        // SAFETY: `wait_for_gate` matches `CUhostFn`; `user_data` is a leaked `Arc` that the host
-        // function takes back.
-        let result = unsafe { sys::cuLaunchHostFunc(stream, Some(wait_for_gate), user_data) };
-        if result != sys::CUresult::CUDA_SUCCESS {
-            // SAFETY: the driver refused, so the host function will never take the reference.
-            drop(unsafe { Arc::from_raw(user_data.cast::<(Mutex<bool>, Condvar)>()) });
-            panic!("cuLaunchHostFunc: {result:?}");
-        }
-        Self(gate)
-    }
-
-    /// Lets the stream go on.
-    pub fn release(&self) {
-        let (open, cv) = &*self.0;
-        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.release();
-    }
-}
-
-type Count = unsafe extern "C" fn() -> u64;
-type Reset = unsafe extern "C" fn();
-type Report = unsafe extern "C" fn(*mut u8, usize) -> usize;
-type Operations = unsafe extern "C" fn(*const std::ffi::c_char) -> u64;
-
-/// The simulator's happens-before checker, reached through the symbols `cuSimViolations`,
-/// `cuSimReport`, `cuSimReset` and `cuSimOperations` of the loaded `libcuda.so`.
-#[derive(Debug, Clone)]
-pub struct Checker {
-    count: Count,
-    reset: Reset,
-    report: Report,
-    operations: Operations,
-    /// This test's turn at the checker (see [`checker`]).
-    _turn: Option<Rc<MutexGuard<'static, ()>>>,
-}
-
-impl Checker {
-    /// The checker of the loaded driver library, or `None` when it is a real driver (or none is
-    /// loaded).
-    pub fn attach() -> Option<Self> {
-        // SAFETY: probing only; a library that loads is kept loaded by cudarc for the process.
-        if !unsafe { sys::is_culib_present() } {
-            return None;
-        }
-        // SAFETY: `culib` loads the same library cudarc uses; the symbols, when present, have
-        // the simulator's documented signatures.
-        unsafe {
-            let lib = sys::culib();
-            let count = *lib.get::<Count>(b"cuSimViolations").ok()?;
-            let reset = *lib.get::<Reset>(b"cuSimReset").ok()?;
-            let report = *lib.get::<Report>(b"cuSimReport").ok()?;
-            let operations = *lib.get::<Operations>(b"cuSimOperations").ok()?;
-            Some(Self {
-                count,
-                reset,
-                report,
-                operations,
-                _turn: None,
-            })
-        }
-    }
-
-    /// Forgets the violations found so far and the operation counts.
-    pub fn reset(&self) {
-        // SAFETY: no arguments; the simulator's entry point.
-        unsafe { (self.reset)() }
-    }
-
-    /// Violations found since the last reset.
-    pub fn violations(&self) -> u64 {
-        // SAFETY: no arguments; the simulator's entry point.
-        unsafe { (self.count)() }
-    }
-
-    /// The violations since the last reset, one per line: both accesses (stream, operation,
-    /// byte range).
-    pub fn report(&self) -> String {
-        // SAFETY: a zero-capacity buffer asks for the length only.
-        let len = unsafe { (self.report)(std::ptr::null_mut(), 0) };
-        let mut buf = vec![0u8; len];
-        // SAFETY: `buf` has room for `len` bytes.
-        let written = unsafe { (self.report)(buf.as_mut_ptr(), buf.len()) };
-        buf.truncate(written.min(len));
-        String::from_utf8_lossy(&buf).into_owned()
-    }
-
-    /// How many operations named `name` (such as `cuMemcpy2DAsync`) streams were given since
-    /// the last reset.
-    pub fn operations(&self, name: &str) -> u64 {
-        let name = std::ffi::CString::new(name).expect("no NUL in an operation name");
-        // SAFETY: a NUL-terminated string, alive for the call.
-        unsafe { (self.operations)(name.as_ptr()) }
-    }
-
-    /// Panics with the report if any violation was found since the last reset.
-    pub fn assert_clean(&self, what: &str) {
-        let n = self.violations();
-        assert_eq!(
-            n,
-            0,
-            "{what}: {n} happens-before violations:\n{}",
-            self.report()
-        );
-    }
-}
-
-/// The checker, if there is one, reset, and held for the calling test: the checker counts the
-/// whole process's violations, so tests that read it run one at a time (the guard drops with
-/// the checker).
-pub fn checker() -> Option<Checker> {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let checker = Checker::attach().map(|c| Checker {
-        _turn: Some(Rc::new(guard)),
-        ..c
-    });
-    if let Some(c) = &checker {
-        c.reset();
-    }
-    checker
-}
 
 /// A producer with device memory and the stream its writes were enqueued on.
 #[derive(DlpackExport)]
@@ -354,3 +188,71 @@ pub fn captured_copy(
     let graph = unsafe { CapturedGraph::end(b.cu_stream()) }.expect("the capture stays valid");
     (graph, view)
 }
+
+/// A PTX module of two kernels, for launches on the simulator (which reads the `.entry`
+/// signatures and runs no body) and on GPUs (which run them, PTX JIT-compiled from `sm_52`):
+/// `fill_u32(out: *mut u32, value: u32, n: u32)` sets `out[i] = value` and
+/// `copy_u32(dst: *mut u32, src: *const u32, n: u32)` sets `dst[i] = src[i]`, for `i < n`, one
+/// thread per element.
+pub const KERNELS_PTX: &str = r#"
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry fill_u32(
+	.param .u64 fill_u32_out,
+	.param .u32 fill_u32_value,
+	.param .u32 fill_u32_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<5>;
+
+	ld.param.u64 	%rd1, [fill_u32_out];
+	ld.param.u32 	%r1, [fill_u32_value];
+	ld.param.u32 	%r2, [fill_u32_n];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r6, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r6, %r2;
+	@%p1 bra 	$L__fill_done;
+	cvta.to.global.u64 	%rd2, %rd1;
+	mul.wide.u32 	%rd3, %r6, 4;
+	add.s64 	%rd4, %rd2, %rd3;
+	st.global.u32 	[%rd4], %r1;
+$L__fill_done:
+	ret;
+}
+
+.visible .entry copy_u32(
+	.param .u64 copy_u32_dst,
+	.param .u64 copy_u32_src,
+	.param .u32 copy_u32_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [copy_u32_dst];
+	ld.param.u64 	%rd2, [copy_u32_src];
+	ld.param.u32 	%r1, [copy_u32_n];
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	mov.u32 	%r4, %tid.x;
+	mad.lo.s32 	%r5, %r2, %r3, %r4;
+	setp.ge.u32 	%p1, %r5, %r1;
+	@%p1 bra 	$L__copy_done;
+	cvta.to.global.u64 	%rd3, %rd2;
+	mul.wide.u32 	%rd4, %r5, 4;
+	add.s64 	%rd5, %rd3, %rd4;
+	ld.global.u32 	%r6, [%rd5];
+	cvta.to.global.u64 	%rd6, %rd1;
+	add.s64 	%rd7, %rd6, %rd4;
+	st.global.u32 	[%rd7], %r6;
+$L__copy_done:
+	ret;
+}
+"#;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, sys};
 use dlpack_runtime::__testing::cuda as driver;
 use dlpack_runtime::cuda::{self, CudaError};
@@ -16,8 +17,7 @@ use dlpack_runtime::{
     Device, DlpackExport, DlpackImport, ExportBuffer, ExportError, ExportRequest,
 };
 use dlpack_tests::gpu::{
-    CapturedGraph, Checker, Gate, GpuStrided, GpuTensor, GpuView, capture_status, captured_copy,
-    checker,
+    CapturedGraph, GpuStrided, GpuTensor, GpuView, capture_status, captured_copy,
 };
 use dlpack_tests::{Counter, DropGuard, expected_driver};
 
@@ -58,11 +58,11 @@ fn setup() -> (
     let ctx = CudaContext::new(0).unwrap();
     let a = ctx.new_stream().unwrap();
     let b = ctx.new_stream().unwrap();
-    (ctx, a, b, checker())
+    (ctx, a, b, Checker::attach())
 }
 
 fn assert_clean(checker: &Option<Checker>, what: &str) {
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean(what);
     }
 }

@@ -6,12 +6,11 @@
 
 use std::sync::Arc;
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::{DlpackExport, DlpackImport, ExportRequest};
 use dlpack_tests::Counter;
-use dlpack_tests::gpu::{
-    CapturedGraph, Checker, Gate, GpuStrided, GpuTensor, GpuView, captured_copy, checker,
-};
+use dlpack_tests::gpu::{CapturedGraph, GpuStrided, GpuTensor, GpuView, captured_copy};
 
 const NEEDS_SIMULATOR: &str = "needs the CUDA simulator on the library path (scripts/cuda-sim.sh): a real driver has no checker";
 
@@ -19,7 +18,7 @@ const N: usize = 1024;
 
 fn setup() -> (Arc<CudaContext>, Arc<CudaStream>, Arc<CudaStream>, Checker) {
     let ctx = CudaContext::new(0).expect(NEEDS_SIMULATOR);
-    let checker = checker().expect(NEEDS_SIMULATOR);
+    let checker = Checker::attach().expect(NEEDS_SIMULATOR);
     let a = ctx.new_stream().unwrap();
     let b = ctx.new_stream().unwrap();
     (ctx, a, b, checker)
@@ -518,4 +517,15 @@ fn a_copy_for_a_stream_outside_a_global_capture_leaves_the_capture_valid() {
     a.synchronize().unwrap();
     b.synchronize().unwrap();
     checker.assert_clean("a copy beside a global capture");
+}
+
+#[test]
+fn the_kit_finds_the_simulator_on_the_library_path() {
+    // The test command puts the simulator first on the library path: the kit's loader keeps it
+    // and says so, and its checker is there.
+    assert_eq!(
+        cuda_sim_testing::load(),
+        Ok(cuda_sim_testing::Driver::Simulator)
+    );
+    assert!(Checker::attach().is_some(), "{NEEDS_SIMULATOR}");
 }

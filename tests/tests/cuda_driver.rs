@@ -2,7 +2,9 @@
 //! stream position an event captures, never-recorded and re-recorded events, not-ready queries,
 //! the legacy and per-thread default streams against blocking and non-blocking streams, the
 //! per-thread context stack, pointer attributes, stream capture into graphs and their launch,
-//! copies and memsets, error codes and context synchronization.
+//! copies and memsets, PTX modules and kernel launches (their order and geometry checks: the
+//! simulator runs no kernel body, so no test here reads a kernel's values), error codes and
+//! context synchronization.
 //!
 //! Written against the driver API only (cudarc's raw `sys` functions), with no branch for any
 //! particular driver: the test command runs it on the CUDA simulator (`cuda-sim`, a stand-in
@@ -19,8 +21,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread;
 use std::time::Duration;
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, sys};
-use dlpack_tests::gpu::{Gate, checker};
 use sys::CUresult;
 use sys::CUstreamCaptureMode::{
     CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_RELAXED,
@@ -338,7 +340,7 @@ fn pointer_memory_type(ptr: sys::CUdeviceptr) -> u32 {
 fn an_event_captures_its_streams_position_at_record_time() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (buf, snapshot) = (DevBuf::new(N), DevBuf::new(N));
     let (a, b) = (Stream::non_blocking(), Stream::non_blocking());
     let event = Event::new();
@@ -375,7 +377,7 @@ fn an_event_captures_its_streams_position_at_record_time() {
 fn rerecording_an_event_leaves_earlier_waits_on_the_old_position() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (buf, before, after) = (DevBuf::new(N), DevBuf::new(N), DevBuf::new(N));
     let (a, b, c) = (
         Stream::non_blocking(),
@@ -414,7 +416,7 @@ fn rerecording_an_event_leaves_earlier_waits_on_the_old_position() {
 #[test]
 fn a_never_recorded_event_counts_as_complete() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     let event = Event::new();
@@ -425,7 +427,7 @@ fn a_never_recorded_event_counts_as_complete() {
     stream.fill(&buf, 5);
     ok(stream.sync(), "a wait for a never-recorded event");
     assert_eq!(stream.read(&buf), vec![5; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("never-recorded event");
     }
 }
@@ -433,7 +435,7 @@ fn a_never_recorded_event_counts_as_complete() {
 #[test]
 fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     let event = Event::new();
@@ -450,7 +452,7 @@ fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
     assert_eq!(event.query(), SUCCESS);
     ok(event.sync(), "cuEventSynchronize after the gate");
     assert_eq!(stream.read(&buf), vec![3; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("not-ready queries");
     }
 }
@@ -458,7 +460,7 @@ fn a_stream_and_an_event_behind_a_gate_are_not_ready_until_it_opens() {
 #[test]
 fn the_legacy_default_stream_waits_for_blocking_streams() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let (legacy, blocking) = (Stream::legacy(), Stream::blocking());
 
@@ -479,7 +481,7 @@ fn the_legacy_default_stream_waits_for_blocking_streams() {
     ok(legacy.sync(), "the legacy stream after the gate");
     assert_eq!(Stream::null().query(), SUCCESS);
     assert_eq!(legacy.read(&buf), vec![7; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("legacy stream after a blocking stream");
     }
 }
@@ -487,7 +489,7 @@ fn the_legacy_default_stream_waits_for_blocking_streams() {
 #[test]
 fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (held, buf) = (DevBuf::new(N), DevBuf::new(N));
     let (legacy, non_blocking) = (Stream::legacy(), Stream::non_blocking());
 
@@ -508,7 +510,7 @@ fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
     );
     assert_eq!(legacy.read(&buf), vec![9; N]);
     assert_eq!(non_blocking.read(&held), vec![3; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("legacy stream beside a non-blocking stream");
     }
 }
@@ -516,7 +518,7 @@ fn the_legacy_default_stream_does_not_wait_for_non_blocking_streams() {
 #[test]
 fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (after_legacy, independent) = (DevBuf::new(N), DevBuf::new(N));
     let legacy = Stream::legacy();
     let (blocking, non_blocking) = (Stream::blocking(), Stream::non_blocking());
@@ -544,7 +546,7 @@ fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not
     ok(legacy.sync(), "the legacy stream after the gate");
     assert_eq!(blocking.read(&after_legacy), vec![5; N]);
     assert_eq!(non_blocking.read(&independent), vec![6; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("blocking and non-blocking streams after legacy work");
     }
 }
@@ -553,7 +555,7 @@ fn blocking_streams_wait_for_earlier_legacy_work_and_non_blocking_streams_do_not
 fn the_per_thread_default_stream_belongs_to_its_thread() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let (theirs, mine) = (DevBuf::new(N), DevBuf::new(N));
     let (held_tx, held_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
@@ -601,7 +603,7 @@ fn the_per_thread_default_stream_belongs_to_its_thread() {
 fn the_context_stack_is_per_thread_and_pops_back_to_the_previous_context() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     thread::scope(|scope| {
         scope.spawn(|| {
             let primary = ctx.cu_ctx();
@@ -689,7 +691,7 @@ fn the_context_stack_is_per_thread_and_pops_back_to_the_previous_context() {
 fn device_pointers_report_their_device_context_and_memory_type() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let contexts: Vec<_> = (0..device_count().min(2))
         .map(|ordinal| CudaContext::new(ordinal).expect("a context on each device"))
         .collect();
@@ -740,7 +742,7 @@ fn device_pointers_report_their_device_context_and_memory_type() {
 fn a_stream_knows_its_context_and_its_capture_status() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     assert_eq!(stream.context(), ctx.cu_ctx(), "the creating context");
@@ -806,7 +808,7 @@ fn a_stream_knows_its_context_and_its_capture_status() {
 fn the_threads_capture_mode_is_exchanged() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let exchange = |mut mode: sys::CUstreamCaptureMode| {
         // SAFETY: the in/out-pointer is a live local.
         let result = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
@@ -870,7 +872,7 @@ fn copy_2d(stream: &Stream, src: &Side, dst: &Side, width: usize, height: usize)
 #[test]
 fn copies_and_memsets_produce_the_right_bytes() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let host: Vec<u32> = (0..N as u32)
         .map(|i| i.wrapping_mul(2_654_435_761))
         .collect();
@@ -1007,7 +1009,7 @@ fn copies_and_memsets_produce_the_right_bytes() {
         })
         .collect();
     assert_eq!(stream.read_bytes(&dst), expected, "2-D device to device");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("copies and memsets");
     }
 }
@@ -1016,7 +1018,7 @@ fn copies_and_memsets_produce_the_right_bytes() {
 fn error_names_device_ordinals_and_the_driver_version_are_reported() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let text = |f: unsafe fn(CUresult, *mut *const c_char) -> CUresult, error: CUresult| {
         let mut text: *const c_char = null();
         // SAFETY: the out-pointer is a live local; on success the driver points it at a static
@@ -1060,7 +1062,7 @@ fn error_names_device_ordinals_and_the_driver_version_are_reported() {
 #[test]
 fn context_synchronize_waits_for_every_stream_of_the_context() {
     let ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (one, two) = (DevBuf::new(N), DevBuf::new(N));
     let (a, b) = (Stream::non_blocking(), Stream::non_blocking());
     a.fill(&one, 0);
@@ -1097,7 +1099,7 @@ fn context_synchronize_waits_for_every_stream_of_the_context() {
     assert_eq!(b.query(), SUCCESS);
     assert_eq!(a.read(&one), vec![1; N]);
     assert_eq!(b.read(&two), vec![2; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("context synchronize");
     }
 }
@@ -1105,7 +1107,7 @@ fn context_synchronize_waits_for_every_stream_of_the_context() {
 #[test]
 fn two_dimensional_memsets_write_only_their_rows() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     // 8 rows of 64 bytes; the memsets write the first 6 rows, 20 bytes (5 words) of each.
     let (rows, pitch, written) = (8usize, 64usize, 6usize);
     let buf = DevBuf::with_bytes(rows * pitch);
@@ -1142,7 +1144,7 @@ fn two_dimensional_memsets_write_only_their_rows() {
         );
     }
     assert_eq!(stream.read_bytes(&buf), expect(0xCD, 20), "cuMemsetD2D32");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("2-D memsets");
     }
 }
@@ -1282,7 +1284,7 @@ impl Drop for Exec {
 #[test]
 fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     static CALLS: AtomicUsize = AtomicUsize::new(0);
     let (src, dst) = (DevBuf::new(N), DevBuf::new(N));
     let (stream, launch) = (Stream::non_blocking(), Stream::non_blocking());
@@ -1323,7 +1325,7 @@ fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
             "launch {launches}: the host function"
         );
     }
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("graph launches");
     }
 }
@@ -1331,7 +1333,7 @@ fn a_captured_graph_replays_its_memset_copy_and_host_function_at_each_launch() {
 #[test]
 fn launches_of_one_executable_graph_are_ordered() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let (stream, first, second) = (
         Stream::non_blocking(),
@@ -1358,7 +1360,7 @@ fn launches_of_one_executable_graph_are_ordered() {
     ok(second.sync(), "the second launch after the gate");
     assert_eq!(first.query(), SUCCESS, "the first launch is done before it");
     assert_eq!(second.read(&buf), vec![4; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("ordered launches");
     }
 }
@@ -1366,7 +1368,7 @@ fn launches_of_one_executable_graph_are_ordered() {
 #[test]
 fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (buf, out) = (DevBuf::new(N), DevBuf::new(N));
     let (producer, capturing, launch) = (
         Stream::non_blocking(),
@@ -1415,7 +1417,7 @@ fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
     ok(launch.sync(), "the launch after the gate");
     assert_eq!(launch.read(&out), vec![5; N], "the producer's values");
     ok(producer.sync(), "the producer");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("an external event wait");
     }
 }
@@ -1423,7 +1425,7 @@ fn an_external_event_wait_in_a_graph_waits_for_the_events_record() {
 #[test]
 fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let (buf, other) = (DevBuf::new(N), DevBuf::new(N));
     let (blocking, non_blocking) = (Stream::blocking(), Stream::non_blocking());
     Stream::legacy().fill(&buf, 0);
@@ -1467,7 +1469,7 @@ fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
         vec![6; N],
         "the legacy stream's fill ran, the captured one did not"
     );
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("the legacy stream beside captures");
     }
 }
@@ -1475,7 +1477,7 @@ fn the_legacy_stream_is_unusable_while_a_blocking_stream_captures() {
 #[test]
 fn the_per_thread_default_stream_can_be_captured() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::per_thread();
     stream.fill(&buf, 0);
@@ -1487,7 +1489,7 @@ fn the_per_thread_default_stream_can_be_captured() {
     assert_eq!(stream.read(&buf), vec![0; N], "captured work does not run");
     exec.launch(&stream);
     assert_eq!(stream.read(&buf), vec![5; N]);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("a capture of the per-thread default stream");
     }
 }
@@ -1496,7 +1498,7 @@ fn the_per_thread_default_stream_can_be_captured() {
 fn capture_modes_decide_which_threads_may_make_potentially_unsafe_calls() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let stream = Stream::non_blocking();
     let alloc = || {
         let mut ptr = 0;
@@ -1586,7 +1588,7 @@ fn capture_modes_decide_which_threads_may_make_potentially_unsafe_calls() {
 fn capture_info_gives_each_capture_its_own_id() {
     let _ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     let stream = Stream::non_blocking();
     assert_eq!(stream.capture_info().status, CU_STREAM_CAPTURE_STATUS_NONE);
 
@@ -1608,7 +1610,7 @@ fn capture_info_gives_each_capture_its_own_id() {
 #[test]
 fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let [a, b, c] = [(); 3].map(|()| DevBuf::new(N));
     let (origin, forked, launch) = (
         Stream::non_blocking(),
@@ -1662,7 +1664,7 @@ fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
     assert_eq!(origin.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
     assert_eq!(forked.capture_status(), CU_STREAM_CAPTURE_STATUS_NONE);
     assert_eq!(launch.read(&b), vec![1; N], "captured work does not run");
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("fork and join");
     }
 }
@@ -1670,7 +1672,7 @@ fn a_stream_that_waits_on_a_captured_event_joins_the_capture() {
 #[test]
 fn an_executable_graph_outlives_its_graph() {
     let _ctx = ctx();
-    let checker = checker();
+    let checker = Checker::attach();
     let buf = DevBuf::new(N);
     let stream = Stream::non_blocking();
     stream.fill(&buf, 0);
@@ -1702,7 +1704,7 @@ fn an_executable_graph_outlives_its_graph() {
         "launched after cuGraphDestroy"
     );
     drop(exec);
-    if let Some(c) = checker {
+    if let Some(c) = &checker {
         c.assert_clean("an executable graph after its graph");
     }
 }
@@ -1711,7 +1713,7 @@ fn an_executable_graph_outlives_its_graph() {
 fn cudarcs_capture_and_graph_launch_work() {
     let ctx = ctx();
     // The checker counts the whole process: one such test at a time.
-    let _turn = checker();
+    let _turn = Checker::attach();
     // SAFETY: this test orders its work itself: one stream only (cudarc's events would be
     // recorded outside the capture and waited on inside it).
     unsafe { ctx.disable_event_tracking() };
@@ -1734,4 +1736,141 @@ fn cudarcs_capture_and_graph_launch_work() {
         .expect("memcpy_htod");
     graph.launch().expect("launch");
     assert_eq!(stream.clone_dtoh(&data).expect("clone_dtoh"), [0; 4]);
+}
+
+/// `dlpack_tests::gpu::KERNELS_PTX`, loaded with `cuModuleLoadData` into the current context
+/// and unloaded on drop.
+struct Module(sys::CUmodule);
+
+impl Module {
+    fn load() -> Self {
+        let text = std::ffi::CString::new(dlpack_tests::gpu::KERNELS_PTX).unwrap();
+        let mut module = null_mut();
+        // SAFETY: a valid out-pointer; NUL-terminated PTX text.
+        let result = unsafe { sys::cuModuleLoadData(&mut module, text.as_ptr().cast()) };
+        ok(result, "cuModuleLoadData");
+        Self(module)
+    }
+
+    fn function(&self, name: &CStr) -> Result<sys::CUfunction, CUresult> {
+        let mut f = null_mut();
+        // SAFETY: a loaded module; a NUL-terminated name; a valid out-pointer.
+        match unsafe { sys::cuModuleGetFunction(&mut f, self.0, name.as_ptr()) } {
+            SUCCESS => Ok(f),
+            e => Err(e),
+        }
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        // SAFETY: loaded by `load`, unloaded once.
+        let result = unsafe { sys::cuModuleUnload(self.0) };
+        if !thread::panicking() {
+            ok(result, "cuModuleUnload");
+        }
+    }
+}
+
+/// `cuLaunchKernel` of `fill_u32(buf, value, n)` with the given geometry on `stream`.
+fn launch_fill(
+    f: sys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    stream: &Stream,
+    buf: &DevBuf,
+    value: u32,
+) -> CUresult {
+    let n = buf.words() as u32;
+    let mut params = [
+        (&buf.ptr as *const sys::CUdeviceptr)
+            .cast_mut()
+            .cast::<c_void>(),
+        (&value as *const u32).cast_mut().cast::<c_void>(),
+        (&n as *const u32).cast_mut().cast::<c_void>(),
+    ];
+    // SAFETY: one pointer per parameter of `fill_u32(u64, u32, u32)`, alive for the call; the
+    // kernel writes `n` u32 of `buf`, a live allocation.
+    unsafe {
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            0,
+            stream.raw,
+            params.as_mut_ptr(),
+            null_mut(),
+        )
+    }
+}
+
+#[test]
+fn a_ptx_module_finds_its_entries_by_name() {
+    let _ctx = ctx();
+    let module = Module::load();
+    assert!(module.function(c"fill_u32").is_ok());
+    assert!(module.function(c"copy_u32").is_ok());
+    assert_eq!(
+        module.function(c"fill"),
+        Err(sys::cudaError_enum::CUDA_ERROR_NOT_FOUND)
+    );
+    assert_eq!(
+        module.function(c"fill_u32_out"),
+        Err(sys::cudaError_enum::CUDA_ERROR_NOT_FOUND),
+        "a parameter is not an entry"
+    );
+}
+
+#[test]
+fn kernel_launches_are_stream_ordered_and_their_geometry_is_checked() {
+    let _ctx = ctx();
+    let checker = Checker::attach();
+    let module = Module::load();
+    let fill = module.function(c"fill_u32").unwrap();
+    let buf = DevBuf::new(N);
+    let stream = Stream::non_blocking();
+    let event = Event::new();
+
+    let gate = stream.gate();
+    let blocks = N.div_ceil(128) as u32;
+    ok(
+        launch_fill(fill, (blocks, 1, 1), (128, 1, 1), &stream, &buf, 7),
+        "cuLaunchKernel",
+    );
+    event.record(&stream);
+    // After the kernel in stream order: its value is the one left.
+    stream.fill(&buf, 9);
+    assert_eq!(
+        stream.query(),
+        NOT_READY,
+        "a launch behind a gate is pending"
+    );
+    assert_eq!(event.query(), NOT_READY);
+    gate.release();
+    ok(stream.sync(), "cuStreamSynchronize after the gate");
+    assert_eq!(event.query(), SUCCESS);
+    assert_eq!(stream.read(&buf), vec![9; N]);
+
+    for (grid, block) in [
+        ((0, 1, 1), (128, 1, 1)),
+        ((1, 1, 1), (0, 1, 1)),
+        ((1, 1, 1), (1025, 1, 1)),
+        ((1, 1, 1), (32, 32, 2)),
+        ((1, 1, 1), (1, 1, 65)),
+        ((1, 65536, 1), (1, 1, 1)),
+    ] {
+        assert_eq!(
+            launch_fill(fill, grid, block, &stream, &buf, 1),
+            CUDA_ERROR_INVALID_VALUE,
+            "grid {grid:?}, block {block:?}"
+        );
+    }
+    ok(stream.sync(), "cuStreamSynchronize");
+    if let Some(c) = &checker {
+        c.assert_clean("a launch followed by a memset on one stream");
+    }
 }

@@ -9,8 +9,8 @@
 use std::ptr::null_mut;
 use std::sync::Arc;
 
+use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, sys};
-use dlpack_tests::gpu::{Checker, Gate, checker};
 use sys::CUresult;
 use sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
 use sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED;
@@ -22,7 +22,7 @@ const N: usize = 1024;
 
 fn setup() -> (Arc<CudaContext>, Checker) {
     let ctx = CudaContext::new(0).expect(NEEDS_SIMULATOR);
-    let checker = checker().expect(NEEDS_SIMULATOR);
+    let checker = Checker::attach().expect(NEEDS_SIMULATOR);
     (ctx, checker)
 }
 

@@ -262,11 +262,11 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
         );
         // The producer's pending work on its current stream (the table reports NULL: the legacy
         // default stream) is ordered before the consumer's stream, without blocking the host.
-        let checker = dlpack_tests::gpu::checker();
+        let checker = cuda_sim_testing::Checker::attach();
         ctx.bind_to_thread().unwrap();
         let legacy = 0x1 as cudarc::driver::sys::CUstream;
         // SAFETY: the legacy default stream of the current (primary) context.
-        let gate = unsafe { dlpack_tests::gpu::Gate::hold_raw(legacy) };
+        let gate = unsafe { cuda_sim_testing::Gate::hold_raw(legacy) };
         // SAFETY: `address` is 4 u32 of live device memory; stream-ordered behind the gate.
         unsafe { cudarc::driver::sys::cuMemsetD32Async(address as u64, 7, 4, legacy) }
             .result()
@@ -304,7 +304,7 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
         gate.release();
         assert_eq!(consumer.clone_dtoh(&result).unwrap(), [7; 4]);
         drop(managed);
-        if let Some(c) = checker {
+        if let Some(c) = &checker {
             c.assert_clean("C exchange API ordering");
         }
         let err = python::managed_from_object(

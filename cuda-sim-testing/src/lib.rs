@@ -1,0 +1,47 @@
+//! Testing stream-ordered CUDA code, with or without a GPU.
+//!
+//! - [`driver`] (or [`load`]): puts the CUDA simulator (crate `cuda-sim`, built by cargo with
+//!   this crate) under `cargo test` on a machine without a CUDA driver, with no environment
+//!   variable to set; a machine with a driver keeps it.
+//! - [`Gate`]: holds a stream, so the work enqueued behind it is pending until the test
+//!   releases it, on a GPU and on the simulator alike (a host function, `cuLaunchHostFunc`).
+//! - [`Checker`]: the simulator's happens-before checker (`None` on a real driver): the
+//!   violations found, their report, the operation counts, and [`Checker::assert_clean`].
+//!
+//! ```no_run
+//! use cudarc::driver::CudaContext;
+//! use cuda_sim_testing::{Checker, Gate};
+//!
+//! cuda_sim_testing::driver(); // before cudarc's first call
+//! let ctx = CudaContext::new(0).unwrap();
+//! let (a, b) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap()); // before any gate
+//! let checker = Checker::attach(); // None on a GPU
+//! let mut src = a.alloc_zeros::<f32>(1024).unwrap();
+//! let mut dst = b.alloc_zeros::<f32>(1024).unwrap();
+//! let gate = Gate::hold(&a);
+//! a.memset_zeros(&mut src).unwrap(); // pending until the gate is released
+//! let written = a.record_event(None).unwrap();
+//! b.wait(&written).unwrap(); // leave it out, and the checker reports the copy below
+//! b.memcpy_dtod(&src, &mut dst).unwrap();
+//! gate.release();
+//! b.synchronize().unwrap();
+//! if let Some(checker) = checker {
+//!     checker.assert_clean("a copy ordered after the producer");
+//! }
+//! ```
+//!
+//! The simulator runs no kernel body: a launch is enqueued in stream order and checked as a
+//! read and write of every allocation its pointer parameters point into, but computes no
+//! values (see the `cuda-sim` crate docs).
+//!
+//! cudarc's bindings must be those the simulator was built against (CUDA 13 with cudarc 0.19's
+//! `fallback-latest`; set `CUDARC_CUDA_VERSION=13040` in `.cargo/config.toml`'s `[env]` where
+//! a toolkit of another version is installed). Linux only.
+
+mod checker;
+mod driver;
+mod gate;
+
+pub use checker::Checker;
+pub use driver::{Driver, LoadError, SIMULATOR_PATH, driver, load};
+pub use gate::Gate;
