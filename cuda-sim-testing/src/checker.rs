@@ -77,14 +77,21 @@ impl std::fmt::Debug for Checker {
 }
 
 impl Checker {
-    /// The checker of the loaded CUDA driver library, with its counts reset, or `None` when
-    /// that library is a real driver (or none can be loaded): the same test then runs on the
-    /// hardware, without the checks.
+    /// The checker of the CUDA driver library of this process, with its counts reset, or
+    /// `None` when that library is a real driver (or none can be loaded): the same test then
+    /// runs on the hardware, without the checks. Loads the driver first ([`load`]), so it
+    /// may come before or after [`driver`] in a test.
     ///
     /// Blocks while another thread holds a checker (see the type's docs); a thread that
     /// attaches a second one while holding the first deadlocks.
+    ///
+    /// [`load`]: crate::load
+    /// [`driver`]: crate::driver
     pub fn attach() -> Option<Self> {
         static TURN: Mutex<()> = Mutex::new(());
+        if crate::load() != Ok(crate::Driver::Simulator) {
+            return None;
+        }
         let entries = Entries::find()?;
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         let checker = Self {
