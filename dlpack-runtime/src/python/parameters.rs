@@ -105,9 +105,10 @@ pub(crate) enum Kind {
 }
 
 /// `value` converted to `V`, `None` for an absent argument or Python's `None`. A value of the
-/// expected kind that does not convert (an int out of range, a tuple with a non-integer) keeps
-/// its own error (`OverflowError`, `TypeError`), as pyo3's arguments do; a value of another kind
-/// is a `TypeError` naming the parameter.
+/// expected kind that does not convert (an int out of range, a tuple of another length or with
+/// a non-integer) keeps its own error (`OverflowError`, `ValueError`, `TypeError`) with the
+/// note `while processing '<parameter>'`, as pyo3 does for its arguments; a value of another
+/// kind is a `TypeError` naming the parameter.
 fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
     method: &dyn Fn() -> String,
     value: Option<Borrowed<'_, 'py, PyAny>>,
@@ -124,7 +125,15 @@ fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
             Kind::Bool => (value.is_instance_of::<PyBool>(), "a bool"),
         };
         if of_kind {
-            return err.into();
+            let err: PyErr = err.into();
+            let py = value.py();
+            // As pyo3's `argument_extraction_error`: a note where the interpreter has notes
+            // (3.11 and later); the error is kept as it is where adding one fails.
+            let _ = err.value(py).call_method1(
+                pyo3::intern!(py, "add_note"),
+                (format!("while processing '{parameter}'"),),
+            );
+            return err;
         }
         PyTypeError::new_err(format!(
             "{}() argument '{parameter}' must be {expected} or None, not {}",

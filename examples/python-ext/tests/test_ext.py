@@ -61,12 +61,17 @@ def test_every_spelling_of_the_arguments_is_served_alike():
         t.__dlpack__(**{key: (1, 3)}),
     ]
     assert [get_name(c) for c in calls] == [b"dltensor_versioned"] * len(calls)
-    with pytest.raises(OverflowError):
+    # A value of the right kind that does not convert keeps its own error, with the parameter
+    # named in a note, as pyo3 names its arguments.
+    with pytest.raises(OverflowError) as raised:
         t.__dlpack__(max_version=(1, 2**40))
-    with pytest.raises(ValueError):
+    assert raised.value.__notes__ == ["while processing 'max_version'"]
+    with pytest.raises(ValueError) as raised:
         t.__dlpack__(max_version=(1,))
-    with pytest.raises(OverflowError):
+    assert raised.value.__notes__ == ["while processing 'max_version'"]
+    with pytest.raises(OverflowError) as raised:
         t.__dlpack__(stream=2**70)
+    assert raised.value.__notes__ == ["while processing 'stream'"]
     with pytest.raises(TypeError, match="'copy' must be a bool or None, not int"):
         t.__dlpack__(copy=1)
 
