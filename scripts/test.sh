@@ -44,7 +44,7 @@ DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
         --lib --test cuda --test exchange --test python_protocol \
         -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
-        c_exchange_api_of_cuda_memory
+        c_exchange_api_of_cuda_memory a_host_copy_of_cuda_memory
 echo "==> example extension module (feature cuda, release) and its borrow peer: maturin develop into .venv, then pytest"
 # Release builds: the borrow tests (tests/test_borrows.py) call functions that a release build
 # would miscompile if two imports of one array could both hand out `&mut [f32]`. The peer is a

@@ -243,6 +243,9 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
     let memory = consumer.alloc_zeros::<f32>(4).unwrap();
     let address = memory.device_ptr(&consumer).0 as usize;
     consumer.synchronize().unwrap();
+    // Taken before the GIL, as in every test here: a test holding the checker may wait with
+    // the GIL released.
+    let checker = cuda_sim_testing::Checker::attach();
     Python::attach(|py| {
         let counter = Counter::new();
         let (obj, calls) = CudaPublished::bound(py, address, &counter);
@@ -262,7 +265,6 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
         );
         // The producer's pending work on its current stream (the table reports NULL: the legacy
         // default stream) is ordered before the consumer's stream, without blocking the host.
-        let checker = cuda_sim_testing::Checker::attach();
         ctx.bind_to_thread().unwrap();
         let legacy = 0x1 as cudarc::driver::sys::CUstream;
         // SAFETY: the legacy default stream of the current (primary) context.
@@ -318,6 +320,116 @@ fn c_exchange_api_of_cuda_memory_with_a_driver() {
         assert_eq!(counter.get(), 1, "every tensor taken was released");
     });
     consumer.synchronize().unwrap();
+    drop(memory);
+}
+
+/// A Python producer that ignores `dl_device` and forwards `__dlpack__(stream=-1)` of `inner`:
+/// it hands over CUDA memory carrying no event, whatever the consumer asked.
+#[cfg(feature = "cuda")]
+const IGNORES_DEVICE: &str = "
+class IgnoresDevice:
+    def __init__(self, inner):
+        self.inner = inner
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        return self.inner.__dlpack__(stream=-1, max_version=max_version)
+result = IgnoresDevice(inner)
+";
+
+/// CUDA memory handed over despite `dl_device=(CPU, 0)` (feature `cuda`): the consumer copies
+/// it to the host after the work ordered before its `stream` (here: enqueued on it, held by a
+/// gate); with `stream=-1` nothing orders the copy, which the simulator's checker reports.
+/// Without a driver the copy is refused.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_host_copy_of_cuda_memory_handed_over_despite_dl_device_follows_the_consumer_stream() {
+    use cudarc::driver::{CudaContext, DevicePtr, sys};
+    use dlpack_runtime::cuda::{self, CudaError};
+    let host_import = |obj: &Bound<'_, PyAny>, stream: i64| {
+        python::from_dlpack_with::<Compact<f32>>(
+            obj,
+            &FromDlpackOptions::new()
+                .device(Device::CPU)
+                .stream(Some(stream)),
+        )
+    };
+    if matches!(cuda::init(), Err(CudaError::NoDriver)) {
+        assert_ne!(dlpack_tests::expected_driver(), Some(true));
+        Python::attach(|py| {
+            let counter = Counter::new();
+            let (inner, _calls) = CudaPublished::bound(py, 0x7f00_0000_0000, &counter);
+            let l = locals(py);
+            l.set_item("inner", inner).unwrap();
+            let obj = run(py, IGNORES_DEVICE, &l);
+            let err = host_import(&obj, 0x5000).err().unwrap();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+            assert!(err.to_string().contains("no CUDA driver"), "{err}");
+            drop((obj, l));
+            collect(py);
+            assert_eq!(counter.get(), 1, "the tensor handed over was released");
+        });
+        return;
+    }
+    assert_ne!(dlpack_tests::expected_driver(), Some(false));
+    let ctx = CudaContext::new(0).unwrap();
+    let consumer = ctx.new_stream().unwrap();
+    let memory = consumer.alloc_zeros::<f32>(4).unwrap();
+    let address = memory.device_ptr(&consumer).0;
+    consumer.synchronize().unwrap();
+    // Taken before the GIL: the host copy waits with the GIL released, and another test may
+    // then take the GIL and wait for the checker.
+    let checker = cuda_sim_testing::Checker::attach();
+    Python::attach(|py| {
+        let counter = Counter::new();
+        let (inner, _calls) = CudaPublished::bound(py, address as usize, &counter);
+        let l = locals(py);
+        l.set_item("inner", inner).unwrap();
+        let obj = run(py, IGNORES_DEVICE, &l);
+        for (value, stream) in [(7, consumer.cu_stream() as i64), (9, -1)] {
+            ctx.bind_to_thread().unwrap();
+            // The producer's write, ordered before the consumer's stream (enqueued on it) and
+            // held there until another thread opens the gate.
+            let gate = dlpack_tests::gpu::Gate::hold(&consumer);
+            // SAFETY: `address` is 4 u32 of live device memory; stream-ordered behind the gate.
+            unsafe { sys::cuMemsetD32Async(address, value, 4, consumer.cu_stream()) }
+                .result()
+                .unwrap();
+            let opener = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                gate.release();
+            });
+            let host = host_import(&obj, stream).unwrap();
+            opener.join().unwrap();
+            consumer.synchronize().unwrap();
+            assert!(host.data.managed().is_copied());
+            let bits: Vec<u32> = host
+                .data
+                .as_slice()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            if stream != -1 {
+                if let Some(c) = &checker {
+                    c.assert_clean("host copy after the consumer's stream");
+                }
+                assert_eq!(bits, [value; 4]);
+            } else if let Some(c) = &checker {
+                // The negative control (its values may be anything): the copy read while the
+                // write was held.
+                assert!(
+                    c.violations() >= 1,
+                    "the checker missed the unordered host copy"
+                );
+                assert!(c.report().contains("cuMemcpyDtoH"), "{}", c.report());
+                c.reset();
+            }
+        }
+        drop((obj, l));
+        collect(py);
+        assert_eq!(counter.get(), 1, "every tensor handed over was released");
+    });
     drop(memory);
 }
 

@@ -112,8 +112,12 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// its default is passed; so `__dlpack_device__` is not needed to choose a stream), and on
 /// `TypeError` retries `__dlpack__()` (with `stream` only, if one was given) for producers that
 /// predate the keywords, then serves `copy=True` and `device` itself (copying CUDA memory with
-/// the `cuda` feature) and checks `device`. The capsule is consumed as [`consume_capsule`]
-/// describes, and the tensor is validated by `T`'s import before anything reads it.
+/// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
+/// such a producer, or one that ignores `dl_device`) is copied to the host after an event
+/// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
+/// the copy reads after the work the producer ordered before that stream. The capsule is
+/// consumed as [`consume_capsule`] describes, and the tensor is validated by `T`'s import before
+/// anything reads it.
 ///
 /// An object without `__dlpack__` that has `__cuda_array_interface__` (feature `cuda`; the
 /// [CUDA Array Interface](https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html),
@@ -509,8 +513,16 @@ fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
     Ok(if usable { api as usize } else { 0 })
 }
 
-/// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, or a producer
-/// that refused the keywords).
+/// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, a producer
+/// that refused the keywords, or one that ignored `dl_device`).
+///
+/// CUDA memory handed over despite `dl_device=(CPU, 0)` is copied to the host here, on the
+/// per-thread default stream, with the host waiting for the copy. The producer ordered its
+/// pending work before the consumer's `stream` only (the `stream` parameter of `__dlpack__`),
+/// so the tensor is first made to carry an event recorded on that stream ([`made_ready`];
+/// `None`: the legacy default stream), which the copy's stream waits on
+/// (`cuStreamWaitEvent`): the copy reads after everything ordered before the consumer's
+/// stream. `stream=-1` asks for no synchronization, and gets none.
 fn settle(
     managed: ManagedTensor,
     options: &FromDlpackOptions,
@@ -535,12 +547,16 @@ fn settle(
     }
     if copy_to_host || unasked && options.copy == Some(true) && !managed.is_copied() {
         // The copy is ours: versioned, writable, flagged IS_COPIED; a CUDA copy goes on the
-        // stream the producer was asked to order its work on.
+        // stream the producer was asked to order its work on, a host copy waits on an event
+        // of that stream.
         let request = ExportRequest::versioned().copy(Some(true));
-        let request = if copy_to_host {
-            request.dl_device(Device::CPU)
+        let (managed, request) = if copy_to_host {
+            (
+                made_ready(managed, options)?,
+                request.dl_device(Device::CPU),
+            )
         } else {
-            request.stream(options.stream)
+            (managed, request.stream(options.stream))
         };
         return serve(managed, &request).map_err(Into::into);
     }

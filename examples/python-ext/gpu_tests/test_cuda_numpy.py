@@ -271,6 +271,60 @@ def test_our_consumers_host_copy_waits_with_the_gil_released():
     assert total == expected_sum()
 
 
+class IgnoresDevice:
+    """A producer that ignores `dl_device` and hands over its CUDA memory. As `__dlpack__`
+    asks, it orders its pending write before the consumer's `stream` (an event dependency, by
+    an export to that stream that it drops unused); the tensor it hands over carries no event,
+    as a producer that is not this crate's hands over its tensors: only the consumer's stream
+    is ordered after the write."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.inner.__dlpack__(stream=stream, max_version=max_version)
+        return self.inner.__dlpack__(stream=-1, max_version=max_version)
+
+
+@pytest.mark.parametrize(
+    "which", ["created", "legacy", "per_thread", "none"],
+)
+def test_our_host_copy_of_memory_handed_over_despite_dl_device_follows_the_consumer_stream(which):
+    # Our consumer asks for dl_device=(CPU, 0) with a consumer stream; the producer hands over
+    # CUDA memory whose write (held by the gate) only the consumer's stream is ordered after.
+    # The host copy our consumer makes must wait for that stream; the host waits for it with
+    # the GIL released, while a Python thread opens the gate.
+    stream = {
+        "created": de.cuda_stream(),
+        "legacy": CU_STREAM_LEGACY,
+        "per_thread": CU_STREAM_PER_THREAD,
+        "none": None,
+    }[which]
+    x, gate = gated()
+    with Ticker() as ticker:
+        total, ticks = while_a_thread_releases(
+            ticker, gate, lambda: de.host_sum(IgnoresDevice(x), stream)
+        )
+    assert total == expected_sum()
+    assert ticks >= TICKS, f"the ticker ran only {ticks} times during the wait"
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_host_copy_of_memory_handed_over_without_synchronization():
+    # The negative control: the same import with stream=-1 (no synchronization asked, none
+    # made); our host copy reads while the producer's write is held.
+    x, gate = gated()
+    de.host_sum(IgnoresDevice(x), -1)  # the value read may be anything
+    report = _report()
+    gate.release()
+    assert _driver.cuSimViolations() >= 1, "the checker missed the unordered host copy"
+    assert "cuMemcpyDtoH" in report, report
+    _driver.cuSimReset()
+
+
 def test_a_copy_without_synchronization_waits_with_the_gil_released():
     # stream=-1 with copy=True: the producer waits on the host for the copy it cannot order
     # before any consumer stream.

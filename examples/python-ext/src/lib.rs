@@ -635,14 +635,18 @@ mod gpu {
             .map_err(cuda_err)
     }
 
-    /// `host_sum(x)`: imports `x` for the host (`from_dlpack(x, device=cpu)`) and sums it. A
-    /// producer that cannot copy to the host itself (one without the `dl_device` keyword) is
-    /// copied by this consumer.
+    /// `host_sum(x, stream=None)`: imports `x` for the host (`from_dlpack(x, device=cpu)`,
+    /// passing the consumer stream `stream` as `__dlpack__` takes it when given) and sums it. A
+    /// producer that cannot copy to the host itself (one without the `dl_device` keyword, or
+    /// one that ignores it) is copied by this consumer.
     #[pyfunction]
-    pub fn host_sum(x: &Bound<'_, PyAny>) -> PyResult<f64> {
+    #[pyo3(signature = (x, stream=None))]
+    pub fn host_sum(x: &Bound<'_, PyAny>, stream: Option<i64>) -> PyResult<f64> {
         let view: GpuView = python::from_dlpack_with(
             x,
-            &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
+            &FromDlpackOptions::new()
+                .device(dlpack_runtime::Device::CPU)
+                .stream(stream),
         )?;
         Ok(view.data.as_slice()?.iter().map(|&v| f64::from(v)).sum())
     }
