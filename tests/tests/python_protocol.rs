@@ -390,7 +390,7 @@ fn a_host_copy_of_cuda_memory_handed_over_despite_dl_device_follows_the_consumer
             ctx.bind_to_thread().unwrap();
             // The producer's write, ordered before the consumer's stream (enqueued on it) and
             // held there until another thread opens the gate.
-            let gate = dlpack_tests::gpu::Gate::hold(&consumer);
+            let gate = cuda_sim_testing::Gate::hold(&consumer);
             // SAFETY: `address` is 4 u32 of live device memory; stream-ordered behind the gate.
             unsafe { sys::cuMemsetD32Async(address, value, 4, consumer.cu_stream()) }
                 .result()
