@@ -16,7 +16,10 @@
 //! - Import: the consumer's stream (`FromDlpackOptions::stream`, `None` the legacy default
 //!   stream) waits on a pooled event recorded on the exported `stream` now; `stream` absent or
 //!   `None` means nothing to wait for. The import keeps a reference to the producer object until
-//!   it is dropped (the interface has no deleter).
+//!   it is dropped (the interface has no deleter). Every byte the layout reaches must lie in the
+//!   CUDA allocation of the `data` pointer (`cuPointerGetAttribute`,
+//!   `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` and `CU_POINTER_ATTRIBUTE_RANGE_SIZE`), so that no
+//!   copy or kernel reads a neighbouring allocation.
 
 use pyo3::PyClass;
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
@@ -27,7 +30,9 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::engine::cuda::{order_raw, pointer_device, raw_stream};
+use crate::engine::cuda::{
+    CudaError, check_producer_raw_stream, order_raw, pointer_device, pointer_range, raw_stream,
+};
 use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest};
 use crate::plan::cai::{self, CaiError, CaiFields, CaiTensor, DescrEntry};
 use crate::plan::stream::{StreamId, StreamRequest, parse_stream};
@@ -41,7 +46,9 @@ use super::producer::{PyOwner, export_object};
 /// The Python exceptions of a [`CaiError`]: `TypeError` for a missing field or a field of the
 /// wrong type, `BufferError` for what the interface can say but this crate cannot represent
 /// (a mask, a structured `descr`, a `typestr` without a DLPack data type, a data type without a
-/// `typestr`), `ValueError` for every other invalid value.
+/// `typestr`, a layout the shared layout checks refuse) and for a `data` pointer or `stream`
+/// the CUDA driver does not know, `ValueError` for every other invalid value (a layout that
+/// reaches outside the allocation of its `data` pointer among them).
 impl From<CaiError> for PyErr {
     fn from(err: CaiError) -> Self {
         match err {
@@ -51,7 +58,10 @@ impl From<CaiError> for PyErr {
             CaiError::Mask
             | CaiError::Descr { .. }
             | CaiError::Typestr { .. }
-            | CaiError::Unspellable { .. } => PyBufferError::new_err(err.to_string()),
+            | CaiError::Unspellable { .. }
+            | CaiError::Layout { .. }
+            | CaiError::NotDeviceMemory { .. }
+            | CaiError::UnknownStream { .. } => PyBufferError::new_err(err.to_string()),
             _ => PyValueError::new_err(err.to_string()),
         }
     }
@@ -215,16 +225,21 @@ pub(super) fn without_dlpack(
 }
 
 /// Imports `obj` through its `__cuda_array_interface__` value `interface` (versions 0 to 3): the
-/// fields checked ([`cai::parse`]), the device found from the data pointer
-/// (`cuPointerGetAttribute`, `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`; CUDA device 0 for an empty
-/// array with pointer 0), and, unless the caller opted out
+/// fields checked ([`cai::parse`]), the device and the allocation found from the data pointer
+/// (`cuPointerGetAttribute`: `CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`,
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`, `CU_POINTER_ATTRIBUTE_RANGE_SIZE`; CUDA device 0 for
+/// an empty array with pointer 0), every byte the layout reaches checked to lie in that
+/// allocation ([`cai::check_within`]), and, unless the caller opted out
 /// ([`FromDlpackOptions::without_cuda_array_interface_sync`]), the consumer's stream made to
-/// wait on an event recorded on the exported `stream`. The tensor keeps `obj` alive.
+/// wait on an event recorded on the exported `stream`, once that `stream` is checked to be one
+/// the driver knows, of that device (`cuStreamGetCtx`). The tensor keeps `obj` alive.
 ///
 /// # Errors
 ///
-/// The Python exceptions of [`CaiError`] (see its `From` impl); `ValueError` for an illegal
-/// consumer `stream`; `BufferError` for a driver failure or a pointer the driver does not know.
+/// The Python exceptions of [`CaiError`] (see its `From` impl), among them
+/// [`CaiError::OutsideAllocation`] (`ValueError`), [`CaiError::NotDeviceMemory`] and
+/// [`CaiError::UnknownStream`] (`BufferError`); `ValueError` for an illegal consumer `stream`;
+/// `BufferError` for another driver failure.
 pub(super) fn managed_from_interface(
     obj: &Bound<'_, PyAny>,
     interface: &Bound<'_, PyAny>,
@@ -241,13 +256,31 @@ pub(super) fn managed_from_interface(
             data => pointer_device(data).unwrap_or(0),
         })
     } else {
-        Device::cuda(pointer_device(tensor.data).map_err(ExportError::from)?)
+        let range = pointer_range(tensor.data).map_err(|err| match err {
+            CudaError::Driver {
+                call: "cuPointerGetAttribute",
+                code: cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            } => PyErr::from(CaiError::NotDeviceMemory { data: tensor.data }),
+            other => ExportError::from(other).into(),
+        })?;
+        cai::check_within(&tensor, range.start, range.len)?;
+        Device::cuda(range.device)
     };
     let stream = tensor.stream;
     let managed = import(obj, tensor, device)?;
     let Some(stream) = stream.filter(|_| numel > 0 && !options.cai_unsynchronized) else {
         return Ok(managed);
     };
+    check_producer_raw_stream(stream, device.device_id).map_err(|err| match err {
+        CudaError::Driver {
+            call: "cuStreamGetCtx",
+            ..
+        } => PyErr::from(CaiError::UnknownStream {
+            found: stream_value(stream),
+            cause: err.to_string(),
+        }),
+        other => ExportError::from(other).into(),
+    })?;
     // A consumer on the host (`device=CPU`, served by a copy to the host) waits on the host,
     // with the GIL released; any other waits with its stream.
     let request = if options.device == Some(Device::CPU) {
@@ -270,8 +303,9 @@ struct InterfaceMemory {
 }
 
 // SAFETY: `start` and `byte_len` are the span of the elements the producer described
-// (`cai::parse`: checked not to overflow, aligned to the item size), on the device that owns
-// the pointer (`cuPointerGetAttribute`; `check_pointer` again at export). The memory stays
+// (`cai::parse`: checked not to overflow, aligned to the item size), inside the allocation of
+// the pointer (`cai::check_within`, empty arrays excepted: they reach no byte), on the device
+// that owns it (`cuPointerGetAttribute`; `check_pointer` again at export). The memory stays
 // allocated while the producer object lives (the interface's "Lifetime management" section),
 // and `Imported` holds a reference to it for as long as this buffer lives. Not unaliased: other
 // objects may reach the same memory.
@@ -330,11 +364,16 @@ fn import(obj: &Bound<'_, PyAny>, tensor: CaiTensor, device: Device) -> PyResult
         strides: tensor.strides,
         read_only: tensor.read_only,
     };
-    Ok(crate::export::export_with(
-        owner,
-        imported_parts,
-        &ExportRequest::versioned(),
-    )?)
+    crate::export::export_with(owner, imported_parts, &ExportRequest::versioned()).map_err(|err| {
+        match err {
+            // The shared layout checks speak of an export; this is an import.
+            ExportError::Layout(layout) => CaiError::Layout {
+                reason: layout.to_string(),
+            }
+            .into(),
+            other => other.into(),
+        }
+    })
 }
 
 /// The fields of a `__cuda_array_interface__` value.
@@ -361,19 +400,25 @@ fn read_fields(interface: &Bound<'_, PyAny>) -> Result<CaiFields, CaiError> {
     let data_value = required("data")?;
     let data = data_value
         .cast::<PyTuple>()
-        .ok()
-        .filter(|t| t.len() == 2)
-        .ok_or_else(|| field_type("data", &data_value, "a tuple (pointer, readonly)"))?;
+        .map_err(|_| field_type("data", &data_value, "a tuple (pointer, readonly)"))?;
+    if data.len() != 2 {
+        let n = data.len();
+        return Err(CaiError::FieldType {
+            field: "data",
+            found: format!("a tuple of {n} item{}", if n == 1 { "" } else { "s" }),
+            expected: "a tuple of 2 items (pointer, readonly)",
+        });
+    }
     let pointer = data
         .get_item(0)
         .map_err(|_| CaiError::Missing { field: "data" })?;
-    let pointer = unsigned(&pointer, "data")?;
+    let pointer = unsigned(&pointer, "data[0]")?;
     let readonly = data
         .get_item(1)
         .map_err(|_| CaiError::Missing { field: "data" })?;
     let readonly = readonly
         .cast::<PyBool>()
-        .map_err(|_| field_type("data", &readonly, "a tuple (pointer, readonly) with a bool"))?
+        .map_err(|_| field_type("data[1]", &readonly, "a bool (the readonly flag)"))?
         .is_true();
     let strides = match optional("strides")? {
         Some(s) => Some(ints(&s, "strides", "None or a tuple of ints")?),
@@ -402,10 +447,16 @@ fn read_fields(interface: &Bound<'_, PyAny>) -> Result<CaiFields, CaiError> {
 }
 
 fn field_type(field: &'static str, found: &Bound<'_, PyAny>, expected: &'static str) -> CaiError {
-    let found = found
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| format!("a {n}"));
+    let found = found.get_type().name().map_or_else(
+        |_| "?".to_owned(),
+        |n| {
+            let article = match n.to_string().chars().next() {
+                Some('a' | 'e' | 'i' | 'o' | 'u' | 'A' | 'E' | 'I' | 'O' | 'U') => "an",
+                _ => "a",
+            };
+            format!("{article} {n}")
+        },
+    );
     CaiError::FieldType {
         field,
         found,
@@ -429,11 +480,7 @@ fn int(
 
 fn unsigned(value: &Bound<'_, PyAny>, field: &'static str) -> Result<u64, CaiError> {
     if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
-        return Err(field_type(
-            field,
-            value,
-            "a tuple (pointer, readonly) with an int pointer",
-        ));
+        return Err(field_type(field, value, "an int (the pointer)"));
     }
     value.extract::<u64>().map_err(|_| CaiError::OutOfRange {
         field,

@@ -141,8 +141,9 @@
 //! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | [`CaiError`](crate::CaiError) (a `__cuda_array_interface__` that cannot be read): a missing or mistyped field | `TypeError` |
-//! | [`CaiError`](crate::CaiError): a mask, a structured `descr`, a `typestr` without a DLPack dtype | `BufferError` |
-//! | [`CaiError`](crate::CaiError): any other invalid value (`version`, `stream=0`, extents, strides, pointer) | `ValueError` |
+//! | [`CaiError`](crate::CaiError): a mask, a structured `descr`, a `typestr` without a DLPack dtype, a layout the shared layout checks refuse (more than 64 axes) | `BufferError` |
+//! | [`CaiError`](crate::CaiError): a `data` pointer that is not CUDA memory the driver knows, a `stream` the driver does not know | `BufferError` |
+//! | [`CaiError`](crate::CaiError): any other invalid value (`version`, `stream=0`, extents, strides, pointer, a `descr` that contradicts `typestr`, a layout reaching outside the allocation of its `data` pointer) | `ValueError` |
 //! | `__cuda_array_interface__` of a host tensor, or of a dtype without a `typestr` | `AttributeError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |

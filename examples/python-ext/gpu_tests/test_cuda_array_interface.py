@@ -292,14 +292,114 @@ def test_the_read_only_flag_is_kept():
         (dict(shape=(2**62,)), ValueError, "overflows"),
         (dict(data=(0, False)), ValueError, "data pointer is 0"),
         (dict(shape=...), TypeError, "no `shape`"),
-        (dict(typestr=4), TypeError, "`typestr` is a int, expected a str"),
+        (dict(typestr=4), TypeError, "`typestr` is an int, expected a str"),
         (dict(data=[1, False]), TypeError, "`data` is a list"),
+        (dict(data=(4096,)), TypeError,
+         r"`data` is a tuple of 1 item, expected a tuple of 2 items \(pointer, readonly\)"),
+        (dict(data=(4096, False, 0)), TypeError, "`data` is a tuple of 3 items"),
+        (dict(data=(4096, 0)), TypeError, r"`data\[1\]` is an int, expected a bool"),
+        (dict(data=("4096", False)), TypeError, r"`data\[0\]` is a str, expected an int"),
+        (dict(descr=[("", "<f8")]), ValueError,
+         r"descr \[\('', \"<f8\"\)\] contradicts typestr \"<f4\""),
+        (dict(shape=(1,) * 65), BufferError,
+         "^__cuda_array_interface__ cannot be imported: `ndim` is 65, expected at most 64"),
     ],
 )
 def test_every_field_rule_is_a_typed_error(changes, error, match):
     x = de.cuda_arange(N)
     with pytest.raises(error, match=match):
         to_host(over(x, **changes))
+
+
+def small_over(**changes):
+    """`over` a 10-element float32 vector (a 40-byte allocation), and its pointer."""
+    x = de.cuda_arange(10)
+    pointer = x.__cuda_array_interface__["data"][0]
+    changes = {k: v(pointer) if callable(v) else v for k, v in changes.items()}
+    return over(x, **changes), pointer
+
+
+@pytest.mark.parametrize(
+    "changes, start, end",
+    [
+        (dict(shape=(1000,)), 0, 4000),
+        (dict(data=lambda p: (p + 36, False), shape=(2,)), 36, 44),
+        (dict(shape=(2,), strides=(2**62,)), 0, 2**62 + 4),
+        (dict(strides=(-4,)), -36, 4),
+    ],
+    ids=["too_long", "one_past_the_end", "huge_stride", "negative_stride_below_the_start"],
+)
+def test_a_layout_reaching_past_its_allocation_is_refused_at_import(changes, start, end):
+    producer, pointer = small_over(**changes)
+    match = (
+        rf"reach bytes \[{pointer + start:#x}, {pointer + end:#x}\), outside the CUDA allocation "
+        rf"\[{pointer:#x}, {pointer + 40:#x}\)"
+    )
+    with pytest.raises(ValueError, match=match):
+        de.cuda_to_host(producer)
+
+
+def test_in_bounds_negative_stride_views_read_the_right_values():
+    values = np.arange(10, dtype=np.float32)
+    reversed_, _ = small_over(data=lambda p: (p + 36, False), strides=(-4,))
+    np.testing.assert_array_equal(to_host(reversed_), values[::-1])
+    odd_down, _ = small_over(data=lambda p: (p + 36, False), shape=(5,), strides=(-8,))
+    np.testing.assert_array_equal(to_host(odd_down), values[::-2])
+    grid, _ = small_over(data=lambda p: (p + 20, False), shape=(2, 5), strides=(-20, 4))
+    np.testing.assert_array_equal(to_host(grid), values.reshape(2, 5)[::-1])
+
+
+def test_an_empty_array_needs_no_allocation():
+    for shape in [(0,), (0, 1000)]:
+        empty, _ = small_over(shape=shape, stream=None)
+        got = to_host(empty)
+        assert got.shape == shape and got.dtype == np.float32
+
+
+def host_pointer():
+    host = np.arange(16, dtype=np.float32)
+    return host, host.ctypes.data
+
+
+@pytest.mark.parametrize("kind", ["small_integer", "numpy_host"])
+def test_a_pointer_the_driver_does_not_know_names_the_data_field(kind):
+    x = de.cuda_arange(N)
+    keep, pointer = (None, 0x1000) if kind == "small_integer" else host_pointer()
+    producer = over(x, data=(pointer, False), shape=(4,), stream=None)
+    match = (
+        rf"the `data` pointer {pointer:#x} of the __cuda_array_interface__ is not CUDA device "
+        "memory the driver knows"
+    )
+    with pytest.raises(BufferError, match=match):
+        de.cuda_to_host(producer)
+    del keep
+
+
+@pytest.mark.skipif(
+    not SIMULATOR, reason="a GPU's stream-ordered memory pool may keep freed memory mapped"
+)
+def test_a_freed_pointer_names_the_data_field():
+    x = de.cuda_arange(10)
+    exported = x.__cuda_array_interface__
+    pointer = exported["data"][0]
+    ready_on_host(x)
+    owner = de.cuda_arange(10)
+    del x
+    gc.collect()
+    freed = CaiOnly(owner, shape=(10,), typestr="<f4", data=(pointer, False), version=3)
+    with pytest.raises(BufferError, match=rf"the `data` pointer {pointer:#x} .* is not CUDA"):
+        de.cuda_to_host(freed)
+
+
+def test_a_stream_the_driver_does_not_know_names_the_stream_field():
+    x = de.cuda_arange(N)
+    ready_on_host(x)
+    match = (
+        "the `stream` 0xdeadbeef of the __cuda_array_interface__ is not a CUDA stream the "
+        "driver knows"
+    )
+    with pytest.raises(BufferError, match=match):
+        de.cuda_to_host(over(x, stream=0xDEADBEEF))
 
 
 def test_the_trivial_descr_is_accepted():

@@ -468,6 +468,81 @@ pub fn pointer_device(pointer: u64) -> Result<i32, CudaError> {
     Ok(ordinal)
 }
 
+/// The CUDA allocation a pointer lies in: its device and its byte range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointerRange {
+    /// The device ordinal (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
+    pub device: i32,
+    /// The allocation's first byte (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`).
+    pub start: u64,
+    /// The allocation's size in bytes (`CU_POINTER_ATTRIBUTE_RANGE_SIZE`).
+    pub len: u64,
+}
+
+/// The device and the allocation range of `pointer` (`cuPointerGetAttribute`).
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] (`cuPointerGetAttribute`, `CUDA_ERROR_INVALID_VALUE`) for a pointer
+/// the driver does not know.
+pub fn pointer_range(pointer: u64) -> Result<PointerRange, CudaError> {
+    let device = pointer_device(pointer)?;
+    let mut start: sys::CUdeviceptr = 0;
+    let mut len: usize = 0;
+    // SAFETY: valid out-pointers of the attributes' types (`CUdeviceptr`, `size_t`); the driver
+    // only reads its own tables for `pointer`.
+    unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut start as *mut sys::CUdeviceptr).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+            pointer as sys::CUdeviceptr,
+        )
+        .result()
+        .map_err(driver_error("cuPointerGetAttribute"))?;
+        sys::cuPointerGetAttribute(
+            (&mut len as *mut usize).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            pointer as sys::CUdeviceptr,
+        )
+        .result()
+        .map_err(driver_error("cuPointerGetAttribute"))?;
+    }
+    Ok(PointerRange {
+        device,
+        start: start as u64,
+        len: len as u64,
+    })
+}
+
+/// Checks that a producer's raw stream handle is a stream the driver knows (`cuStreamGetCtx`)
+/// of CUDA device `expected`; the default streams always pass.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from `cuStreamGetCtx` for a handle the driver refuses;
+/// [`CudaError::StreamOnOtherDevice`] for a stream of another device.
+#[cfg_attr(not(any(feature = "python", test)), allow(dead_code))]
+pub(crate) fn check_producer_raw_stream(stream: StreamId, expected: i32) -> Result<(), CudaError> {
+    let StreamId::Handle(handle) = stream else {
+        return Ok(());
+    };
+    init()?;
+    // The producer's stream is valid while its object lives (the CUDA Array Interface's
+    // "Lifetime management" section); a handle the driver does not know is refused by it.
+    let found = context_device(stream_context(handle.get() as sys::CUstream)?)?;
+    let wanted = result::device::get(expected).map_err(driver_error("cuDeviceGet"))?;
+    if found == wanted {
+        Ok(())
+    } else {
+        Err(CudaError::StreamOnOtherDevice {
+            role: "producer",
+            stream: handle.get(),
+            found: ordinal_of(found),
+            expected,
+        })
+    }
+}
+
 /// Checks that `pointer` belongs to CUDA device `expected`.
 ///
 /// # Errors

@@ -20,6 +20,12 @@ fn without_a_driver_everything_is_an_error_not_a_panic() {
         Err(CudaError::NoDriver) => {
             assert_ne!(expected.as_deref(), Some("present"));
             assert_eq!(pointer_device(0x1000), Err(CudaError::NoDriver));
+            assert_eq!(pointer_range(0x1000), Err(CudaError::NoDriver));
+            let handle = StreamId::Handle(core::num::NonZeroU64::new(0xdead_b000).unwrap());
+            assert_eq!(
+                check_producer_raw_stream(handle, 0),
+                Err(CudaError::NoDriver)
+            );
             assert_eq!(ReadyEvents::record(&[]).map(|r| r.is_empty()), Ok(true));
             assert_eq!(execute(&SyncPlan::Nothing, &[]), Ok(()));
             let plan = SyncPlan::HostSync {
@@ -37,6 +43,13 @@ fn without_a_driver_everything_is_an_error_not_a_panic() {
                     ..
                 })
             ));
+            assert_eq!(
+                pointer_range(0x1000),
+                Err(CudaError::Driver {
+                    call: "cuPointerGetAttribute",
+                    code: sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                })
+            );
             assert_eq!(ReadyEvents::record(&[]).map(|r| r.is_empty()), Ok(true));
             assert_eq!(execute(&SyncPlan::Nothing, &[]), Ok(()));
         }

@@ -18,7 +18,8 @@
 //! | `typestr` | `<` (or `|` for one-byte types) then `b1`, `i1`..`i8`, `u1`..`u8`, `f2`, `f4`, `f8`, `c8`, `c16`; `>` (big-endian) and other kinds refused |
 //! | `data` | `(pointer, readonly)`; pointer 0 only for an empty array, else aligned to the item size |
 //! | `strides` | absent or `None`: C-contiguous (every version); else one stride per axis, in bytes, each a multiple of the item size (negative and zero strides allowed) |
-//! | `descr` | absent, or the trivial `[("", typestr)]`; structured types refused |
+//! | `descr` | absent, or the trivial `[("", typestr)]` with the `typestr` field's string; structured types refused |
+//! | the allocation | at import, every byte the layout reaches (negative strides included) inside the CUDA allocation of the `data` pointer ([`check_within`]) |
 //! | `mask` | absent or `None`; masked arrays refused |
 //! | `stream` | absent or `None`: nothing to wait for; `1` legacy default stream, `2` per-thread default stream, `> 2` a `cudaStream_t`; `0` and negative values refused |
 
@@ -254,6 +255,57 @@ pub enum CaiError {
         /// The entries, as found.
         found: String,
     },
+    /// A `descr` of one unnamed entry whose typestr is not the `typestr` field's.
+    #[error(
+        "__cuda_array_interface__ descr [('', {descr:?})] contradicts typestr {typestr:?}, expected absent or [('', {typestr:?})]"
+    )]
+    DescrTypestr {
+        /// The typestr of the `descr` entry.
+        descr: String,
+        /// The `typestr` field.
+        typestr: String,
+    },
+    /// A layout whose bytes reach outside the allocation its `data` pointer is in (checked at
+    /// import against `cuPointerGetAttribute`'s `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` and
+    /// `CU_POINTER_ATTRIBUTE_RANGE_SIZE`). Ranges are half-open, in bytes.
+    #[error(
+        "__cuda_array_interface__ shape, strides and data reach bytes [{start:#x}, {end:#x}), outside the CUDA allocation [{alloc_start:#x}, {alloc_end:#x}) that the data pointer is in, expected every element inside that allocation"
+    )]
+    OutsideAllocation {
+        /// The lowest byte an element reaches.
+        start: u64,
+        /// One past the highest byte an element reaches.
+        end: u64,
+        /// The allocation's first byte.
+        alloc_start: u64,
+        /// One past the allocation's last byte.
+        alloc_end: u64,
+    },
+    /// A `data` pointer the CUDA driver does not know (`cuPointerGetAttribute` fails with
+    /// `CUDA_ERROR_INVALID_VALUE`): host memory, freed memory, or no pointer at all.
+    #[error(
+        "the `data` pointer {data:#x} of the __cuda_array_interface__ is not CUDA device memory the driver knows (cuPointerGetAttribute: CUDA_ERROR_INVALID_VALUE), expected a pointer into a live CUDA allocation"
+    )]
+    NotDeviceMemory {
+        /// The pointer.
+        data: u64,
+    },
+    /// A `stream` handle the CUDA driver refuses (`cuStreamGetCtx` fails).
+    #[error(
+        "the `stream` {found:#x} of the __cuda_array_interface__ is not a CUDA stream the driver knows ({cause}), expected None, 1, 2 or a live cudaStream_t"
+    )]
+    UnknownStream {
+        /// The stream value.
+        found: i64,
+        /// The driver's failure.
+        cause: String,
+    },
+    /// A layout the shared layout checks refuse at import (such as more than 64 axes).
+    #[error("__cuda_array_interface__ cannot be imported: {reason}")]
+    Layout {
+        /// The layout check's message.
+        reason: String,
+    },
     /// `stream` 0 or negative.
     #[error(
         "__cuda_array_interface__ stream {found} is not allowed, expected None, 1 (legacy default stream), 2 (per-thread default stream) or a cudaStream_t > 2"
@@ -470,12 +522,18 @@ fn span(
 }
 
 fn check_descr(descr: &[DescrEntry], typestr: &str) -> Result<(), CaiError> {
-    let trivial = match descr {
-        [only] => only.name.is_empty() && !only.has_shape && only.typestr == typestr,
-        _ => false,
-    };
-    if trivial {
-        return Ok(());
+    match descr {
+        [only] if only.name.is_empty() && !only.has_shape => {
+            return if only.typestr == typestr {
+                Ok(())
+            } else {
+                Err(CaiError::DescrTypestr {
+                    descr: only.typestr.clone(),
+                    typestr: typestr.to_owned(),
+                })
+            };
+        }
+        _ => {}
     }
     let found = descr
         .iter()
@@ -492,6 +550,33 @@ fn check_descr(descr: &[DescrEntry], typestr: &str) -> Result<(), CaiError> {
     Err(CaiError::Descr {
         found: format!("[{found}]"),
     })
+}
+
+/// Checks that every byte `tensor` reaches lies in the allocation of `alloc_len` bytes from
+/// `alloc_start` (the range `cuPointerGetAttribute` gives for its `data` pointer:
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`, `CU_POINTER_ATTRIBUTE_RANGE_SIZE`). An empty array
+/// reaches no byte and always passes.
+///
+/// # Errors
+///
+/// [`CaiError::OutsideAllocation`] when the span `[start, start + byte_len)` is not inside
+/// `[alloc_start, alloc_start + alloc_len)`.
+pub fn check_within(tensor: &CaiTensor, alloc_start: u64, alloc_len: u64) -> Result<(), CaiError> {
+    if tensor.numel() == 0 {
+        return Ok(());
+    }
+    // `parse` checked that `start + byte_len` fits a `u64`.
+    let end = tensor.start.saturating_add(tensor.byte_len as u64);
+    let alloc_end = alloc_start.saturating_add(alloc_len);
+    if tensor.start < alloc_start || end > alloc_end {
+        return Err(CaiError::OutsideAllocation {
+            start: tensor.start,
+            end,
+            alloc_start,
+            alloc_end,
+        });
+    }
+    Ok(())
 }
 
 /// Describes a tensor as the fields of a version 3 `__cuda_array_interface__`: `data` the

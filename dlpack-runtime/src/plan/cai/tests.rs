@@ -324,7 +324,6 @@ fn only_the_trivial_descr_is_read() {
     for descr in [
         vec![],
         vec![entry("x", "<f4", false)],
-        vec![entry("", "<i4", false)],
         vec![entry("", "<f4", true)],
         vec![entry("re", "<f2", false), entry("im", "<f2", false)],
     ] {
@@ -336,6 +335,120 @@ fn only_the_trivial_descr_is_read() {
             other => panic!("{descr:?}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn a_trivial_descr_with_another_typestr_contradicts_the_typestr() {
+    let err = parse(&CaiFields {
+        descr: Some(vec![DescrEntry {
+            name: String::new(),
+            typestr: "<f8".to_owned(),
+            has_shape: false,
+        }]),
+        ..fields()
+    })
+    .unwrap_err();
+    assert_eq!(
+        err,
+        CaiError::DescrTypestr {
+            descr: "<f8".to_owned(),
+            typestr: "<f4".to_owned(),
+        }
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("contradicts typestr \"<f4\"") && !message.contains("structured"),
+        "{message}"
+    );
+}
+
+/// `fields()` changed by `f`, parsed, then checked against the allocation of 40 bytes at
+/// 0x1000 (ten float32 elements).
+fn within_ten(f: impl FnOnce(&mut CaiFields)) -> Result<(), CaiError> {
+    let mut fields = fields();
+    f(&mut fields);
+    check_within(&parse(&fields)?, 0x1000, 40)
+}
+
+#[test]
+fn layouts_inside_the_allocation_pass_including_negative_strides_and_the_last_byte() {
+    assert_eq!(within_ten(|f| f.shape = vec![10]), Ok(()));
+    assert_eq!(
+        within_ten(|f| {
+            f.data = 0x1000 + 36;
+            f.shape = vec![10];
+            f.strides = Some(vec![-4]);
+        }),
+        Ok(())
+    );
+    assert_eq!(
+        within_ten(|f| {
+            f.data = 0x1000 + 4;
+            f.shape = vec![2, 3];
+            f.strides = Some(vec![-4, 12]);
+        }),
+        Ok(())
+    );
+}
+
+#[test]
+fn every_layout_reaching_past_the_allocation_is_refused_with_both_ranges() {
+    let outside = |start, end| {
+        Err(CaiError::OutsideAllocation {
+            start,
+            end,
+            alloc_start: 0x1000,
+            alloc_end: 0x1028,
+        })
+    };
+    // Too long.
+    assert_eq!(
+        within_ten(|f| f.shape = vec![1000]),
+        outside(0x1000, 0x1000 + 4000)
+    );
+    // Starts inside, runs one element past the end.
+    assert_eq!(
+        within_ten(|f| {
+            f.data = 0x1000 + 36;
+            f.shape = vec![2];
+        }),
+        outside(0x1024, 0x102c)
+    );
+    // A huge stride.
+    assert_eq!(
+        within_ten(|f| {
+            f.shape = vec![2];
+            f.strides = Some(vec![1 << 62]);
+        }),
+        outside(0x1000, 0x1000 + (1 << 62) + 4)
+    );
+    // A negative stride from the allocation's first element reaches below it.
+    assert_eq!(
+        within_ten(|f| {
+            f.shape = vec![10];
+            f.strides = Some(vec![-4]);
+        }),
+        outside(0x1000 - 36, 0x1004)
+    );
+    let message = within_ten(|f| f.shape = vec![1000])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("[0x1000, 0x1fa0)") && message.contains("allocation [0x1000, 0x1028)"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_empty_array_needs_no_allocation() {
+    assert_eq!(
+        within_ten(|f| {
+            f.shape = vec![0, 1000];
+            f.data = 0;
+        }),
+        Ok(())
+    );
+    assert_eq!(within_ten(|f| f.shape = vec![3, 0]), Ok(()));
 }
 
 #[test]
