@@ -153,35 +153,21 @@ pub(super) fn install<T>(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()>
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-
-    use pyo3::exceptions::PySystemError;
-
-    type Defs = Mutex<HashMap<std::any::TypeId, usize>>;
-    static DEFS: OnceLock<Defs> = OnceLock::new();
-    let address = *DEFS
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| PySystemError::new_err("attribute registry poisoned by a panic"))?
-        .entry(std::any::TypeId::of::<T>())
-        .or_insert_with(|| {
-            let def = Box::new(pyffi::PyGetSetDef {
-                name: c"__cuda_array_interface__".as_ptr(),
-                get: Some(getter::<T>),
-                set: None,
-                doc: c"The CUDA Array Interface (version 3) of this CUDA tensor.".as_ptr(),
-                closure: core::ptr::null_mut(),
-            });
-            Box::into_raw(def) as usize
-        });
-    // SAFETY: `address` is a leaked, never freed, never written definition (above), which
-    // CPython may keep for the life of the type; `ty` is a live type object. The result is a
-    // new reference or NULL with an exception set.
+    static DEFS: super::methods::PerType<pyffi::PyGetSetDef> = super::methods::PerType::new();
+    let def = DEFS.get::<T>("attribute", || pyffi::PyGetSetDef {
+        name: c"__cuda_array_interface__".as_ptr(),
+        get: Some(getter::<T>),
+        set: None,
+        doc: c"The CUDA Array Interface (version 3) of this CUDA tensor.".as_ptr(),
+        closure: core::ptr::null_mut(),
+    })?;
+    // SAFETY: `def` is a leaked, never freed, never written definition (`PerType`), which
+    // CPython may keep for the life of the type (it only reads it); `ty` is a live type
+    // object. The result is a new reference or NULL with an exception set.
     let descr = unsafe {
         Bound::from_owned_ptr_or_err(
             ty.py(),
-            pyffi::PyDescr_NewGetSet(ty.as_type_ptr(), address as *mut pyffi::PyGetSetDef),
+            pyffi::PyDescr_NewGetSet(ty.as_type_ptr(), core::ptr::from_ref(def).cast_mut()),
         )
     }?;
     ty.setattr("__cuda_array_interface__", descr)

@@ -2,7 +2,9 @@
 //! installed on a pyclass as methods of its own, with argument handling written for
 //! `__dlpack__`'s four parameters.
 
+use core::any::TypeId;
 use core::ffi::CStr;
+use core::marker::PhantomData;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -101,42 +103,70 @@ where
     ty.setattr("__dlpack_c_exchange_api__", dlpack_c_exchange_api::<T>(py)?)
 }
 
+/// Definitions of type `D` that CPython keeps pointers to for the life of a type object: one
+/// per Rust type `T`, made on first use, leaked, never freed nor written (a `static` per kind
+/// of definition).
+pub(super) struct PerType<D> {
+    addresses: OnceLock<Mutex<HashMap<TypeId, usize>>>,
+    /// The addresses are of `D`s (`fn() -> D`: the registry is `Sync` whatever `D` is).
+    kind: PhantomData<fn() -> D>,
+}
+
+impl<D: 'static> PerType<D> {
+    pub(super) const fn new() -> Self {
+        Self {
+            addresses: OnceLock::new(),
+            kind: PhantomData,
+        }
+    }
+
+    /// `T`'s definition, made by `make` the first time; `what` names the registry in the
+    /// error of one that a panic poisoned.
+    pub(super) fn get<T: 'static>(
+        &'static self,
+        what: &str,
+        make: impl FnOnce() -> D,
+    ) -> PyResult<&'static D> {
+        let address = *self
+            .addresses
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| PySystemError::new_err(format!("{what} registry poisoned by a panic")))?
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Box::into_raw(Box::new(make())) as usize);
+        // SAFETY: every address in this registry is of a `D` leaked by `Box::into_raw` above,
+        // never freed nor written, so shared for the life of the process.
+        Ok(unsafe { &*(address as *const D) })
+    }
+}
+
 /// The method definitions of `T`, made once per type and leaked: CPython keeps pointers to
 /// them for the life of the type.
 fn method_defs<T>() -> PyResult<&'static [pyffi::PyMethodDef; 2]>
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    type Defs = Mutex<HashMap<std::any::TypeId, usize>>;
-    static DEFS: OnceLock<Defs> = OnceLock::new();
-    let address = *DEFS
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| PySystemError::new_err("method registry poisoned by a panic"))?
-        .entry(std::any::TypeId::of::<T>())
-        .or_insert_with(|| {
-            let defs = Box::new([
-                pyffi::PyMethodDef {
-                    ml_name: c"__dlpack__".as_ptr(),
-                    ml_meth: pyffi::PyMethodDefPointer {
-                        PyCFunctionFastWithKeywords: dlpack_method::<T>,
-                    },
-                    ml_flags: pyffi::METH_FASTCALL | pyffi::METH_KEYWORDS,
-                    ml_doc: parameters::DOC.as_ptr(),
+    static DEFS: PerType<[pyffi::PyMethodDef; 2]> = PerType::new();
+    DEFS.get::<T>("method", || {
+        [
+            pyffi::PyMethodDef {
+                ml_name: c"__dlpack__".as_ptr(),
+                ml_meth: pyffi::PyMethodDefPointer {
+                    PyCFunctionFastWithKeywords: dlpack_method::<T>,
                 },
-                pyffi::PyMethodDef {
-                    ml_name: c"__dlpack_device__".as_ptr(),
-                    ml_meth: pyffi::PyMethodDefPointer {
-                        PyCFunction: dlpack_device_method::<T>,
-                    },
-                    ml_flags: pyffi::METH_NOARGS,
-                    ml_doc: DLPACK_DEVICE_DOC.as_ptr(),
+                ml_flags: pyffi::METH_FASTCALL | pyffi::METH_KEYWORDS,
+                ml_doc: parameters::DOC.as_ptr(),
+            },
+            pyffi::PyMethodDef {
+                ml_name: c"__dlpack_device__".as_ptr(),
+                ml_meth: pyffi::PyMethodDefPointer {
+                    PyCFunction: dlpack_device_method::<T>,
                 },
-            ]);
-            Box::into_raw(defs) as usize
-        });
-    // SAFETY: a leaked, never freed, never written array (above).
-    Ok(unsafe { &*(address as *const [pyffi::PyMethodDef; 2]) })
+                ml_flags: pyffi::METH_NOARGS,
+                ml_doc: DLPACK_DEVICE_DOC.as_ptr(),
+            },
+        ]
+    })
 }
 
 const DLPACK_DEVICE_DOC: &CStr =
