@@ -469,8 +469,9 @@ pub fn pointer_device(pointer: u64) -> Result<i32, CudaError> {
 }
 
 /// The CUDA allocation a pointer lies in: its device and its byte range.
+#[cfg_attr(not(any(feature = "python", test)), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PointerRange {
+pub(crate) struct PointerRange {
     /// The device ordinal (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
     pub device: i32,
     /// The allocation's first byte (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`).
@@ -485,7 +486,8 @@ pub struct PointerRange {
 ///
 /// [`CudaError::Driver`] (`cuPointerGetAttribute`, `CUDA_ERROR_INVALID_VALUE`) for a pointer
 /// the driver does not know.
-pub fn pointer_range(pointer: u64) -> Result<PointerRange, CudaError> {
+#[cfg_attr(not(any(feature = "python", test)), allow(dead_code))]
+pub(crate) fn pointer_range(pointer: u64) -> Result<PointerRange, CudaError> {
     let device = pointer_device(pointer)?;
     let mut start: sys::CUdeviceptr = 0;
     let mut len: usize = 0;
