@@ -12,9 +12,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ] || [ "$root/requirements-dev.txt" -nt "$stamp" ]; then
     echo "==> installing requirements-dev.txt into $venv"
-    # Without an inherited PYTHONPATH, which could make pip think the packages are installed.
+    # Without an inherited PYTHONPATH, which could make pip think the packages are installed, and
+    # without pip's wheel cache, which would keep a second copy of torch's ~3 GB of wheels.
     env -u PYTHONPATH "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        -r "$root/requirements-dev.txt"
+        --no-cache-dir -r "$root/requirements-dev.txt"
     touch "$stamp"
 fi
 
