@@ -521,7 +521,9 @@ pub(crate) fn pointer_range(pointer: u64) -> Result<PointerRange, CudaError> {
 ///
 /// # Errors
 ///
-/// [`CudaError::Driver`] from `cuStreamGetCtx` for a handle the driver refuses;
+/// [`CudaError::Driver`] from `cuStreamGetCtx` for a handle the driver refuses (the driver does
+/// not validate arbitrary handles: one that is not a live stream may crash a real driver, so the
+/// handle is trusted, and the check is for a stream of another device);
 /// [`CudaError::StreamOnOtherDevice`] for a stream of another device.
 #[cfg_attr(not(any(feature = "python", test)), allow(dead_code))]
 pub(crate) fn check_producer_raw_stream(stream: StreamId, expected: i32) -> Result<(), CudaError> {
@@ -530,7 +532,8 @@ pub(crate) fn check_producer_raw_stream(stream: StreamId, expected: i32) -> Resu
     };
     init()?;
     // The producer's stream is valid while its object lives (the CUDA Array Interface's
-    // "Lifetime management" section); a handle the driver does not know is refused by it.
+    // "Lifetime management" section); the driver refuses a destroyed or unknown handle where it
+    // can tell (the simulator always can, a real driver not for every value).
     let found = context_device(stream_context(handle.get() as sys::CUstream)?)?;
     let wanted = result::device::get(expected).map_err(driver_error("cuDeviceGet"))?;
     if found == wanted {

@@ -290,7 +290,10 @@ pub enum CaiError {
         /// The pointer.
         data: u64,
     },
-    /// A `stream` handle the CUDA driver refuses (`cuStreamGetCtx` fails).
+    /// A `stream` handle the CUDA driver refuses (`cuStreamGetCtx` fails). The driver does not
+    /// validate arbitrary handles: a number that is not a live stream is refused by the
+    /// simulator (`CUDA_ERROR_INVALID_HANDLE`), but may crash a real driver; the producer's
+    /// `stream` is trusted, as by every consumer of the interface.
     #[error(
         "the `stream` {found:#x} of the __cuda_array_interface__ is not a CUDA stream the driver knows ({cause}), expected None, 1, 2 or a live cudaStream_t"
     )]
