@@ -70,9 +70,14 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
         }
         let quiet = !cont.attrs_complete || cont.refused_roles.contains(&role);
         if first.is_none() && REQUIRED.contains(&role) && !quiet {
+            let hint = if role == Role::Shape && data_is_ndarray(cont) {
+                "; an `ndarray` array as data exports its own layout, but the struct still declares its shape, which must agree with the array's: add a shape field, or export the array itself (`Array` is a producer; `#[dlpack(transparent)]` on a struct whose one field is the array)"
+            } else {
+                ""
+            };
             cx.error_spanned_by(
                 cont.ident,
-                format_args!("expected exactly one field marked {role}, found none"),
+                format_args!("expected exactly one field marked {role}, found none{hint}"),
             );
         }
     }
@@ -103,6 +108,25 @@ pub fn check<'c, 'a>(cx: &Ctxt, cont: &'c Container<'a>) -> Option<Roles<'c, 'a>
         shape: find(Role::Shape)?,
         optional,
         streams,
+    })
+}
+
+/// Whether the `#[dlpack(data)]` field is written as an `ndarray` array type (`Array<T, D>`,
+/// `Array0` to `Array6`, `ArrayD`, matched by the last path segment).
+fn data_is_ndarray(cont: &Container<'_>) -> bool {
+    let Some(data) = cont.fields.iter().find(|f| f.role() == Some(Role::Data)) else {
+        return false;
+    };
+    let syn::Type::Path(path) = data.ty else {
+        return false;
+    };
+    path.path.segments.last().is_some_and(|segment| {
+        let name = segment.ident.to_string();
+        name == "Array"
+            || name == "ArrayD"
+            || name
+                .strip_prefix("Array")
+                .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3" | "4" | "5" | "6"))
     })
 }
 

@@ -184,6 +184,12 @@ struct ArrayTensor {
     shape: [usize; 2],
 }
 
+/// An array wrapped as it is: what the derive's error for an array data field without a shape
+/// field suggests.
+#[derive(DlpackExport)]
+#[dlpack(transparent)]
+struct WrappedArray(Array<i64, Ix2>);
+
 /// The same with strides and an offset declared too.
 #[derive(DlpackExport)]
 struct StridedArrayTensor {
@@ -313,5 +319,17 @@ fn an_array_data_field_exports_its_own_layout_or_is_refused() {
                 own: "16".into(),
             }
         );
+    }
+}
+
+#[test]
+fn a_transparent_wrapper_of_an_array_exports_the_array_as_it_is() {
+    use ndarray::ShapeBuilder;
+    let fortran = Array::from_shape_vec((2, 3).f(), (0..6).collect()).unwrap();
+    for export in both_exports(WrappedArray(fortran)) {
+        let (shape, strides, values) = export.unwrap();
+        assert_eq!(shape, [2, 3]);
+        assert_eq!(strides, [1, 2]);
+        assert_eq!(values, [0, 2, 4, 1, 3, 5]);
     }
 }
