@@ -1,11 +1,31 @@
 //! [`Gate`]: pending work on a stream, as a fact the test controls.
 
 use std::ffi::c_void;
-use std::sync::{Arc, Condvar, Mutex};
+use std::io::Write as _;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaStream, DriverError, sys};
 
-type Shared = (Mutex<bool>, Condvar);
+/// What the test and the host function share.
+#[derive(Debug)]
+struct State {
+    /// Released, by the test or by the timeout.
+    open: bool,
+    /// Opened by the timeout, not by the test.
+    timed_out: bool,
+    /// The panic of a timed-out gate was raised (by [`Gate::release`] or the drop).
+    reported: bool,
+    /// How long after `held_at` the gate opens by itself; `None`: never.
+    timeout: Option<Duration>,
+    held_at: Instant,
+}
+
+type Shared = (Mutex<State>, Condvar);
+
+fn lock(shared: &Shared) -> MutexGuard<'_, State> {
+    shared.0.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Holds a stream: everything enqueued on it after [`Gate::hold`] waits until
 /// [`Gate::release`] (or the gate's drop).
@@ -21,6 +41,11 @@ type Shared = (Mutex<bool>, Condvar);
 /// memory enqueued on the held stream, `cuEventSynchronize` on an event recorded behind the
 /// gate), and, for a blocking stream, the legacy default stream's work and synchronous copies.
 /// Create every stream before holding a gate, and release it before such calls.
+///
+/// A test that breaks that rule would wait for ever; instead, a gate opens by itself after
+/// [`Gate::DEFAULT_TIMEOUT`] (or the time given to [`Gate::with_timeout`]), says so on
+/// standard error, and the test panics when it releases or drops the gate: a failure that
+/// names the cause, not a hang.
 #[derive(Debug)]
 #[must_use = "the gate is released when dropped"]
 pub struct Gate(Arc<Shared>);
@@ -29,14 +54,40 @@ unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
     // SAFETY: `user_data` is the `Arc::into_raw` of `Gate::try_hold_raw`; this call takes that
     // reference back, exactly once (the driver calls a host function once).
     let gate = unsafe { Arc::from_raw(user_data.cast::<Shared>()) };
-    let (open, cv) = &*gate;
-    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-    while !*open {
-        open = cv.wait(open).unwrap_or_else(|e| e.into_inner());
+    let mut state = lock(&gate);
+    while !state.open {
+        let Some(timeout) = state.timeout else {
+            state = gate.1.wait(state).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        let held = state.held_at.elapsed();
+        if held >= timeout {
+            state.open = true;
+            state.timed_out = true;
+            // Nothing may panic here (a host function is called from the driver): the write's
+            // error is dropped.
+            let _ = writeln!(
+                std::io::stderr(),
+                "cuda-sim-testing: a gate held for {timeout:?} opened by itself; the host waited \
+                 for the held stream (see the docs of Gate), and the test fails when it releases \
+                 or drops the gate"
+            );
+            break;
+        }
+        // `with_timeout` wakes this wait when it changes the timeout.
+        state = gate
+            .1
+            .wait_timeout(state, timeout - held)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 
 impl Gate {
+    /// How long a gate stays held unless the test releases it or sets another time with
+    /// [`Gate::with_timeout`]: 60 seconds, measured from the hold.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
     /// Enqueues a gate on `stream`; panics if the driver refuses (see [`Gate::try_hold`]).
     #[track_caller]
     pub fn hold(stream: &CudaStream) -> Self {
@@ -70,7 +121,16 @@ impl Gate {
     ///
     /// As [`Gate::hold_raw`].
     pub unsafe fn try_hold_raw(stream: sys::CUstream) -> Result<Self, DriverError> {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let gate = Arc::new((
+            Mutex::new(State {
+                open: false,
+                timed_out: false,
+                reported: false,
+                timeout: Some(Self::DEFAULT_TIMEOUT),
+                held_at: Instant::now(),
+            }),
+            Condvar::new(),
+        ));
         let user_data = Arc::into_raw(gate.clone()) as *mut c_void;
         // SAFETY: `wait_for_gate` matches `CUhostFn`; `user_data` is a leaked `Arc` that the
         // host function takes back; the stream is live (caller).
@@ -83,16 +143,62 @@ impl Gate {
         Ok(Self(gate))
     }
 
-    /// Lets the stream go on (idempotent).
-    pub fn release(&self) {
-        let (open, cv) = &*self.0;
-        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        cv.notify_all();
+    /// The gate opens by itself `timeout` after it was held (`None`: never; the default is
+    /// [`Gate::DEFAULT_TIMEOUT`]). A gate already held longer opens at once.
+    pub fn with_timeout(self, timeout: Option<Duration>) -> Self {
+        lock(&self.0).timeout = timeout;
+        self.0.1.notify_all();
+        self
     }
+
+    /// Whether the gate opened by itself, its timeout passed before the test released it.
+    pub fn timed_out(&self) -> bool {
+        lock(&self.0).timed_out
+    }
+
+    /// Lets the stream go on (idempotent).
+    ///
+    /// # Panics
+    ///
+    /// If the gate had opened by itself ([`Gate::timed_out`]), once: the work behind it was
+    /// no longer held, and the host waited for the held stream somewhere before.
+    #[track_caller]
+    pub fn release(&self) {
+        if let Some(timeout) = self.open() {
+            panic!("{}", timed_out_message(timeout));
+        }
+    }
+
+    /// Opens the gate; the timeout to report if it had opened by itself and that was not
+    /// reported yet.
+    fn open(&self) -> Option<Duration> {
+        let mut state = lock(&self.0);
+        state.open = true;
+        self.0.1.notify_all();
+        if state.timed_out && !state.reported {
+            state.reported = true;
+            return Some(state.timeout.unwrap_or_default());
+        }
+        None
+    }
+}
+
+fn timed_out_message(timeout: Duration) -> String {
+    format!(
+        "the gate opened by itself after {timeout:?}, before the test released it: the host \
+         waited for the held stream (a synchronize, a copy into pageable host memory, cudarc's \
+         new_stream, the legacy default stream's work: see the docs of Gate); release the gate \
+         before such calls, or give it more time with Gate::with_timeout"
+    )
 }
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        self.release();
+        if let Some(timeout) = self.open() {
+            // A test that only drops its gate fails all the same; never while it unwinds.
+            if !std::thread::panicking() {
+                panic!("{}", timed_out_message(timeout));
+            }
+        }
     }
 }

@@ -4,7 +4,8 @@
 //!   this crate) under `cargo test` on a machine without a CUDA driver, with no environment
 //!   variable to set; a machine with a driver keeps it.
 //! - [`Gate`]: holds a stream, so the work enqueued behind it is pending until the test
-//!   releases it, on a GPU and on the simulator alike (a host function, `cuLaunchHostFunc`).
+//!   releases it, on a GPU and on the simulator alike (a host function, `cuLaunchHostFunc`);
+//!   after [`Gate::DEFAULT_TIMEOUT`] it opens by itself and fails the test, never hangs it.
 //! - [`Checker`]: the simulator's happens-before checker (`None` on a real driver): the
 //!   violations found, their report, the operation counts, and [`Checker::assert_clean`].
 //!
