@@ -1,5 +1,6 @@
 //! [`Checker`]: the CUDA simulator's happens-before checker, seen from a test.
 
+use std::cell::Cell;
 use std::ffi::{CString, c_char};
 use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard};
@@ -76,24 +77,45 @@ impl std::fmt::Debug for Checker {
     }
 }
 
+thread_local! {
+    /// Whether this thread holds a [`Checker`] (it is not `Send`, so it is dropped here too).
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Drop for Checker {
+    fn drop(&mut self) {
+        HOLDING.set(false);
+    }
+}
+
 impl Checker {
     /// The checker of the CUDA driver library of this process, with its counts reset, or
     /// `None` when that library is a real driver (or none can be loaded): the same test then
     /// runs on the hardware, without the checks. Loads the driver first ([`load`]), so it
     /// may come before or after [`driver`] in a test.
     ///
-    /// Blocks while another thread holds a checker (see the type's docs); a thread that
-    /// attaches a second one while holding the first deadlocks.
+    /// Blocks while another thread holds a checker (see the type's docs).
+    ///
+    /// # Panics
+    ///
+    /// When this thread holds a checker already: the second would wait for ever for the first
+    /// one's turn. Use the checker the test has, or drop it first.
     ///
     /// [`load`]: crate::load
     /// [`driver`]: crate::driver
+    #[track_caller]
     pub fn attach() -> Option<Self> {
         static TURN: Mutex<()> = Mutex::new(());
         if crate::load() != Ok(crate::Driver::Simulator) {
             return None;
         }
         let entries = Entries::find()?;
+        assert!(
+            !HOLDING.get(),
+            "Checker::attach: this thread holds a checker already, and a second would wait for ever for its turn; use that one, or drop it first"
+        );
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        HOLDING.set(true);
         let checker = Self {
             entries,
             _turn: turn,
