@@ -19,7 +19,11 @@
 //!   it is dropped (the interface has no deleter). Every byte the layout reaches must lie in the
 //!   CUDA allocation of the `data` pointer (`cuPointerGetAttribute`,
 //!   `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` and `CU_POINTER_ATTRIBUTE_RANGE_SIZE`), so that no
-//!   copy or kernel reads a neighbouring allocation.
+//!   copy or kernel reads a neighbouring allocation. For memory mapped with the virtual memory
+//!   management API (`cuMemMap`, PyTorch's expandable segments) the driver documents that
+//!   range as the whole reserved address range (`cuMemAddressReserve`), so a tensor that
+//!   crosses from one mapped chunk to the next is accepted, and the check cannot tell mapped
+//!   from unmapped parts of a reservation.
 
 use pyo3::PyClass;
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};

@@ -99,3 +99,47 @@ def test_rust_reads_a_numba_interface_on_its_stream():
     # Numba names the array's stream (its handle's spelling varies with the bindings used).
     assert only.__cuda_array_interface__.get("stream") not in (None, 0)
     assert de.cuda_sum(only, de.cuda_stream()) == expected_sum(1.0, 1.0)
+
+
+# The import's bounds check reads the allocation range of the `data` pointer
+# (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` / `_RANGE_SIZE`). For memory mapped with the virtual
+# memory management API, the driver documents that range as the whole reserved address range
+# (`cuMemAddressReserve`), not one mapped chunk: PyTorch's expandable segments map a tensor's
+# bytes from several physical allocations into one reservation, and the import must not refuse
+# a tensor that crosses from one to the next.
+EXPANDABLE = r"""
+import numpy as np
+import torch
+import dlpack_example as de
+
+class CaiOnly:
+    def __init__(self, inner):
+        self.inner = inner
+        self.__cuda_array_interface__ = inner.__cuda_array_interface__
+
+torch.cuda.init()
+# 96 MiB: more than the 20 MiB pages that expandable segments map one by one.
+t = (torch.arange(24 << 20, device="cuda", dtype=torch.int64) % 1000).to(torch.float32)
+torch.cuda.synchronize()
+expected = float(t.cpu().numpy().astype(np.float64).sum())
+got = de.cuda_sum(CaiOnly(t), 1)
+assert got == expected, (got, expected)
+print("expandable segments: ok", got)
+"""
+
+
+def test_rust_reads_a_torch_tensor_spanning_expandable_segments():
+    import os
+    import subprocess
+    import sys
+
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed on this GPU machine")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch finds no usable GPU on this machine")
+    # The allocator's configuration is read once, at CUDA initialization: a process of its own.
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    run = subprocess.run(
+        [sys.executable, "-c", EXPANDABLE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "expandable segments: ok" in run.stdout, run.stdout + run.stderr

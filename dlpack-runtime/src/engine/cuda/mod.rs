@@ -480,7 +480,9 @@ pub(crate) struct PointerRange {
     pub len: u64,
 }
 
-/// The device and the allocation range of `pointer` (`cuPointerGetAttribute`).
+/// The device and the allocation range of `pointer` (`cuPointerGetAttribute`): for memory
+/// mapped with `cuMemMap`, the whole address range reserved with `cuMemAddressReserve`, not
+/// the mapped chunk (the attributes' documentation; `cuMemGetAddressRange` gives the chunk).
 ///
 /// # Errors
 ///
