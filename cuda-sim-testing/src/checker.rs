@@ -77,6 +77,31 @@ impl std::fmt::Debug for Checker {
     }
 }
 
+/// Why [`Checker::declare_read_only`] refused a parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeclareError {
+    /// The index names no pointer-sized parameter of the kernel (`CUDA_ERROR_INVALID_VALUE`).
+    #[error(
+        "parameter {index} of the kernel is not a pointer-sized parameter (or the kernel has no parameter {index}), expected the 0-based index of a pointer (.u64) parameter of its .entry signature"
+    )]
+    NotAPointer {
+        /// The index refused.
+        index: u32,
+    },
+    /// The kernel's module is not loaded in the simulator (`CUDA_ERROR_INVALID_HANDLE`).
+    #[error("the kernel is not one of a module the simulator has loaded (unloaded since?)")]
+    UnknownKernel,
+    /// The simulator in use has no kernel support (no `cuSimKernelParamReadOnly`).
+    #[error(
+        "this CUDA simulator runs no kernels (it has no cuSimKernelParamReadOnly), expected the one built with this crate"
+    )]
+    NotSupported,
+    /// Another failure of the simulator's entry point.
+    #[error("cuSimKernelParamReadOnly failed: {0}")]
+    Driver(DriverError),
+}
+
 thread_local! {
     /// Whether this thread holds a [`Checker`] (it is not `Send`, so it is dropped here too).
     static HOLDING: Cell<bool> = const { Cell::new(false) };
@@ -162,24 +187,37 @@ impl Checker {
         unsafe { (self.entries.operations)(name.as_ptr()) }
     }
 
-    /// Declares parameters `params` (indices in the kernel's `.entry` signature) of `kernel`
-    /// read-only: later launches read the allocations they point into rather than read and
-    /// write them, so two unordered launches that only read one buffer are not reported. The
-    /// simulator's error for an index that is not a pointer-sized parameter
-    /// (`CUDA_ERROR_INVALID_VALUE`) or a kernel of an unloaded module
-    /// (`CUDA_ERROR_INVALID_HANDLE`), the parameters before it declared;
-    /// `CUDA_ERROR_NOT_SUPPORTED` from a simulator without kernels.
+    /// Declares parameters `params` (0-based indices in the kernel's `.entry` signature) of
+    /// `kernel` read-only: later launches read the allocations they point into rather than
+    /// read and write them, so two unordered launches that only read one buffer are not
+    /// reported.
+    ///
+    /// # Errors
+    ///
+    /// At the first index refused, the parameters before it declared:
+    /// [`DeclareError::NotAPointer`] for an index that is not a pointer-sized parameter of the
+    /// kernel (past its last one included), [`DeclareError::UnknownKernel`] for a kernel of an
+    /// unloaded module, [`DeclareError::NotSupported`] from a simulator without kernels.
     pub fn declare_read_only(
         &self,
         kernel: &CudaFunction,
         params: &[u32],
-    ) -> Result<(), DriverError> {
+    ) -> Result<(), DeclareError> {
         let Some(read_only) = self.entries.read_only else {
-            return Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_SUPPORTED));
+            return Err(DeclareError::NotSupported);
         };
         for &index in params {
             // SAFETY: the simulator's entry point; a kernel handle it made (or one it refuses).
-            unsafe { read_only(kernel.cu_function(), index, 1) }.result()?;
+            match unsafe { read_only(kernel.cu_function(), index, 1) } {
+                sys::CUresult::CUDA_SUCCESS => {}
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE => {
+                    return Err(DeclareError::NotAPointer { index });
+                }
+                sys::CUresult::CUDA_ERROR_INVALID_HANDLE => {
+                    return Err(DeclareError::UnknownKernel);
+                }
+                other => return Err(DeclareError::Driver(DriverError(other))),
+            }
         }
         Ok(())
     }

@@ -43,6 +43,6 @@ mod checker;
 mod driver;
 mod gate;
 
-pub use checker::Checker;
+pub use checker::{Checker, DeclareError};
 pub use driver::{Driver, LoadError, SIMULATOR_PATH, driver, load};
 pub use gate::Gate;

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::Arc;
 
-use cuda_sim_testing::{Checker, Gate};
+use cuda_sim_testing::{Checker, DeclareError, Gate};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg, sys,
@@ -222,7 +222,14 @@ fn read_only_parameters_let_unordered_readers_share_a_buffer() {
     b.synchronize().unwrap();
     // Only pointer-sized parameters can be declared.
     let err = s.checker.declare_read_only(&s.copy, &[2]).unwrap_err();
-    assert_eq!(err.0, CUresult::CUDA_ERROR_INVALID_VALUE);
+    assert_eq!(err, DeclareError::NotAPointer { index: 2 });
+    assert!(
+        err.to_string()
+            .starts_with("parameter 2 of the kernel is not a pointer-sized")
+    );
+    // Nor a parameter past the last.
+    let err = s.checker.declare_read_only(&s.copy, &[1, 9]).unwrap_err();
+    assert_eq!(err, DeclareError::NotAPointer { index: 9 });
 }
 
 #[test]
