@@ -68,9 +68,9 @@ unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
             // error is dropped.
             let _ = writeln!(
                 std::io::stderr(),
-                "cuda-sim-testing: a gate held for {timeout:?} opened by itself; the host waited \
-                 for the held stream (see the docs of Gate), and the test fails when it releases \
-                 or drops the gate"
+                "cuda-sim-testing: a gate held for {timeout:?} opened by itself (most likely the \
+                 host waited for the held stream: see the docs of Gate); the test fails when it \
+                 releases or drops the gate"
             );
             break;
         }
@@ -185,10 +185,10 @@ impl Gate {
 
 fn timed_out_message(timeout: Duration) -> String {
     format!(
-        "the gate opened by itself after {timeout:?}, before the test released it: the host \
-         waited for the held stream (a synchronize, a copy into pageable host memory, cudarc's \
-         new_stream, the legacy default stream's work: see the docs of Gate); release the gate \
-         before such calls, or give it more time with Gate::with_timeout"
+        "the gate opened by itself after {timeout:?}, before the test released it: most likely \
+         the host waited for the held stream (a synchronize, a copy into pageable host memory, \
+         cudarc's new_stream, the legacy default stream's work: see the docs of Gate); release \
+         the gate before such calls, or give it more time with Gate::with_timeout"
     )
 }
 
