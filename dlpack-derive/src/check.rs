@@ -121,12 +121,18 @@ fn data_is_ndarray(cont: &Container<'_>) -> bool {
         return false;
     };
     path.path.segments.last().is_some_and(|segment| {
-        let name = segment.ident.to_string();
-        name == "Array"
-            || name == "ArrayD"
-            || name
-                .strip_prefix("Array")
-                .is_some_and(|n| matches!(n, "0" | "1" | "2" | "3" | "4" | "5" | "6"))
+        matches!(
+            segment.ident.to_string().as_str(),
+            "Array"
+                | "ArrayD"
+                | "Array0"
+                | "Array1"
+                | "Array2"
+                | "Array3"
+                | "Array4"
+                | "Array5"
+                | "Array6"
+        )
     })
 }
 
