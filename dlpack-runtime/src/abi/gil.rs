@@ -1,19 +1,260 @@
-//! Whether this thread holds the GIL (feature `python`): asked by the layers below the Python
-//! glue that must not wait for the GIL (the borrow registry's lookup) or must release it (host
-//! waits of the CUDA driver tier).
+//! Whether this thread is attached to the interpreter (holds the GIL, on a GIL build) (feature
+//! `python`): asked by the layers below the Python glue that must not wait to attach (the
+//! borrow registry's lookup) or must detach while they block (host waits of the CUDA driver
+//! tier).
+//!
+//! The answer is proven, never guessed, on every build:
+//!
+//! - **Full C API** (GIL or free-threaded): `PyGILState_Check`, this thread's own state.
+//! - **Limited API (`abi3`) on CPython 3.12 or later**: `PyThreadState_GetDict` returns NULL
+//!   exactly when this thread is not attached (from 3.12 it reads this thread's own state).
+//! - **Limited API on CPython 3.11, PyPy, GraalPy**: the stable ABI has no sound question
+//!   (3.11's `PyThreadState_GetDict` reads whichever thread holds the GIL). The answer comes
+//!   from the `Python<'py>` token of this crate's Python entry points (`__dlpack__`,
+//!   `from_dlpack`, the C exchange API, capsule destructors): each marks the thread attached
+//!   ([`Attached`]) for its own duration, and [`Detached`] unmarks it while it waits. A wait
+//!   reached from elsewhere on those builds (a pyfunction of yours that drops a CUDA import)
+//!   keeps the GIL: detach there yourself (`py.detach`). Code run inside an entry point (a
+//!   producer's `export_parts`, a `Drop`) must not call into this crate from inside a
+//!   `py.detach` of its own there, since the mark would then claim an attachment the thread
+//!   gave up.
 
-/// Whether this thread holds the GIL of an initialized interpreter (`PyGILState_Check`).
-#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-pub(crate) fn holds_gil() -> bool {
-    // SAFETY: `Py_IsInitialized` may be called at any time; `PyGILState_Check` once the
-    // interpreter is initialized, from any thread.
-    unsafe { pyo3::ffi::Py_IsInitialized() != 0 && pyo3::ffi::PyGILState_Check() != 0 }
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+std::thread_local! {
+    /// How many [`Attached`] marks this thread is inside (0 inside a [`Detached`]).
+    static MARKS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
-/// The limited API has no `PyGILState_Check`, so this thread is taken not to hold the GIL:
-/// callers then do without (the borrow registry looks only where the Python consumer holds
-/// the GIL; host waits keep it).
-#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+/// This thread is attached for the life of the value (a token proved it), on builds that must
+/// be told ([module docs](self)); nothing elsewhere. Not `Send`.
+pub(crate) struct Attached {
+    /// Makes the type `!Send` and `!Sync`: a mark belongs to its thread.
+    _thread: core::marker::PhantomData<*const ()>,
+}
+
+impl Attached {
+    /// Marks this thread attached; `py` proves it.
+    #[inline]
+    pub(crate) fn enter(py: pyo3::Python<'_>) -> Self {
+        let _ = py;
+        // SAFETY: `py` proves this thread attached.
+        unsafe { Self::assume() }
+    }
+
+    /// Marks this thread attached without a token: CPython calls a capsule destructor or a
+    /// C-level method with the GIL held (the callers' contract).
+    ///
+    /// # Safety
+    ///
+    /// This thread is attached to an initialized interpreter for the life of the value.
+    #[inline]
+    pub(crate) unsafe fn assume() -> Self {
+        #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+        MARKS.with(|marks| marks.set(marks.get() + 1));
+        Self {
+            _thread: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Attached {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+        MARKS.with(|marks| marks.set(marks.get().saturating_sub(1)));
+    }
+}
+
+/// This thread is detached for the life of the value: the marks of [`Attached`] are set aside
+/// and put back on drop. Not `Send`.
+pub(crate) struct Detached {
+    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+    marks: usize,
+    _thread: core::marker::PhantomData<*const ()>,
+}
+
+impl Detached {
+    /// Unmarks this thread; call right before detaching.
+    #[inline]
+    pub(crate) fn enter() -> Self {
+        Self {
+            #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+            marks: MARKS.with(|marks| marks.replace(0)),
+            _thread: core::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for Detached {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+        MARKS.with(|marks| marks.set(self.marks));
+    }
+}
+
+/// Whether this thread is attached to an initialized interpreter ([module docs](self)).
+#[inline]
 pub(crate) fn holds_gil() -> bool {
+    // SAFETY: `Py_IsInitialized` may be called at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        return false;
+    }
+    attached_to_initialized()
+}
+
+/// The full API: `PyGILState_Check`.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+#[inline]
+fn attached_to_initialized() -> bool {
+    // SAFETY: `PyGILState_Check` may be called from any thread once the interpreter is
+    // initialized (checked by the caller). It also answers 1 when CPython cannot tell, which
+    // happens only with several interpreters, in which pyo3 modules refuse to load.
+    unsafe { pyo3::ffi::PyGILState_Check() != 0 }
+}
+
+/// The limited API: `PyThreadState_GetDict` from CPython 3.12 on, the marks before.
+#[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
+#[inline]
+fn attached_to_initialized() -> bool {
+    if running_3_12_or_later() {
+        // SAFETY: from CPython 3.12, `PyThreadState_GetDict` reads this thread's own state
+        // (NULL when it is not attached), sets no exception, and may be called attached or
+        // not. It creates the dict on the first call of an attached thread; NULL then (no
+        // memory) is read as "not attached", which only keeps the GIL during a wait.
+        return unsafe { !pyo3::ffi::PyThreadState_GetDict().is_null() };
+    }
+    marked()
+}
+
+/// PyPy, GraalPy: the marks.
+#[cfg(any(PyPy, GraalPy))]
+#[inline]
+fn attached_to_initialized() -> bool {
+    marked()
+}
+
+/// Whether this thread is inside an [`Attached`] mark (and not inside a [`Detached`] since).
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+#[inline]
+fn marked() -> bool {
+    MARKS.try_with(|marks| marks.get() > 0).unwrap_or(false)
+}
+
+/// Whether the running CPython is 3.12 or later, read once from `Py_GetVersion` (the
+/// interpreter an abi3 library is loaded into may be newer than the one it was built for).
+#[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
+fn running_3_12_or_later() -> bool {
+    use core::sync::atomic::{AtomicU8, Ordering};
+    /// 0: not read yet; 1: before 3.12; 2: 3.12 or later.
+    static ANSWER: AtomicU8 = AtomicU8::new(0);
+    match ANSWER.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            // SAFETY: `Py_GetVersion` returns a static NUL-terminated string and may be
+            // called at any time.
+            let version = unsafe { core::ffi::CStr::from_ptr(pyo3::ffi::Py_GetVersion()) };
+            let later = parse_at_least_3_12(version.to_bytes());
+            ANSWER.store(if later { 2 } else { 1 }, Ordering::Relaxed);
+            later
+        }
+    }
+}
+
+/// Whether a `Py_GetVersion` string (`"3.12.1 (main, ...)"`) names 3.12 or later.
+#[cfg_attr(not(all(Py_LIMITED_API, not(any(PyPy, GraalPy)))), allow(dead_code))]
+fn parse_at_least_3_12(version: &[u8]) -> bool {
+    let number = |part: &[u8]| -> Option<u32> {
+        let digits = part.iter().take_while(|b| b.is_ascii_digit()).count();
+        core::str::from_utf8(&part[..digits]).ok()?.parse().ok()
+    };
+    let mut parts = version.split(|&b| b == b'.');
+    match (parts.next().and_then(number), parts.next().and_then(number)) {
+        (Some(major), Some(minor)) => (major, minor) >= (3, 12),
+        _ => false,
+    }
+}
+
+/// Whether the interpreter is finalizing (or gone): then a thread that is not attached must not
+/// try to attach (CPython 3.11 to 3.13 end such a thread, later versions hang it), and a
+/// reference it holds is left to the interpreter's end. Best effort, as pyo3's own check: the
+/// interpreter may begin finalizing right after the answer. `Py_IsFinalizing` from CPython
+/// 3.13, `_Py_IsFinalizing` before (looked up at run time where the build cannot name it).
+pub(crate) fn is_finalizing() -> bool {
+    // SAFETY: `Py_IsInitialized` may be called at any time.
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        return true;
+    }
+    finalizing_now()
+}
+
+/// A build for CPython 3.13 or later names `Py_IsFinalizing`.
+#[cfg(all(Py_3_13, not(any(PyPy, GraalPy))))]
+#[inline]
+fn finalizing_now() -> bool {
+    // SAFETY: may be called at any time, attached or not.
+    unsafe { pyo3::ffi::Py_IsFinalizing() != 0 }
+}
+
+/// Older builds look the function up where the running interpreter exports it: an abi3 library
+/// built for 3.11 may run on a 3.13 that has only `Py_IsFinalizing`.
+#[cfg(all(not(Py_3_13), unix, not(any(PyPy, GraalPy))))]
+fn finalizing_now() -> bool {
+    use core::ffi::{c_char, c_int, c_void};
+    use std::sync::OnceLock;
+
+    unsafe extern "C" {
+        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    }
+    /// `dlfcn.h`: look in the global scope (the interpreter and the libraries it loaded).
+    #[cfg(any(target_os = "macos", target_os = "ios"))]
+    const RTLD_DEFAULT: *mut c_void = -2isize as *mut c_void;
+    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
+    const RTLD_DEFAULT: *mut c_void = core::ptr::null_mut();
+
+    type Query = unsafe extern "C" fn() -> c_int;
+    static QUERY: OnceLock<Option<Query>> = OnceLock::new();
+    let query = QUERY.get_or_init(|| {
+        [c"Py_IsFinalizing", c"_Py_IsFinalizing"]
+            .into_iter()
+            .find_map(|name| {
+                // SAFETY: `dlsym` with the global scope and a NUL-terminated name; NULL when absent.
+                let found = unsafe { dlsym(RTLD_DEFAULT, name.as_ptr()) };
+                // SAFETY: both names are CPython's `int (void)` functions, callable at any time.
+                (!found.is_null())
+                    .then(|| unsafe { core::mem::transmute::<*mut c_void, Query>(found) })
+            })
+    });
+    // SAFETY: CPython's `int (void)` query (above), callable at any time, attached or not.
+    query.is_some_and(|query| unsafe { query() } != 0)
+}
+
+/// Where the query cannot be found (Windows builds before 3.13, PyPy, GraalPy): not known to be
+/// finalizing; pyo3's own `try_attach` checks are all that applies.
+#[cfg(any(all(not(Py_3_13), not(unix)), PyPy, GraalPy))]
+#[inline]
+fn finalizing_now() -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_at_least_3_12;
+
+    #[test]
+    fn version_strings_are_read_by_major_and_minor() {
+        assert!(!parse_at_least_3_12(
+            b"3.11.7 (main, Dec  1 2023) [GCC 12.2.0]"
+        ));
+        assert!(parse_at_least_3_12(b"3.12.0 (main)"));
+        assert!(parse_at_least_3_12(
+            b"3.14.0rc1 experimental free-threading build"
+        ));
+        assert!(parse_at_least_3_12(b"3.100.0"));
+        assert!(parse_at_least_3_12(b"4.0.0"));
+        assert!(!parse_at_least_3_12(b"3.9.18"));
+        assert!(!parse_at_least_3_12(b""));
+        assert!(!parse_at_least_3_12(b"garbage"));
+    }
 }

@@ -8,8 +8,8 @@
 //! are never unloaded, so the table's code and data stay valid for the life of the process.
 //!
 //! A copy looks with the GIL held, never waiting for it: in its Python consumer
-//! ([`prepare`]), or at a borrow on a thread that holds the GIL (a build for the limited API
-//! cannot tell, so it looks in the consumer only). Until it has looked (a borrow
+//! ([`prepare`]), or at a borrow on a thread that holds the GIL (`abi::gil`, which a build for
+//! the limited API on CPython 3.11 learns from this crate's entry points only). Until it has looked (a borrow
 //! on another thread first, or before the interpreter starts), it uses its own table
 //! ([`LOCAL`]), which it publishes when it looks if no other copy has: so the borrows made
 //! before stay visible (if another copy published first, the borrows this copy made before it
@@ -83,8 +83,8 @@ mod python {
     /// The published table (publishing [`LOCAL`] if there is none), when this thread holds
     /// the GIL; `None` otherwise, without waiting for it.
     pub(super) fn look_now() -> Option<Result<&'static BorrowApi, &'static str>> {
-        // The limited API cannot tell: borrows look only in the Python consumer (`prepare`),
-        // which holds the GIL.
+        // Never waiting for the GIL: a thread that does not hold it uses this copy's table
+        // until it has looked.
         if !crate::abi::gil::holds_gil() {
             return None;
         }

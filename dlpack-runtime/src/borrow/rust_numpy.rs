@@ -287,12 +287,17 @@ pub(crate) fn release(owner: usize) {
         }
     };
     let mut taken = Some(taken);
-    let _ = Python::try_attach(|_| {
-        if let Some(m) = taken.take() {
-            // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
-            unsafe { release_one(m.table, &m.view, m.access) };
-            drop(m);
-        }
+    // A thread that is not attached must not try to while the interpreter finalizes (it would
+    // be ended or hung): the view is then left as below.
+    let may_attach = crate::abi::gil::holds_gil() || !crate::abi::gil::is_finalizing();
+    let _ = may_attach.then(|| {
+        Python::try_attach(|_| {
+            if let Some(m) = taken.take() {
+                // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
+                unsafe { release_one(m.table, &m.view, m.access) };
+                drop(m);
+            }
+        })
     });
     if let Some(m) = taken {
         // The interpreter is gone or going: rust-numpy's registry goes with it, and the view

@@ -157,7 +157,7 @@ pub(super) fn install<T>(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()>
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
-    static DEFS: super::methods::PerType<pyffi::PyGetSetDef> = super::methods::PerType::new();
+    static DEFS: super::installed::PerType<pyffi::PyGetSetDef> = super::installed::PerType::new();
     let def = DEFS.get::<T>("attribute", || pyffi::PyGetSetDef {
         name: c"__cuda_array_interface__".as_ptr(),
         get: Some(getter::<T>),
@@ -189,7 +189,9 @@ where
 {
     // SAFETY: CPython calls a getter with its instance, borrowed for the call, with the GIL.
     unsafe {
-        super::methods::method_call::<T>(slf, |_py, slf| Ok(cuda_array_interface(&slf)?.into_ptr()))
+        super::installed::method_call::<T>(slf, |_py, slf| {
+            Ok(cuda_array_interface(&slf)?.into_ptr())
+        })
     }
 }
 

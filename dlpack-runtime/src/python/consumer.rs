@@ -148,6 +148,7 @@ pub fn from_dlpack_with<T: DlpackImport>(
     obj: &Bound<'_, PyAny>,
     options: &FromDlpackOptions,
 ) -> PyResult<T> {
+    let _attached = crate::abi::gil::Attached::enter(obj.py());
     let managed = managed_from_object(obj, options)?;
     T::from_managed(managed).map_err(Into::into)
 }
@@ -162,6 +163,7 @@ pub fn managed_from_object(
     options: &FromDlpackOptions,
 ) -> PyResult<ManagedTensor> {
     let py = obj.py();
+    let _attached = crate::abi::gil::Attached::enter(py);
     crate::borrow::prepare(py);
     // SAFETY: `obj` is a live object, GIL held.
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {

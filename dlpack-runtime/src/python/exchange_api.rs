@@ -142,6 +142,8 @@ unsafe extern "C" fn c_api_from_py<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    // SAFETY: the C exchange API's callers hold the GIL for the call (`dlpack.h`).
+    let _attached = unsafe { crate::abi::gil::Attached::assume() };
     // SAFETY: the caller holds the GIL and passes a live object, borrowed for the call, and an
     // out-pointer (`dlpack.h`, `DLPackManagedTensorFromPyObjectNoSync`).
     if let Some(status) = unsafe { quick_from_py::<T>(py_object, out) } {

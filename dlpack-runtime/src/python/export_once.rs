@@ -102,6 +102,7 @@ impl ExportOnce {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _attached = crate::abi::gil::Attached::enter(py);
         let request = export_request(stream, max_version, dl_device, copy);
         // Refuse bad arguments before taking the tensor, so that a corrected call can still
         // export it.

@@ -2,11 +2,7 @@
 //! installed on a pyclass as methods of its own, with argument handling written for
 //! `__dlpack__`'s four parameters.
 
-use core::any::TypeId;
 use core::ffi::CStr;
-use core::marker::PhantomData;
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
 
 use pyo3::PyClass;
 use pyo3::exceptions::{PySystemError, PyTypeError};
@@ -18,6 +14,7 @@ use pyo3::types::{PyString, PyTuple};
 
 use crate::export::DlpackExport;
 
+use super::installed::{PerType, method_call};
 use super::parameters::{self, COUNT, DlpackArguments, tuple_item, tuple_size};
 use super::{dlpack_c_exchange_api, dlpack_device};
 
@@ -103,43 +100,6 @@ where
     ty.setattr("__dlpack_c_exchange_api__", dlpack_c_exchange_api::<T>(py)?)
 }
 
-/// Definitions of type `D` that CPython keeps pointers to for the life of a type object: one
-/// per Rust type `T`, made on first use, leaked, never freed nor written (a `static` per kind
-/// of definition).
-pub(super) struct PerType<D> {
-    addresses: OnceLock<Mutex<HashMap<TypeId, usize>>>,
-    /// The addresses are of `D`s (`fn() -> D`: the registry is `Sync` whatever `D` is).
-    kind: PhantomData<fn() -> D>,
-}
-
-impl<D: 'static> PerType<D> {
-    pub(super) const fn new() -> Self {
-        Self {
-            addresses: OnceLock::new(),
-            kind: PhantomData,
-        }
-    }
-
-    /// `T`'s definition, made by `make` the first time; `what` names the registry in the
-    /// error of one that a panic poisoned.
-    pub(super) fn get<T: 'static>(
-        &'static self,
-        what: &str,
-        make: impl FnOnce() -> D,
-    ) -> PyResult<&'static D> {
-        let address = *self
-            .addresses
-            .get_or_init(Default::default)
-            .lock()
-            .map_err(|_| PySystemError::new_err(format!("{what} registry poisoned by a panic")))?
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| Box::into_raw(Box::new(make())) as usize);
-        // SAFETY: every address in this registry is of a `D` leaked by `Box::into_raw` above,
-        // never freed nor written, so shared for the life of the process.
-        Ok(unsafe { &*(address as *const D) })
-    }
-}
-
 /// The method definitions of `T`, made once per type and leaked: CPython keeps pointers to
 /// them for the life of the type.
 fn method_defs<T>() -> PyResult<&'static [pyffi::PyMethodDef; 2]>
@@ -179,47 +139,6 @@ static NAMES: PyOnceLock<[Py<PyString>; COUNT]> = PyOnceLock::new();
 fn names(py: Python<'_>) -> &[Py<PyString>; COUNT] {
     NAMES.get_or_init(py, || {
         parameters::NAMES.map(|n| PyString::intern(py, n).unbind())
-    })
-}
-
-/// Runs the body of a method of `T` on its instance `slf`, with the GIL (the caller holds it),
-/// turning an error into a raised exception and a panic into `SystemError`: methods return NULL
-/// then, and never unwind.
-///
-/// # Safety
-///
-/// `slf` is NULL or a live object borrowed for the call (CPython calls a method with its
-/// instance, which the method descriptor has checked to be a `T`; checked again here).
-pub(super) unsafe fn method_call<T: PyClass>(
-    slf: *mut pyffi::PyObject,
-    f: impl for<'a, 'py> FnOnce(Python<'py>, Borrowed<'a, 'py, T>) -> PyResult<*mut pyffi::PyObject>,
-) -> *mut pyffi::PyObject {
-    // `try_attach`: where pyo3 refuses to attach (a finalizing interpreter), `attach` would
-    // panic, and a panic here cannot unwind.
-    let called = Python::try_attach(|py| {
-        let call = || {
-            // SAFETY: NULL or a live, borrowed object (caller).
-            let slf = unsafe { Borrowed::from_ptr_or_opt(py, slf) }.ok_or_else(|| {
-                PyTypeError::new_err("a DLPack method called without its instance")
-            })?;
-            f(py, slf.cast::<T>().map_err(PyErr::from)?)
-        };
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)) {
-            Ok(Ok(result)) => result,
-            Ok(Err(err)) => {
-                err.restore(py);
-                core::ptr::null_mut()
-            }
-            Err(_) => {
-                PySystemError::new_err("panic in a DLPack method").restore(py);
-                core::ptr::null_mut()
-            }
-        }
-    });
-    called.unwrap_or_else(|| {
-        // SAFETY: CPython holds the GIL for its method calls.
-        unsafe { super::raise_unattached(c"a DLPack method called while Python is finalizing") };
-        core::ptr::null_mut()
     })
 }
 
@@ -301,6 +220,8 @@ unsafe extern "C" fn dlpack_method<T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    // SAFETY: CPython calls methods with the GIL held, for the whole call.
+    let _attached = unsafe { crate::abi::gil::Attached::assume() };
     // SAFETY: CPython's method call, with the GIL: `slf` is the instance and `args`, `nargs`
     // and `kwnames` the vectorcall arguments, all borrowed for the call.
     if let Some(result) = unsafe { quick_dlpack::<T>(slf, args, nargs, kwnames) } {

@@ -119,8 +119,21 @@
 //! are reached from: `__dlpack__`, `from_dlpack`, or your own code while attached. Other Python
 //! threads run meanwhile, so a wait for work that a Python thread lets go on (a gate, a
 //! callback) ends. Only the driver calls run detached, and no lock of this crate is held across
-//! them. Builds on the limited API (`abi3`) cannot ask whether a thread holds the GIL
-//! (`PyGILState_Check`), and keep it during waits.
+//! them.
+//!
+//! This holds on every build, with one limit: full-API builds ask `PyGILState_Check`; builds
+//! on the limited API (`abi3`) ask `PyThreadState_GetDict` when the running interpreter is
+//! CPython 3.12 or later (it reads the thread's own state there); on CPython 3.11, whose
+//! limited API has no sound question, the entry points of this module (`__dlpack__`,
+//! [`from_dlpack`], the C exchange API) mark the thread attached from their `Python<'py>`
+//! token, so every wait they reach detaches, and a wait reached from your own code keeps the
+//! GIL (detach around it yourself). Code that runs inside an entry point (a hand-written
+//! `export_parts`, a `Drop`) must not call into this crate from inside a `py.detach` of its
+//! own there on such a build.
+//!
+//! A deleter that runs on a thread that is not attached while the interpreter finalizes (or
+//! after) leaves the Python reference it holds to the interpreter's end instead of attaching,
+//! which would end or hang the thread (`Py_IsFinalizing`), as NumPy and nanobind do.
 //!
 //! Do the same for your own waits: a `cuStreamSynchronize`, or a copy to pageable host memory
 //! (which the driver completes before returning), called while attached, belongs in
@@ -169,6 +182,9 @@ mod capsule;
 mod consumer;
 mod exchange_api;
 mod export_once;
+// The registry and call wrapper of definitions installed at run time (`methods`, `cai`).
+#[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
+mod installed;
 // Vectorcall methods (`METH_FASTCALL`): the full C API, or the limited API of Python 3.10+.
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;

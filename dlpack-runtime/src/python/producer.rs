@@ -2,7 +2,6 @@
 //! `DlpackExport`.
 
 use pyo3::PyClass;
-#[cfg(not(Py_LIMITED_API))]
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
@@ -60,6 +59,7 @@ pub fn dlpack<'py, T>(
 where
     T: PyClass<Frozen = True> + DlpackExport + Sync,
 {
+    let _attached = crate::abi::gil::Attached::enter(slf.py());
     let request = export_request(stream, max_version, dl_device, copy);
     to_capsule(slf.py(), export_object(slf, &request)?)
 }
@@ -115,20 +115,32 @@ impl<T> Drop for PyOwner<T> {
             // The common case: a consumer (NumPy freeing its array, say) calls the deleter on a
             // thread that holds the GIL, but outside any pyo3 frame, where `try_attach` would
             // take the `PyGILState_Ensure` path. Holding the GIL is all `Py_DecRef` needs.
-            // SAFETY: both functions may be called at any time, attached or not.
-            // (`PyGILState_Check` also returns 1 when CPython cannot tell, which happens only
-            // without an initialized runtime, excluded by `Py_IsInitialized`, or with several
-            // interpreters, in which pyo3 modules refuse to load.) Not in the limited API.
-            #[cfg(not(Py_LIMITED_API))]
-            if unsafe { pyffi::Py_IsInitialized() != 0 && pyffi::PyGILState_Check() == 1 } {
+            // Where the build cannot tell (`abi::gil`: the limited API on CPython 3.11 outside
+            // this crate's entry points), attaching below.
+            if crate::abi::gil::holds_gil() {
                 // SAFETY: this thread holds the GIL (checked above); the reference is ours and
                 // released exactly once.
                 unsafe { pyffi::Py_DecRef(obj.into_ptr()) };
                 return;
             }
-            if Python::try_attach(move |_py| drop(obj)).is_none() {
-                // The interpreter is gone or finalizing: releasing the reference is impossible
-                // and unnecessary.
+            // A deleter run on another thread while the interpreter finalizes (or after):
+            // attaching would end or hang the thread, so the reference is left to the
+            // interpreter's end, as NumPy and nanobind leave theirs.
+            if crate::abi::gil::is_finalizing() {
+                core::mem::forget(obj);
+                return;
+            }
+            // Attach with the C API alone (pyo3's `try_attach` adds its own bookkeeping, a
+            // good part of a deleter's cost where it is called on every exchange, as on abi3
+            // builds on CPython 3.11): waits for the GIL if another thread holds it.
+            // SAFETY: the interpreter is initialized and not finalizing (checked above, best
+            // effort as pyo3's own check); `PyGILState_Ensure` attaches this thread (creating
+            // its thread state if it has none) and `PyGILState_Release` undoes exactly that;
+            // the reference is ours and released once, attached.
+            unsafe {
+                let state = pyffi::PyGILState_Ensure();
+                pyffi::Py_DecRef(obj.into_ptr());
+                pyffi::PyGILState_Release(state);
             }
         }
     }

@@ -7,8 +7,9 @@
 //! duration of the wait (pyo3's `Python::detach`), so that other Python threads run meanwhile:
 //! one of them may be the one that lets the awaited work finish, and a wait that kept the GIL
 //! would then never end. Only the driver calls run detached; nothing inside needs the GIL, and
-//! no lock of this crate is held across them. The limited Python API (`abi3`) has no way to
-//! ask whether the thread holds the GIL (`PyGILState_Check`): there the wait keeps it.
+//! no lock of this crate is held across them. Whether the thread holds the GIL is proven on
+//! every build (`abi::gil`: `PyGILState_Check` on the full API, `PyThreadState_GetDict` on the
+//! limited API from CPython 3.12, the entry points' tokens before).
 
 use cudarc::driver::sys;
 
@@ -76,6 +77,8 @@ pub(crate) unsafe fn detached<R>(f: impl FnOnce() -> R) -> R {
         return py
             .detach(move || {
                 let f = f;
+                // Code inside does not count this thread attached (`abi::gil`).
+                let _detached = crate::abi::gil::Detached::enter();
                 OnThisThread((f.0)())
             })
             .0;
