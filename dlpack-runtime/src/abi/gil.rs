@@ -66,13 +66,15 @@ impl Drop for Attached {
 }
 
 /// This thread is detached for the life of the value: the marks of [`Attached`] are set aside
-/// and put back on drop. Not `Send`.
+/// and put back on drop. Not `Send`. (Host waits are the only detaching code: feature `cuda`.)
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct Detached {
     #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
     marks: usize,
     _thread: core::marker::PhantomData<*const ()>,
 }
 
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl Detached {
     /// Unmarks this thread; call right before detaching.
     #[inline]

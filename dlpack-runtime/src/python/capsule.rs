@@ -8,6 +8,7 @@ use core::ptr::{NonNull, null_mut};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
+use pyo3::sync::critical_section::with_critical_section;
 use pyo3::types::PyCapsule;
 
 use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned};
@@ -95,8 +96,12 @@ unsafe fn restore_error([kind, value, traceback]: [*mut pyffi::PyObject; 3]) {
 /// Capsule destructor for `"dltensor_versioned"`: calls the deleter only if the capsule was
 /// not consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject) {
+    // SAFETY: CPython calls capsule destructors with the GIL held, for the whole call.
+    let _attached = unsafe { crate::abi::gil::Attached::assume() };
     // SAFETY: CPython calls the destructor with the capsule, GIL held. `PyCapsule_IsValid` sets
-    // no exception and is false for a renamed (consumed) capsule.
+    // no exception and is false for a renamed (consumed) capsule. No critical section, unlike
+    // `consume_capsule`: the destructor runs when the last reference is gone, so no other
+    // thread can hold the capsule, consume it or rename it while the name is checked here.
     unsafe {
         if pyffi::PyCapsule_IsValid(capsule, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr()) == 1 {
             let p =
@@ -112,7 +117,10 @@ unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject)
 /// Capsule destructor for `"dltensor"`: calls the deleter only if the capsule was not
 /// consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
-    // SAFETY: as for `versioned_capsule_destructor`, for the legacy name and struct.
+    // SAFETY: CPython calls capsule destructors with the GIL held, for the whole call.
+    let _attached = unsafe { crate::abi::gil::Attached::assume() };
+    // SAFETY: as for `versioned_capsule_destructor` (no other thread holds the capsule), for
+    // the legacy name and struct.
     unsafe {
         if pyffi::PyCapsule_IsValid(capsule, ffi::DLTENSOR_CAPSULE_NAME.as_ptr()) == 1 {
             let p = pyffi::PyCapsule_GetPointer(capsule, ffi::DLTENSOR_CAPSULE_NAME.as_ptr());
@@ -131,6 +139,13 @@ unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
 /// renaming it, so its producer's destructor frees it. Otherwise the capsule is renamed to its
 /// `used_*` name and the returned [`ManagedTensor`] owns the tensor.
 ///
+/// The name check, the read of the pointer and the rename are one step under the capsule's
+/// critical section, so that on a free-threaded interpreter two threads consuming one capsule
+/// at once (through this crate, or any consumer that takes the same critical section) cannot
+/// both take the tensor: one gets it, the others the `ValueError` of a consumed capsule. The
+/// capsule functions of CPython are not atomic as a group, so a consumer that takes no
+/// critical section is not excluded. With the GIL the critical section is a no-op.
+///
 /// # Errors
 ///
 /// `ValueError` for a consumed capsule, `TypeError` for a capsule of another name or a
@@ -148,14 +163,34 @@ pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
                 .map_or_else(|_| "?".to_owned(), |n| n.to_string())
         )));
     }
-    // SAFETY: `obj` is a capsule (checked), GIL held; `PyCapsule_IsValid` sets no exception.
+    // Inside: only capsule functions, which run no Python code and do not detach the thread
+    // (which would suspend the critical section), and lazily built errors.
+    let taken = with_critical_section(capsule, || take(obj))?;
+    // Outside: a refused tensor is handed to its deleter here, which may run Python code.
+    match taken {
+        // SAFETY: renamed, so the capsule destructor no longer frees it: we own it now.
+        Taken::Versioned(p) => unsafe { ManagedTensor::from_raw_versioned(p) },
+        // SAFETY: as above.
+        Taken::Legacy(p) => unsafe { ManagedTensor::from_raw_legacy(p) },
+    }
+    .map_err(Into::into)
+}
+
+/// The tensor of a capsule that [`take`] renamed, now owned by the caller.
+enum Taken {
+    Versioned(*mut DLManagedTensorVersioned),
+    Legacy(*mut DLManagedTensor),
+}
+
+/// The check-then-act of [`consume_capsule`]: the tensor of an unconsumed capsule `obj`, which
+/// is renamed to its `used_*` name, or the error for another name. Run under the capsule's
+/// critical section; `obj` is a capsule, and the thread is attached.
+fn take(obj: *mut pyffi::PyObject) -> PyResult<Taken> {
+    // SAFETY: `obj` is a capsule (caller), GIL held; `PyCapsule_IsValid` sets no exception.
     let is_named = |name: &CStr| unsafe { pyffi::PyCapsule_IsValid(obj, name.as_ptr()) } == 1;
     if is_named(ffi::DLTENSOR_VERSIONED_CAPSULE_NAME) {
-        // SAFETY: the capsule is valid under this name (checked).
-        let p = unsafe {
-            pyffi::PyCapsule_GetPointer(obj, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr())
-        }
-        .cast::<DLManagedTensorVersioned>();
+        let p =
+            pointer(obj, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME)?.cast::<DLManagedTensorVersioned>();
         // SAFETY: a `"dltensor_versioned"` capsule holds a managed tensor whose `version` is at
         // offset 0 in every major version (`dlpack.h`, `DLManagedTensorVersioned`).
         let version = unsafe { (*p).version };
@@ -163,16 +198,12 @@ pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
             return Err(HeaderError::UnsupportedVersion { found: version }.into());
         }
         rename(obj, ffi::USED_DLTENSOR_VERSIONED_CAPSULE_NAME)?;
-        // SAFETY: renamed, so the capsule destructor no longer frees it: we own it now.
-        return unsafe { ManagedTensor::from_raw_versioned(p) }.map_err(Into::into);
+        return Ok(Taken::Versioned(p));
     }
     if is_named(ffi::DLTENSOR_CAPSULE_NAME) {
-        // SAFETY: the capsule is valid under this name (checked).
-        let p = unsafe { pyffi::PyCapsule_GetPointer(obj, ffi::DLTENSOR_CAPSULE_NAME.as_ptr()) }
-            .cast::<DLManagedTensor>();
+        let p = pointer(obj, ffi::DLTENSOR_CAPSULE_NAME)?.cast::<DLManagedTensor>();
         rename(obj, ffi::USED_DLTENSOR_CAPSULE_NAME)?;
-        // SAFETY: renamed, so the capsule destructor no longer frees it: we own it now.
-        return unsafe { ManagedTensor::from_raw_legacy(p) }.map_err(Into::into);
+        return Ok(Taken::Legacy(p));
     }
     if is_named(ffi::USED_DLTENSOR_VERSIONED_CAPSULE_NAME)
         || is_named(ffi::USED_DLTENSOR_CAPSULE_NAME)
@@ -194,6 +225,18 @@ pub fn consume_capsule(capsule: &Bound<'_, PyAny>) -> PyResult<ManagedTensor> {
     Err(PyTypeError::new_err(format!(
         "capsule is named {name}, expected \"dltensor_versioned\" or \"dltensor\""
     )))
+}
+
+/// The pointer of capsule `obj`, just found valid under `name`. NULL only if a consumer that
+/// takes no critical section renamed it in between: its exception is then returned.
+fn pointer(obj: *mut pyffi::PyObject, name: &CStr) -> PyResult<*mut c_void> {
+    // SAFETY: `obj` is a capsule, GIL held; on NULL an exception is set.
+    let p = unsafe { pyffi::PyCapsule_GetPointer(obj, name.as_ptr()) };
+    if p.is_null() {
+        // SAFETY: GIL held by the caller's `Bound`.
+        return Err(PyErr::fetch(unsafe { Python::assume_attached() }));
+    }
+    Ok(p)
 }
 
 fn rename(obj: *mut pyffi::PyObject, name: &'static CStr) -> PyResult<()> {
