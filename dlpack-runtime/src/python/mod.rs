@@ -142,6 +142,27 @@
 //!
 //! [`ReadyEvents::synchronize`]: crate::interop::cuda::ReadyEvents::synchronize
 //!
+//! # Free-threaded Python (3.13t, 3.14t)
+//!
+//! A `#[pymodule]` of pyo3 0.28 or later declares itself free-thread-safe unless it says
+//! `gil_used = true`, and this crate is written to be used from such a module:
+//!
+//! - each check-then-act on a capsule (name check, pointer, rename in [`consume_capsule`]) runs
+//!   in a critical section on the capsule (pyo3's `with_critical_section`, a no-op with a GIL):
+//!   one capsule handed to several threads at once is owned by exactly one of them, the others
+//!   get the `ValueError` of a consumed capsule, and the deleter runs once;
+//! - the process-wide tables (the borrow registry published in `sys.modules` with
+//!   `dict.setdefault`, the per-type caches and definitions) are made once under concurrent
+//!   first use, behind locks of their own;
+//! - no lock of this crate is held across a call that can run Python code or attach, and a
+//!   borrow conflict raises at once, never waits.
+//!
+//! So declare `#[pymodule(gil_used = false)]` (or leave pyo3's default) unless your own module
+//! keeps state that relied on the GIL (a `static` behind a `RefCell`-like cell, `unsendable`
+//! classes shared across threads): that is the only part this crate cannot vouch for. The
+//! example extension declares it explicitly. `cargo clippy` of this crate for a free-threaded
+//! target (pyo3's `Py_GIL_DISABLED` build configuration) is part of the test command.
+//!
 //! # Exceptions
 //!
 //! | error | Python exception |

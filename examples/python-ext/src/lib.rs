@@ -266,7 +266,10 @@ struct Held(std::sync::Mutex<Option<ImportedData<f32>>>);
 impl Held {
     /// Gives the borrow back.
     fn release(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Dropped after the lock: the producer's deleter may run Python code, during which
+        // another thread may call this method.
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(held);
     }
 }
 
@@ -985,8 +988,10 @@ mod gpu {
     }
 }
 
-/// The module.
-#[pymodule]
+/// The module. Free-thread-safe (`gil_used = false`): its classes keep no state that relied on
+/// the GIL (`ExportOnce` and `Held` lock theirs), and dlpack-runtime's own steps are safe without
+/// it (the `python` module docs, "Free-threaded Python").
+#[pymodule(gil_used = false)]
 fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Tensor>()?;
     // A shared, read-only export: the tensor stays alive while consumers hold it.

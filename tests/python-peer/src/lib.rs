@@ -27,7 +27,10 @@ struct Held(Mutex<Option<ImportedData<f32>>>);
 impl Held {
     /// Gives the borrow back.
     fn release(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Dropped after the lock: the producer's deleter may run Python code, during which
+        // another thread may call this method.
+        let held = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(held);
     }
 }
 
@@ -69,7 +72,8 @@ fn readonly_sum(x: PyReadonlyArray1<'_, f32>) -> PyResult<f32> {
     Ok(x.as_array().sum())
 }
 
-#[pymodule]
+/// Free-thread-safe, as the example extension (`gil_used = false`).
+#[pymodule(gil_used = false)]
 fn dlpack_borrow_peer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readwrite_while, m)?)?;
     m.add_function(wrap_pyfunction!(readonly_sum, m)?)?;
