@@ -20,6 +20,26 @@ cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D wa
 # The limited API before 3.12 has no vectorcall: `from_dlpack` then calls with a keyword dict.
 CARGO_TARGET_DIR=target/abi3 \
     cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
+# Free-threaded CPython (`Py_GIL_DISABLED`), configured by a pyo3 config file: no such interpreter needed.
+for features in python python,cuda; do
+    PYO3_CONFIG_FILE="$PWD/scripts/pyo3-free-threaded.cfg" CARGO_TARGET_DIR=target/free-threaded \
+        cargo clippy -p dlpack-runtime --lib --features "$features" --locked -- -D warnings
+done
+# With a free-threaded interpreter on PATH, one capsule consumed by 8 threads runs without the GIL
+# (the test runs as a script, so the interpreter needs neither pytest nor NumPy; no downloads).
+ft_python="$(command -v python3.14t || command -v python3.13t || true)"
+if [ -z "$ft_python" ]; then
+    echo "free-threaded pytest leg: skipped (no python3.14t on PATH)"
+else
+    ft_venv="$PWD/target/free-threaded-ext/venv"
+    [ -x "$ft_venv/bin/python" ] || "$ft_python" -m venv "$ft_venv"
+    CARGO_TARGET_DIR=target/free-threaded-ext timeout 1800 .venv/bin/maturin build --quiet --release \
+        --features cuda -i "$ft_venv/bin/python" -o target/free-threaded-ext/wheels \
+        --manifest-path examples/python-ext/Cargo.toml
+    env -u PYTHONPATH "$ft_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --no-index --no-deps --force-reinstall --find-links target/free-threaded-ext/wheels dlpack-example
+    env -u PYTHONPATH timeout 300 "$ft_venv/bin/python" examples/python-ext/tests/test_free_threaded.py
+fi
 echo "==> cargo doc (all features, library crates) with rustdoc warnings as errors"
 # docs.rs builds with all features ([package.metadata.docs.rs]) and no extra rustdoc flags.
 RUSTDOCFLAGS="${RUSTDOCFLAGS:+$RUSTDOCFLAGS }-D warnings" \
@@ -60,6 +80,15 @@ echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
 echo "==> the CUDA Array Interface both ways from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_array_interface.py
+echo "==> the example extension as an abi3 wheel (pyo3/abi3-py311, as most published extensions ship): the same suites"
+# The GIL tests (host waits with a Python thread releasing the producer), the borrow conflicts,
+# several threads at once and the deleter counts, against the limited-API build, which learns
+# whether a thread is attached otherwise than the full-API build (`abi::gil`). Installed over
+# the full-API build, which no later step uses.
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,abi3 --manifest-path examples/python-ext/Cargo.toml
+.venv/bin/python -c 'import dlpack_example as m, sys; print(m.__file__); sys.exit(0 if ".abi3." in m.__file__ else "the installed extension is not the abi3 build")'
+timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \
