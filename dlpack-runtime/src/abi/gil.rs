@@ -201,40 +201,30 @@ fn finalizing_now() -> bool {
 
 /// Older builds look the function up where the running interpreter exports it: an abi3 library
 /// built for 3.11 may run on a 3.13 that has only `Py_IsFinalizing`.
-#[cfg(all(not(Py_3_13), unix, not(any(PyPy, GraalPy))))]
+#[cfg(all(not(Py_3_13), not(any(PyPy, GraalPy))))]
 fn finalizing_now() -> bool {
-    use core::ffi::{c_char, c_int, c_void};
+    use core::ffi::c_int;
     use std::sync::OnceLock;
-
-    unsafe extern "C" {
-        fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
-    }
-    /// `dlfcn.h`: look in the global scope (the interpreter and the libraries it loaded).
-    #[cfg(any(target_os = "macos", target_os = "ios"))]
-    const RTLD_DEFAULT: *mut c_void = -2isize as *mut c_void;
-    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
-    const RTLD_DEFAULT: *mut c_void = core::ptr::null_mut();
 
     type Query = unsafe extern "C" fn() -> c_int;
     static QUERY: OnceLock<Option<Query>> = OnceLock::new();
     let query = QUERY.get_or_init(|| {
         [c"Py_IsFinalizing", c"_Py_IsFinalizing"]
             .into_iter()
-            .find_map(|name| {
-                // SAFETY: `dlsym` with the global scope and a NUL-terminated name; NULL when absent.
-                let found = unsafe { dlsym(RTLD_DEFAULT, name.as_ptr()) };
-                // SAFETY: both names are CPython's `int (void)` functions, callable at any time.
-                (!found.is_null())
-                    .then(|| unsafe { core::mem::transmute::<*mut c_void, Query>(found) })
+            .find_map(super::symbol::global)
+            // SAFETY: both names are CPython's `int (void)` functions, callable at any time.
+            .map(|found| unsafe {
+                core::mem::transmute::<*mut core::ffi::c_void, Query>(found.as_ptr())
             })
     });
     // SAFETY: CPython's `int (void)` query (above), callable at any time, attached or not.
     query.is_some_and(|query| unsafe { query() } != 0)
 }
 
-/// Where the query cannot be found (Windows builds before 3.13, PyPy, GraalPy): not known to be
-/// finalizing; pyo3's own `try_attach` checks are all that applies.
-#[cfg(any(all(not(Py_3_13), not(unix)), PyPy, GraalPy))]
+/// PyPy, GraalPy: not known to be finalizing; pyo3's own `try_attach` checks are all that
+/// applies. (Elsewhere a query that cannot be found, as on Windows before 3.13, answers the
+/// same.)
+#[cfg(any(PyPy, GraalPy))]
 #[inline]
 fn finalizing_now() -> bool {
     false

@@ -299,13 +299,51 @@ fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
         .map(|version| version.bind(py))
 }
 
+/// `PyObject_VectorcallMethod`'s signature (`Include/abstract.h`; in the stable ABI from 3.12).
+type VectorcallMethod = unsafe extern "C" fn(
+    *mut pyffi::PyObject,
+    *const *mut pyffi::PyObject,
+    usize,
+    *mut pyffi::PyObject,
+) -> *mut pyffi::PyObject;
+
+/// `PyObject_VectorcallMethod` where the build's Python API names it (the full API, the limited
+/// API from 3.12).
+#[cfg(any(Py_3_12, not(any(Py_LIMITED_API, PyPy))))]
+fn vectorcall_method() -> Option<VectorcallMethod> {
+    Some(pyffi::PyObject_VectorcallMethod)
+}
+
+/// The limited API before 3.12 does not name it, but CPython exports it from 3.9 on with the
+/// signature it keeps in the stable ABI of 3.12: found at run time, `None` on PyPy or where it
+/// cannot be found (then `__dlpack__` is called with a keyword dict).
+#[cfg(not(any(Py_3_12, not(any(Py_LIMITED_API, PyPy)))))]
+fn vectorcall_method() -> Option<VectorcallMethod> {
+    #[cfg(PyPy)]
+    return None;
+    #[cfg(not(PyPy))]
+    {
+        static FOUND: std::sync::OnceLock<Option<VectorcallMethod>> = std::sync::OnceLock::new();
+        *FOUND.get_or_init(|| {
+            crate::abi::symbol::global(c"PyObject_VectorcallMethod")
+                // SAFETY: CPython's `PyObject_VectorcallMethod` (3.9 on), of this signature.
+                .map(|f| unsafe {
+                    core::mem::transmute::<*mut core::ffi::c_void, VectorcallMethod>(f.as_ptr())
+                })
+        })
+    }
+}
+
 /// `obj.__dlpack__(max_version=(1, 3))`, the call of a `from_dlpack` without options, by
 /// vectorcall (`PyObject_VectorcallMethod`, with the keyword's name in a tuple built once), as
-/// NumPy calls it: no bound method and no keyword dict are made.
-#[cfg(any(Py_3_12, not(any(Py_LIMITED_API, PyPy))))]
+/// NumPy calls it: no bound method and no keyword dict are made. Where the interpreter offers
+/// no vectorcall ([`vectorcall_method`]), a call with a keyword dict built once.
 fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     static KWNAMES: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
     let py = obj.py();
+    let Some(vectorcall_method) = vectorcall_method() else {
+        return call_plain_with_dict(obj);
+    };
     let kwnames = KWNAMES
         .get_or_try_init(py, || {
             PyTuple::new(py, [intern!(py, "max_version")]).map(Bound::unbind)
@@ -314,12 +352,13 @@ fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let version = max_version(py)?;
     // `self`, then the value of the one keyword `kwnames` names.
     let args = [obj.as_ptr(), version.as_ptr()];
-    // SAFETY: the GIL is held (`obj` is bound); the name, both arguments and `kwnames` are live
-    // objects that outlive the call; `nargsf` is 1 (only `self` is positional, and without
-    // `PY_VECTORCALL_ARGUMENTS_OFFSET`: `args` has no slot before it), and `kwnames` names the
-    // one value after it. The result is a new reference, or NULL with an exception set.
+    // SAFETY: `PyObject_VectorcallMethod` (above); the GIL is held (`obj` is bound); the name,
+    // both arguments and `kwnames` are live objects that outlive the call; `nargsf` is 1 (only
+    // `self` is positional, and without `PY_VECTORCALL_ARGUMENTS_OFFSET`: `args` has no slot
+    // before it), and `kwnames` names the one value after it. The result is a new reference,
+    // or NULL with an exception set.
     unsafe {
-        let result = pyffi::PyObject_VectorcallMethod(
+        let result = vectorcall_method(
             intern!(py, "__dlpack__").as_ptr(),
             args.as_ptr(),
             1,
@@ -329,11 +368,10 @@ fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     }
 }
 
-/// `obj.__dlpack__(max_version=(1, 3))`, the call of a `from_dlpack` without options, where the
-/// Python API of the build has no vectorcall (the limited API before 3.12, PyPy): a call with
-/// a keyword dict built once.
-#[cfg(not(any(Py_3_12, not(any(Py_LIMITED_API, PyPy)))))]
-fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+/// [`call_plain`] where the interpreter offers no vectorcall (PyPy on the limited API before
+/// 3.12): a call with a keyword dict built once.
+#[cold]
+fn call_plain_with_dict<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     obj.getattr(intern!(py, "__dlpack__"))?
         .call((), Some(&default_kwargs(py)?))
@@ -345,7 +383,6 @@ fn call_plain<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 /// A callee written in C with `METH_VARARGS | METH_KEYWORDS` receives this very dict and could
 /// change it, so it is checked before each use to hold exactly that one entry; a changed dict is
 /// replaced by a fresh one for the call.
-#[cfg(not(any(Py_3_12, not(any(Py_LIMITED_API, PyPy)))))]
 fn default_kwargs(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     static KWARGS: PyOnceLock<Py<PyDict>> = PyOnceLock::new();
     let key = intern!(py, "max_version");
