@@ -72,6 +72,8 @@ echo "==> example extension module (feature cuda, release) and its borrow peer: 
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda --manifest-path examples/python-ext/Cargo.toml
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path tests/python-peer/Cargo.toml
 timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
+# mpi4py and MPICH's wheel: our tensors through Send/Recv, Isend/Irecv, Bcast, Allreduce on 2 ranks.
+./scripts/mpi-test.sh
 echo "==> PyTorch interop: torch $(.venv/bin/python -c 'import torch; print(torch.__version__)')"
 timeout 300 .venv/bin/python -m pytest -q examples/python-ext/tests/test_torch.py
 echo "==> the candle example: candle tensors to and from NumPy"
