@@ -8,27 +8,47 @@
 //! - **Full C API** (GIL or free-threaded): `PyGILState_Check`, this thread's own state.
 //! - **Limited API (`abi3`) on CPython 3.12 or later**: `PyThreadState_GetDict` returns NULL
 //!   exactly when this thread is not attached (from 3.12 it reads this thread's own state).
-//! - **Limited API on CPython 3.11, PyPy, GraalPy**: the stable ABI has no sound question
-//!   (3.11's `PyThreadState_GetDict` reads whichever thread holds the GIL). The answer comes
-//!   from the `Python<'py>` token of this crate's Python entry points (`__dlpack__`,
-//!   `from_dlpack`, the C exchange API, capsule destructors): each marks the thread attached
-//!   ([`Attached`]) for its own duration, and [`Detached`] unmarks it while it waits. A wait
-//!   reached from elsewhere on those builds (a pyfunction of yours that drops a CUDA import)
-//!   keeps the GIL: detach there yourself (`py.detach`). Code run inside an entry point (a
-//!   producer's `export_parts`, a `Drop`) must not call into this crate from inside a
-//!   `py.detach` of its own there, since the mark would then claim an attachment the thread
-//!   gave up.
+//! - **Limited API on CPython 3.11**: `PyGILState_Check`, which 3.11 exports though its limited
+//!   API does not name it, looked up at run time (`abi::symbol`). (3.11's
+//!   `PyThreadState_GetDict` would read whichever thread holds the GIL.)
+//! - **Where neither can be had** (an abi3 wheel on CPython 3.11 on Windows, where there is no
+//!   `dlsym`; PyPy; GraalPy): the `Python<'py>` token of this crate's Python entry points
+//!   (`__dlpack__`, `from_dlpack`, the C exchange API, capsule destructors) marks the thread
+//!   attached ([`Attached`]) for the entry point's duration, and [`Detached`] unmarks it while
+//!   it waits. A wait reached from elsewhere on those builds (a pyfunction of yours that drops
+//!   a CUDA import) keeps the GIL: detach there yourself (`py.detach`). Code run inside an
+//!   entry point (a producer's `export_parts`, a `Drop`) must not call into this crate from
+//!   inside a `py.detach` of its own there, since the mark would then claim an attachment the
+//!   thread gave up. The environment variable `DLPACK_RUNTIME_ATTACHED_QUERY=marks`, read once,
+//!   makes an abi3 build use the marks on any interpreter, so that tests can run this path.
 
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
 std::thread_local! {
     /// How many [`Attached`] marks this thread is inside (0 inside a [`Detached`]).
+    /// Const-initialized and without a destructor: it lives as long as its thread.
     static MARKS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
 }
 
+/// This thread's mark counter where [`holds_gil`] reads the marks (the limited API on CPython
+/// 3.11, PyPy, GraalPy), NULL elsewhere: one thread-local lookup per guard, not two.
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+#[inline]
+fn marks() -> *const core::cell::Cell<usize> {
+    #[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
+    if !matches!(limited_query(), LimitedQuery::Marks) {
+        return core::ptr::null();
+    }
+    MARKS
+        .try_with(core::ptr::from_ref)
+        .unwrap_or(core::ptr::null())
+}
+
 /// This thread is attached for the life of the value (a token proved it), on builds that must
-/// be told ([module docs](self)); nothing elsewhere. Not `Send`.
+/// be told ([module docs](self)); nothing elsewhere. Not `Send`: a mark belongs to its thread.
 pub(crate) struct Attached {
-    /// Makes the type `!Send` and `!Sync`: a mark belongs to its thread.
+    /// [`marks`] when this guard marked the thread.
+    #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+    marks: *const core::cell::Cell<usize>,
     _thread: core::marker::PhantomData<*const ()>,
 }
 
@@ -50,8 +70,15 @@ impl Attached {
     #[inline]
     pub(crate) unsafe fn assume() -> Self {
         #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-        MARKS.with(|marks| marks.set(marks.get() + 1));
+        let marks = marks();
+        #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+        // SAFETY: NULL or this thread's counter, which lives as long as the thread.
+        if let Some(marks) = unsafe { marks.as_ref() } {
+            marks.set(marks.get() + 1);
+        }
         Self {
+            #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+            marks,
             _thread: core::marker::PhantomData,
         }
     }
@@ -61,7 +88,11 @@ impl Drop for Attached {
     #[inline]
     fn drop(&mut self) {
         #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-        MARKS.with(|marks| marks.set(marks.get().saturating_sub(1)));
+        // SAFETY: NULL or the counter of the thread that made the guard, which is this thread
+        // (the guard is not `Send`) and lives as long as it.
+        if let Some(marks) = unsafe { self.marks.as_ref() } {
+            marks.set(marks.get().saturating_sub(1));
+        }
     }
 }
 
@@ -69,8 +100,9 @@ impl Drop for Attached {
 /// and put back on drop. Not `Send`. (Host waits are the only detaching code: feature `cuda`.)
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct Detached {
+    /// [`marks`], and the marks set aside.
     #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-    marks: usize,
+    marks: (*const core::cell::Cell<usize>, usize),
     _thread: core::marker::PhantomData<*const ()>,
 }
 
@@ -79,9 +111,12 @@ impl Detached {
     /// Unmarks this thread; call right before detaching.
     #[inline]
     pub(crate) fn enter() -> Self {
+        #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+        let marks = marks();
         Self {
             #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-            marks: MARKS.with(|marks| marks.replace(0)),
+            // SAFETY: NULL or this thread's counter, which lives as long as the thread.
+            marks: (marks, unsafe { marks.as_ref() }.map_or(0, |marks| marks.replace(0))),
             _thread: core::marker::PhantomData,
         }
     }
@@ -91,7 +126,10 @@ impl Drop for Detached {
     #[inline]
     fn drop(&mut self) {
         #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-        MARKS.with(|marks| marks.set(self.marks));
+        // SAFETY: as for `Attached`'s drop.
+        if let Some(marks) = unsafe { self.marks.0.as_ref() } {
+            marks.set(self.marks.1);
+        }
     }
 }
 
@@ -115,18 +153,59 @@ fn attached_to_initialized() -> bool {
     unsafe { pyo3::ffi::PyGILState_Check() != 0 }
 }
 
-/// The limited API: `PyThreadState_GetDict` from CPython 3.12 on, the marks before.
+/// How a build for the limited API asks ([`limited_query`]).
+#[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
+#[derive(Clone, Copy)]
+enum LimitedQuery {
+    /// CPython 3.12 or later: `PyThreadState_GetDict`, of the stable ABI.
+    Dict,
+    /// CPython 3.11: `PyGILState_Check`, which 3.11 exports (as every CPython since 3.4) though
+    /// its limited API does not name it, found at run time.
+    Check(unsafe extern "C" fn() -> core::ffi::c_int),
+    /// Neither (no `dlsym`, as on Windows), or asked for by `DLPACK_RUNTIME_ATTACHED_QUERY`:
+    /// the marks of the entry points.
+    Marks,
+}
+
+/// The query of this interpreter, chosen once.
+#[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
+#[inline]
+fn limited_query() -> LimitedQuery {
+    static QUERY: std::sync::OnceLock<LimitedQuery> = std::sync::OnceLock::new();
+    *QUERY.get_or_init(|| {
+        if std::env::var_os("DLPACK_RUNTIME_ATTACHED_QUERY").is_some_and(|v| v == "marks") {
+            return LimitedQuery::Marks;
+        }
+        if running_3_12_or_later() {
+            return LimitedQuery::Dict;
+        }
+        super::symbol::global(c"PyGILState_Check").map_or(LimitedQuery::Marks, |found| {
+            // SAFETY: CPython's `int PyGILState_Check(void)`.
+            LimitedQuery::Check(unsafe {
+                core::mem::transmute::<
+                    *mut core::ffi::c_void,
+                    unsafe extern "C" fn() -> core::ffi::c_int,
+                >(found.as_ptr())
+            })
+        })
+    })
+}
+
+/// The limited API: `PyThreadState_GetDict` from CPython 3.12 on, `PyGILState_Check` found at
+/// run time on 3.11, the marks where neither can be had.
 #[cfg(all(Py_LIMITED_API, not(any(PyPy, GraalPy))))]
 #[inline]
 fn attached_to_initialized() -> bool {
-    if running_3_12_or_later() {
+    match limited_query() {
         // SAFETY: from CPython 3.12, `PyThreadState_GetDict` reads this thread's own state
         // (NULL when it is not attached), sets no exception, and may be called attached or
         // not. It creates the dict on the first call of an attached thread; NULL then (no
         // memory) is read as "not attached", which only keeps the GIL during a wait.
-        return unsafe { !pyo3::ffi::PyThreadState_GetDict().is_null() };
+        LimitedQuery::Dict => unsafe { !pyo3::ffi::PyThreadState_GetDict().is_null() },
+        // SAFETY: as for the full API's `PyGILState_Check` (its `attached_to_initialized`).
+        LimitedQuery::Check(check) => unsafe { check() != 0 },
+        LimitedQuery::Marks => marked(),
     }
-    marked()
 }
 
 /// PyPy, GraalPy: the marks.

@@ -96,8 +96,6 @@ unsafe fn restore_error([kind, value, traceback]: [*mut pyffi::PyObject; 3]) {
 /// Capsule destructor for `"dltensor_versioned"`: calls the deleter only if the capsule was
 /// not consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject) {
-    // SAFETY: CPython calls capsule destructors with the GIL held, for the whole call.
-    let _attached = unsafe { crate::abi::gil::Attached::assume() };
     // SAFETY: CPython calls the destructor with the capsule, GIL held. `PyCapsule_IsValid` sets
     // no exception and is false for a renamed (consumed) capsule. No critical section, unlike
     // `consume_capsule`: the destructor runs when the last reference is gone, so no other
@@ -108,6 +106,8 @@ unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject)
                 pyffi::PyCapsule_GetPointer(capsule, ffi::DLTENSOR_VERSIONED_CAPSULE_NAME.as_ptr());
             let p = p.cast::<DLManagedTensorVersioned>();
             if let Some(deleter) = (*p).deleter {
+                // CPython calls capsule destructors with the GIL held (`abi::gil`).
+                let _attached = crate::abi::gil::Attached::assume();
                 deleter(p);
             }
         }
@@ -117,8 +117,6 @@ unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut pyffi::PyObject)
 /// Capsule destructor for `"dltensor"`: calls the deleter only if the capsule was not
 /// consumed (DLPack Python specification, "Implementation").
 unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
-    // SAFETY: CPython calls capsule destructors with the GIL held, for the whole call.
-    let _attached = unsafe { crate::abi::gil::Attached::assume() };
     // SAFETY: as for `versioned_capsule_destructor` (no other thread holds the capsule), for
     // the legacy name and struct.
     unsafe {
@@ -126,6 +124,8 @@ unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut pyffi::PyObject) {
             let p = pyffi::PyCapsule_GetPointer(capsule, ffi::DLTENSOR_CAPSULE_NAME.as_ptr());
             let p = p.cast::<DLManagedTensor>();
             if let Some(deleter) = (*p).deleter {
+                // CPython calls capsule destructors with the GIL held (`abi::gil`).
+                let _attached = crate::abi::gil::Attached::assume();
                 deleter(p);
             }
         }

@@ -121,15 +121,16 @@
 //! callback) ends. Only the driver calls run detached, and no lock of this crate is held across
 //! them.
 //!
-//! This holds on every build, with one limit: full-API builds ask `PyGILState_Check`; builds
-//! on the limited API (`abi3`) ask `PyThreadState_GetDict` when the running interpreter is
-//! CPython 3.12 or later (it reads the thread's own state there); on CPython 3.11, whose
-//! limited API has no sound question, the entry points of this module (`__dlpack__`,
+//! This holds on every build. Full-API builds ask `PyGILState_Check`; builds on the limited
+//! API (`abi3`) ask `PyThreadState_GetDict` when the running interpreter is CPython 3.12 or
+//! later (it reads the thread's own state there), and on CPython 3.11 the `PyGILState_Check`
+//! that 3.11 exports, looked up at run time. Where neither can be had (an abi3 wheel on CPython
+//! 3.11 on Windows, PyPy, GraalPy), the entry points of this module (`__dlpack__`,
 //! [`from_dlpack`], the C exchange API) mark the thread attached from their `Python<'py>`
 //! token, so every wait they reach detaches, and a wait reached from your own code keeps the
-//! GIL (detach around it yourself). Code that runs inside an entry point (a hand-written
-//! `export_parts`, a `Drop`) must not call into this crate from inside a `py.detach` of its
-//! own there on such a build.
+//! GIL (detach around it yourself); code that runs inside an entry point (a hand-written
+//! `export_parts`, a `Drop`) must then not call into this crate from inside a `py.detach` of
+//! its own there.
 //!
 //! A deleter that runs on a thread that is not attached while the interpreter finalizes (or
 //! after) leaves the Python reference it holds to the interpreter's end instead of attaching,

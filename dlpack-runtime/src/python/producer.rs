@@ -115,8 +115,8 @@ impl<T> Drop for PyOwner<T> {
             // The common case: a consumer (NumPy freeing its array, say) calls the deleter on a
             // thread that holds the GIL, but outside any pyo3 frame, where `try_attach` would
             // take the `PyGILState_Ensure` path. Holding the GIL is all `Py_DecRef` needs.
-            // Where the build cannot tell (`abi::gil`: the limited API on CPython 3.11 outside
-            // this crate's entry points), attaching below.
+            // Where the build cannot tell (`abi::gil`'s marks, outside this crate's entry
+            // points), attaching below.
             if crate::abi::gil::holds_gil() {
                 // SAFETY: this thread holds the GIL (checked above); the reference is ours and
                 // released exactly once.

@@ -9,7 +9,8 @@
 //! would then never end. Only the driver calls run detached; nothing inside needs the GIL, and
 //! no lock of this crate is held across them. Whether the thread holds the GIL is proven on
 //! every build (`abi::gil`: `PyGILState_Check` on the full API, `PyThreadState_GetDict` on the
-//! limited API from CPython 3.12, the entry points' tokens before).
+//! limited API from CPython 3.12, `PyGILState_Check` looked up at run time on 3.11, the entry
+//! points' tokens where neither can be had).
 
 use cudarc::driver::sys;
 
