@@ -59,6 +59,8 @@ echo "==> a crate outside the workspace tests its CUDA exports with cuda-sim-tes
 # kit loads the simulator itself. The workspace's target directory keeps the build short.
 (cd tests/fixtures/kit-user && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
     cargo test --locked)
+echo "==> the quick start's CUDA step (examples/cuda_handoff): the kit loads the simulator itself"
+timeout 300 cargo run --quiet --locked -p dlpack-examples --example cuda_handoff --features cuda
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
