@@ -86,6 +86,22 @@
 //! writes before the next launch yourself (for example, make the launch stream wait on
 //! [`ReadyEvents`] recorded after them).
 //!
+//! What a cudarc user meets first under capture is cudarc's own event tracking, not this
+//! crate. With it on (`CudaContext::is_managing_stream_synchronization`: the default once a
+//! context has a second stream), each use of a `CudaSlice` on a stream makes that stream wait
+//! (an ordinary `cuStreamWaitEvent`) on the event of the slice's last write, and records an
+//! event of its own. Using, inside a capture, a slice whose last write was recorded before the
+//! capture began (an upload or a `memset` before `begin_capture`, on any stream, however long
+//! ago) makes the capturing stream wait on an event recorded outside the capture, which the
+//! driver refuses with `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`; cudarc keeps that error in the
+//! context (`CudaContext::check_err`) rather than returning it, and the capture is invalidated,
+//! so the failure shows at `end_capture`. Synchronizing first does not help (the event stays the
+//! slice's last write). What does: create the slices a graph uses with event tracking off
+//! (`CudaContext::disable_event_tracking` before creating them, `unsafe` in cudarc: you then
+//! order their streams yourself, for example with this crate's exports and [`ReadyEvents`]),
+//! or create and first write them inside the capture. Exports of this crate do not trigger it: a
+//! `CudaSlice` exported into a capture has its tracking handed a side stream (above).
+//!
 //! `stream=None` names the legacy default stream, which cannot be captured; while a blocking
 //! stream of its context is being captured, any work on it would join that capture and
 //! invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). An export to the legacy stream whose
