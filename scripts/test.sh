@@ -39,6 +39,11 @@ echo "==> a crate outside the workspace tests its CUDA exports with cuda-sim-tes
 # kit loads the simulator itself. The workspace's target directory keeps the build short.
 (cd tests/fixtures/kit-user && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
     cargo test --locked)
+echo "==> a shared library (an extension module, say) with cuda-sim-testing as a dependency keeps its own SONAME and reaches the simulator"
+# tests/fixtures/kit-cdylib: its test reads the library's SONAME (not the simulator's
+# libcuda.so.1), then loads it by path and calls cuInit through the kit.
+(cd tests/fixtures/kit-cdylib && cargo fmt --check && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
+    timeout 600 cargo test --locked)
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
     cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
