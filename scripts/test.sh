@@ -59,6 +59,11 @@ echo "==> a crate outside the workspace tests its CUDA exports with cuda-sim-tes
 # kit loads the simulator itself. The workspace's target directory keeps the build short.
 (cd tests/fixtures/kit-user && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
     cargo test --locked)
+echo "==> a shared library (an extension module, say) with cuda-sim-testing as a dependency keeps its own SONAME and reaches the simulator"
+# tests/fixtures/kit-cdylib: its test reads the library's SONAME (not the simulator's
+# libcuda.so.1), then loads it by path and calls cuInit through the kit.
+(cd tests/fixtures/kit-cdylib && cargo fmt --check && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
+    timeout 600 cargo test --locked)
 echo "==> the quick start's CUDA step (examples/cuda_handoff): the kit loads the simulator itself"
 timeout 300 cargo run --quiet --locked -p dlpack-examples --example cuda_handoff --features cuda
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"

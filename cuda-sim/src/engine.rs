@@ -133,7 +133,8 @@ pub(crate) const NON_BLOCKING: u32 = 0x1;
 /// The enqueue half of a stream.
 pub(crate) struct Stream {
     pub(crate) core: Arc<StreamCore>,
-    /// The worker thread, until the stream ends (joined then if idle, else left to finish).
+    /// The worker thread, until the stream ends (joined then if idle, else detached to finish
+    /// its work).
     worker: Option<JoinHandle<()>>,
     pub(crate) handle: Handle,
     pub(crate) ctx: Handle,
@@ -801,7 +802,9 @@ impl State {
     /// per-thread stream): its handle is invalid at once, its enqueued work still runs, and its
     /// worker thread ends after that work. Its bookkeeping shrinks once the host has seen that
     /// work complete ([`State::sweep_ended`]). Returns the worker thread if the stream is idle
-    /// (it ends at once), for the caller to join outside the lock.
+    /// (it ends at once), for the caller to join outside the lock; a busy stream's worker is
+    /// detached, so that the thread's stack is released when it ends, with no one to wait for
+    /// it (a thread neither joined nor detached keeps its stack mapped after it ends).
     pub(crate) fn destroy_stream(&mut self, i: usize) -> Option<JoinHandle<()>> {
         if self.streams[i].destroyed {
             return None;
@@ -811,7 +814,8 @@ impl State {
         s.destroyed = true;
         s.core.close();
         let idle = s.core.completed() >= s.submitted;
-        let worker = if idle { s.worker.take() } else { None };
+        // Dropping a `JoinHandle` detaches its thread.
+        let worker = s.worker.take().filter(|_| idle);
         self.by_handle.remove(&s.handle);
         self.ended.push(i);
         self.sweep_ended();

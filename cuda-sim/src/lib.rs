@@ -35,7 +35,8 @@
 //!
 //! A value out of range is ignored, with a word on stderr.
 //!
-//! Long runs stay small: a destroyed stream's worker thread ends once its work is done, and so
+//! Long runs stay small: a destroyed stream's worker thread ends once its work is done, and
+//! leaves no stack behind (joined if the stream was idle, detached if work was pending), and so
 //! does a thread's per-thread default stream when the thread ends; freed allocations are kept
 //! as runs of adjacent addresses freed alike (a few bytes per run, the free's description
 //! stored once), so a use after free is reported however long ago the free was.

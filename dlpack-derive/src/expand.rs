@@ -192,14 +192,17 @@ fn export_parts(roles: &Roles<'_, '_>, unique: bool) -> TokenStream {
         }
     });
     // Through `__private::with_stream`, which without the runtime's `cuda` feature is an error
-    // naming the feature, spanned at the field.
+    // naming the feature. The call and its field argument are spanned at the field's type:
+    // rustc reports an unmet bound of the argument (a type that is no producer stream) at the
+    // argument.
     let streams: Vec<_> = roles
         .streams
         .iter()
         .map(|field| {
             let member = &field.member;
-            let head = TypeSpan::of(field).across(quote!(#krate::__private::with_stream));
-            (head, quote!(&self.#member))
+            let at_type = TypeSpan::of(field);
+            let head = at_type.across(quote!(#krate::__private::with_stream));
+            (head, at_type.across(quote!(&self.#member)))
         })
         .collect();
     let readonly = roles

@@ -1,11 +1,15 @@
 //! Long suites on the CUDA simulator stay small (feature `cuda`): a thread's per-thread default
-//! stream, and its worker thread, end with the thread; freed allocations are kept in a compact
-//! form that still reports every use after free. One test in this binary, so that no other
-//! test's threads come and go while it counts the process's threads. Needs the simulator; the
-//! test command runs it with it.
+//! stream, and its worker thread, end with the thread; a stream destroyed with work pending
+//! leaves no thread and no thread stack once that work has run; freed allocations are kept in
+//! a compact form that still reports every use after free. One test in this binary, so that no
+//! other test's threads come and go while it counts the process's threads and mappings. Needs
+//! the simulator; the test command runs it with it.
 #![cfg(feature = "cuda")]
 
+use std::ffi::c_void;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, sys};
@@ -23,6 +27,108 @@ fn threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .count()
+}
+
+/// Memory mappings of this process (`/proc/self/maps`): a thread stack that is never released
+/// stays there, after its thread has ended.
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("/proc/self/maps")
+        .lines()
+        .count()
+}
+
+/// Waits until the process has at most `threads` threads (ended threads leave
+/// `/proc/self/task` shortly after their last instruction), for at most ten seconds.
+fn wait_for_threads(most: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = threads();
+        if now <= most || Instant::now() > deadline {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Host functions run by [`count_run`].
+static RAN: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_run(_: *mut c_void) {
+    RAN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Creates `count` streams, holds each with a gate and enqueues a counted host function behind
+/// it, destroys them all while held (`cuStreamDestroy` returns at once), then releases the
+/// gates and synchronizes the context: the destroyed streams' work has run.
+fn destroy_busy_streams(ctx: &Arc<CudaContext>, count: usize) {
+    let ran = RAN.load(Ordering::Relaxed);
+    let streams: Vec<sys::CUstream> = (0..count)
+        .map(|_| {
+            let mut stream = std::ptr::null_mut();
+            let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            // SAFETY: a valid out-pointer; a context is current.
+            unsafe { sys::cuStreamCreate(&mut stream, flags) }
+                .result()
+                .unwrap();
+            stream
+        })
+        .collect();
+    let gates: Vec<Gate> = streams
+        .iter()
+        .map(|&stream| {
+            // SAFETY: a live stream, created above.
+            let gate = unsafe { Gate::hold_raw(stream) };
+            // SAFETY: a live stream; `count_run` matches `CUhostFn` and uses no data.
+            unsafe { sys::cuLaunchHostFunc(stream, Some(count_run), std::ptr::null_mut()) }
+                .result()
+                .unwrap();
+            gate
+        })
+        .collect();
+    for stream in streams {
+        // SAFETY: a live stream, destroyed once; its work is pending behind its gate.
+        unsafe { sys::cuStreamDestroy_v2(stream) }.result().unwrap();
+    }
+    assert_eq!(
+        RAN.load(Ordering::Relaxed),
+        ran,
+        "work behind the held gates ran"
+    );
+    for gate in &gates {
+        gate.release();
+    }
+    ctx.synchronize().unwrap();
+    assert_eq!(
+        RAN.load(Ordering::Relaxed),
+        ran + count,
+        "the destroyed streams' work ran"
+    );
+}
+
+/// Streams destroyed with work pending, by the thousand: their work runs, and their worker
+/// threads end after it and release their stacks (a thread never joined nor detached keeps
+/// its stack mapped after it ends, two mappings and megabytes of address space each).
+fn busy_streams_leave_nothing_behind(ctx: &Arc<CudaContext>) {
+    // A first round, so that what the process keeps for later threads (the C library's cache
+    // of thread stacks, its allocator's arenas) is there before counting.
+    let start = threads();
+    destroy_busy_streams(ctx, 200);
+    let threads_before = wait_for_threads(start);
+    let mappings_before = mappings();
+    for _ in 0..15 {
+        destroy_busy_streams(ctx, 200);
+    }
+    let threads_after = wait_for_threads(threads_before);
+    let mappings_after = mappings();
+    assert!(
+        threads_after <= threads_before,
+        "threads: {threads_before} before 3,000 busy streams were destroyed, {threads_after} after their work ran"
+    );
+    assert!(
+        mappings_after <= mappings_before + 64,
+        "mappings: {mappings_before} before 3,000 busy streams were destroyed, {mappings_after} after their work ran"
+    );
 }
 
 fn alloc(bytes: usize) -> sys::CUdeviceptr {
@@ -62,7 +168,7 @@ fn on_a_short_thread(
 }
 
 #[test]
-fn per_thread_streams_end_with_their_thread_and_every_use_after_free_is_reported() {
+fn streams_end_with_their_thread_or_their_work_and_every_use_after_free_is_reported() {
     let ctx = CudaContext::new(0).expect(NEEDS_SIMULATOR);
     let checker = Checker::attach().expect(NEEDS_SIMULATOR);
     ctx.bind_to_thread().unwrap();
@@ -142,4 +248,7 @@ fn per_thread_streams_end_with_their_thread_and_every_use_after_free_is_reported
     }
     // SAFETY: allocated above, freed once, after the work on it completed.
     unsafe { sys::cuMemFree_v2(p) }.result().unwrap();
+
+    busy_streams_leave_nothing_behind(&ctx);
+    checker.assert_clean("streams destroyed with work pending");
 }

@@ -5,15 +5,25 @@
 //! compiler output (`.stderr`); `ui/pass` holds inputs that must compile and run.
 //!
 //! Bless the `.stderr` files on the pinned toolchain only:
-//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui`.
+//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui` (`--features cuda` for
+//! `ui/cuda`).
 //!
-//! The expected output lists trait implementations, which the `cuda` feature extends, so the
-//! suite runs in the default-feature pass of `scripts/test.sh` only.
-#![cfg(not(feature = "cuda"))]
+//! The expected output lists trait implementations, which the `cuda` feature extends, so
+//! `ui/fail` and `ui/pass` run in the default-feature pass of `scripts/test.sh` only;
+//! `ui/cuda/fail` holds inputs that name cudarc's types (stream fields), refused with the
+//! feature, and runs in the pass with every feature.
 
+#[cfg(not(feature = "cuda"))]
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
     t.compile_fail("ui/fail/**/*.rs");
     t.pass("ui/pass/*.rs");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn ui_cuda() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("ui/cuda/fail/**/*.rs");
 }

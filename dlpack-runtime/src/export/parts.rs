@@ -402,8 +402,9 @@ impl<'a> ExportParts<'a> {
 /// which never destroys it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[dlpack(stream)]` field",
-    label = "not a producer stream",
-    note = "stream fields are cudarc `CudaStream`, `Arc<CudaStream>` or `Option` of those, and need the `cuda` feature of dlpack-runtime"
+    label = "expected cudarc's `Arc<CudaStream>`, `CudaStream`, or `Option` of either",
+    note = "`#[dlpack(stream)]` holds a stream with pending work on the data: cudarc's `Arc<CudaStream>` or `CudaStream`, or `Option` of either (`None`: no pending work), with the `cuda` feature of dlpack-runtime; a stream type of your own implements `dlpack_runtime::AsProducerStream`",
+    note = "a raw `CUstream` owned by another library becomes an `Arc<CudaStream>` with cudarc's `CudaContext::wrap_borrowed_stream`, which never destroys it"
 )]
 pub trait AsProducerStream {
     /// The stream, for this call; `None` when there is no pending work. The default says there
