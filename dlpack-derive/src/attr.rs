@@ -113,9 +113,10 @@ keys! {
         Shape = shape,
         /// `strides`: strides in elements.
         Strides = strides,
-        /// `byte_offset`: bytes from the buffer start to element `(0, ..., 0)`.
+        /// `byte_offset`: bytes from the start of the data field's buffer to element
+        /// `(0, ..., 0)`, both ways (an import counts from the bytes its data lends on).
         ByteOffset = byte_offset,
-        /// `offset`: elements from the buffer start to element `(0, ..., 0)`.
+        /// `offset`: the same in elements.
         Offset = offset,
         /// `dtype`: the element type, as a runtime `DataType`.
         Dtype = dtype,

@@ -281,9 +281,13 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                     );
                     quote!(#call?)
                 }
-                Role::ByteOffset => plain(quote!(__dlpack_layout.byte_offset())),
+                // Where element `(0, ..., 0)` lies in the buffer the data field lends when it
+                // is exported again: what the export of the same data needs.
+                Role::ByteOffset => plain(quote!(
+                    #krate::__private::import_byte_offset(&__dlpack_layout)
+                )),
                 Role::Offset => plain(quote!(
-                    #krate::__private::element_offset(&__dlpack_layout)?
+                    #krate::__private::import_offset(&__dlpack_layout)?
                 )),
                 Role::Dtype => plain(quote!(__dlpack_layout.dtype())),
                 Role::Device => plain(quote!(__dlpack_layout.device())),

@@ -14,8 +14,9 @@ pub use crate::tensor::managed::ManagedTensor;
 
 use crate::tensor::layout::{LayoutError, TensorLayout};
 
-/// The type of a `#[dlpack(byte_offset)]` field: bytes from the buffer start to element
-/// `(0, ..., 0)`, a `usize`, read by an export and written by an import.
+/// The type of a `#[dlpack(byte_offset)]` field: bytes from the start of the data field's
+/// buffer to element `(0, ..., 0)`, a `usize`, read by an export and written by an import (see
+/// [`import_byte_offset`]).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[dlpack(byte_offset)]` field",
     label = "expected `usize`",
@@ -28,8 +29,9 @@ pub trait ByteOffsetField {
     fn from_role(value: usize) -> Self;
 }
 
-/// The type of a `#[dlpack(offset)]` field: elements from the buffer start to element
-/// `(0, ..., 0)`, a `usize`.
+/// The type of a `#[dlpack(offset)]` field: elements from the start of the data field's buffer
+/// to element `(0, ..., 0)`, a `usize`, read by an export and written by an import (see
+/// [`import_offset`]).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be a `#[dlpack(offset)]` field",
     label = "expected `usize`",
@@ -156,14 +158,26 @@ pub fn import_layout<'a>(
     constraints.check(managed)
 }
 
-/// Generated `DlpackImport` code, `#[dlpack(offset)]`: `byte_offset` in elements.
+/// Generated `DlpackImport` code, `#[dlpack(byte_offset)]`: bytes from the first byte the
+/// layout reaches to element `(0, ..., 0)`, where that element lies in the buffer the data field
+/// lends when it is exported again (an import lends the bytes its layout reaches). 0 for a
+/// tensor without elements.
+#[inline]
+pub fn import_byte_offset(layout: &TensorLayout<'_>) -> usize {
+    crate::import::lent_byte_offset(layout)
+}
+
+/// Generated `DlpackImport` code, `#[dlpack(offset)]`: [`import_byte_offset`] in elements.
 ///
 /// # Errors
 ///
 /// [`LayoutError::SubByteAccess`] for a non-zero offset of a dtype whose elements are not whole
-/// bytes, [`LayoutError::OffsetNotElementAligned`] when the offset splits an element.
-pub fn element_offset(layout: &TensorLayout<'_>) -> Result<usize, ImportError> {
-    let byte_offset = layout.byte_offset();
+/// bytes (an offset in elements cannot say it: count bytes with `#[dlpack(byte_offset)]`),
+/// [`LayoutError::OffsetNotElementAligned`] should the offset split an element (strides are
+/// whole elements, so it does not for a valid layout).
+#[inline]
+pub fn import_offset(layout: &TensorLayout<'_>) -> Result<usize, ImportError> {
+    let byte_offset = import_byte_offset(layout);
     if byte_offset == 0 {
         return Ok(0);
     }

@@ -203,7 +203,7 @@ pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writabil
 /// | `data` | the buffer (required, once); the dtype is its element type unless a `dtype` field says otherwise; a buffer with a layout of its own (`ndarray::Array`, [`ExportBuffer::own_layout`]) exports that layout, and the shape, strides and offset fields must agree with it ([`ExportError::BufferLayout`]) | [`AsExportBuffer`]: `Vec<T>`, `Box<[T]>`, `Arc<[T]>`, `Arc<Vec<T>>`, `ndarray::Array<T, D>` (feature `ndarray`), any [`ExportBuffer`], a storage enum deriving [`DlpackStorage`], `Arc<S>` of any of these | `#[dlpack(data)] storage: Arc<Storage>` |
 /// | `shape` | extents in elements (required, once) | [`AsShape`]: `Vec<usize>`, `[usize; N]`, `Box<[usize]>` | `#[dlpack(shape)] dims: Vec<usize>` |
 /// | `strides` | strides in elements, signed; compact row-major when absent or `None` | [`AsStrides`]: `Vec<isize>`, `[isize; N]`, `Box<[isize]>`, `Option<_>` of those | `#[dlpack(strides)] stride: Vec<isize>` |
-/// | `offset` | start offset in **elements** from the buffer start to element `(0, ..., 0)`; converted to bytes with overflow checks | `usize` | `#[dlpack(offset)] start_offset: usize` |
+/// | `offset` | start offset in **elements** from the start of the `data` field's buffer to element `(0, ..., 0)`; converted to bytes with overflow checks; the same meaning on import ([`DlpackImport`] (derive)) | `usize` | `#[dlpack(offset)] start_offset: usize` |
 /// | `byte_offset` | the same offset in **bytes** (a multiple of the element size); not together with `offset` | `usize` | `#[dlpack(byte_offset)] byte_offset: usize` |
 /// | `dtype` | the exported dtype, for storage whose element type is erased (bytes holding float16, say); the layout is checked against the buffer's length in bytes | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
 /// | `device` | the device; must agree with the buffer's (checked at export) | [`Device`] | `#[dlpack(device)] device: Device` |
@@ -285,11 +285,57 @@ pub use dlpack_derive::DlpackExport;
 /// | `data` | owns the imported tensor (required, once); fixes the dtype | [`ImportBuffer`]: [`ImportedData<T>`], [`ManagedTensor`] (any dtype), an enum of those deriving [`DlpackImportStorage`] | `#[dlpack(data)] data: ImportedData<f32>` |
 /// | `shape` | receives the extents (required, once) | [`FromShape`]: `Vec<usize>`, `Box<[usize]>`, `[usize; N]` (fixes `ndim`) | `#[dlpack(shape)] shape: [usize; 2]` |
 /// | `strides` | receives the strides in elements; **when absent the import requires C-contiguous data** | [`FromStrides`]: `Vec<isize>`, `Box<[isize]>`, `[isize; N]`, `Option<_>` | `#[dlpack(strides)] strides: Vec<isize>` |
-/// | `offset` | receives `byte_offset` in elements (informational: the data field already applies it; a split element is refused) | `usize` | `#[dlpack(offset)] start: usize` |
-/// | `byte_offset` | receives `DLTensor::byte_offset` in bytes (informational, as `offset`) | `usize` | `#[dlpack(byte_offset)] byte_offset: usize` |
+/// | `offset` | receives the start offset in **elements** from the start of the `data` field's buffer to element `(0, ..., 0)`, as on export: counted from the first byte the layout reaches, which is where the data lends its bytes from ([`ImportedData::start_offset`]); 0 unless some stride is negative, and for empty tensors; a non-zero offset of a dtype whose elements are not whole bytes is refused | `usize` | `#[dlpack(offset)] start: usize` |
+/// | `byte_offset` | the same offset in **bytes** (not `DLTensor::byte_offset`, which the data field applies); not together with `offset` | `usize` | `#[dlpack(byte_offset)] byte_offset: usize` |
 /// | `dtype` | receives the dtype (useful with `data: ManagedTensor`) | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
 /// | `device` | receives the device | [`Device`] | `#[dlpack(device)] device: Device` |
 /// | `readonly` | receives whether the tensor is read-only (flagged, or legacy) | `bool` | `#[dlpack(readonly)] read_only: bool` |
+///
+/// `offset` and `byte_offset` mean the same in both derives: where element `(0, ..., 0)` lies in
+/// the `data` field's buffer. An imported buffer ([`ImportedData<T>`], [`ManagedTensor`], an
+/// enum of them) is lent on, when exported again, as the bytes its layout reaches, from the
+/// lowest one; the import fills the field with the offset from there, which is what the export
+/// of the same data needs to describe the same layout. A type that derives both directions
+/// thus re-exports every layout it imported: negative strides, narrowed, transposed and
+/// broadcast views, 0-d and empty tensors.
+///
+/// ```
+/// use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
+///
+/// /// Imported memory, kept and lent on: a type that derives both directions.
+/// #[derive(DlpackExport, DlpackImport)]
+/// struct Relay {
+///     #[dlpack(data)]
+///     data: ImportedData<f32>,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+///     #[dlpack(strides)]
+///     strides: Vec<isize>,
+///     #[dlpack(offset)]
+///     offset: usize,
+/// }
+///
+/// /// A 3x4 matrix of 0..12 flipped along axis 0: element (0, 0) is buffer element 8.
+/// #[derive(DlpackExport)]
+/// struct Flipped {
+///     #[dlpack(data)]
+///     values: Vec<f32>,
+///     #[dlpack(shape)]
+///     shape: [usize; 2],
+///     #[dlpack(strides)]
+///     strides: [isize; 2],
+///     #[dlpack(offset)]
+///     offset: usize,
+/// }
+///
+/// let values = (0..12).map(|v| v as f32).collect();
+/// let relay = Relay::from_dlpack(Flipped { values, shape: [3, 4], strides: [-4, 1], offset: 8 })?;
+/// // The import lends the 12 elements its layout reaches; element (0, 0) is 8 into them.
+/// assert_eq!((relay.offset, relay.data.start_offset()?), (8, 8));
+/// let again = Relay::from_dlpack(relay)?;
+/// assert_eq!(again.data.to_vec()?[..5], [8.0, 9.0, 10.0, 11.0, 4.0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 ///
 /// Container options: `crate = "path"` and `transparent` (forward to the one field's own
 /// `DlpackImport`) as for `DlpackExport`, and **consumer constraints**,

@@ -36,7 +36,8 @@ struct Narrowed {
     _guard: DropGuard,
 }
 
-/// A consumer that receives the offset in elements (informational: the data applies it).
+/// A consumer that receives the start offset in elements: where element `(0, 0)` lies in the
+/// bytes its data field lends on when exported again.
 #[derive(DlpackImport)]
 struct WithOffset {
     #[dlpack(data)]
@@ -71,7 +72,10 @@ fn offset_in_elements_is_converted_to_bytes_and_folded_into_data() {
     );
     assert_eq!(raw.byte_offset, 0);
     let view = WithOffset::from_managed(managed).unwrap();
-    assert_eq!(view.start, 0, "host exports fold the offset into `data`");
+    assert_eq!(
+        view.start, 0,
+        "the import lends the bytes its layout reaches, from element (0, 0)"
+    );
     assert_eq!(view.shape, [2, 2]);
     assert_eq!(view.strides, [4, 1]);
     assert_eq!(view.data.to_vec().unwrap(), [5.0, 6.0, 9.0, 10.0]);
@@ -122,28 +126,41 @@ fn offset_beyond_the_buffer_or_overflowing_is_refused_and_drops_the_owner() {
 }
 
 #[test]
-fn imported_offset_is_counted_in_elements_and_must_not_split_one() {
+fn imported_offset_counts_elements_from_the_lowest_one_the_layout_reaches() {
     let values: Vec<f64> = (0..6).map(f64::from).collect();
     let counter = Counter::new();
+    // `byte_offset` of a foreign producer is applied by the data, which lends the bytes from
+    // element (0): nothing before it.
     let f = Foreign::new(&bytes_of(&values), DataType::F64, &[4]).byte_offset(16);
     let view = WithOffset::from_managed(foreign(f, &counter)).unwrap();
-    assert_eq!(view.start, 2, "16 bytes are 2 float64 elements");
+    assert_eq!(view.start, 0, "the lent bytes start at element (0)");
+    assert_eq!(view.data.start_offset().unwrap(), 0);
     assert_eq!(view.data.to_vec().unwrap(), [2.0, 3.0, 4.0, 5.0]);
     drop(view);
     assert_eq!(counter.get(), 1);
 
+    // Reversed: the lowest element reached is buffer element 0, two before element (0).
+    let f = Foreign::new(&bytes_of(&values), DataType::F64, &[3])
+        .strides(&[-1])
+        .byte_offset(16);
+    let view = WithOffset::from_managed(foreign(f, &counter)).unwrap();
+    assert_eq!(view.start, 2, "16 bytes are 2 float64 elements");
+    assert_eq!(view.data.start_offset().unwrap(), 2);
+    assert_eq!(view.data.to_vec().unwrap(), [2.0, 1.0, 0.0]);
+    drop(view);
+    assert_eq!(counter.get(), 2);
+
+    // An offset that splits an element leaves the element misaligned: the offset, counted from
+    // the lent bytes, is 0, and host access refuses the element.
     let f = Foreign::new(&bytes_of(&values), DataType::F64, &[4]).byte_offset(12);
-    let err = WithOffset::from_managed(foreign(f, &counter))
-        .err()
-        .unwrap();
-    assert_eq!(
-        err,
-        ImportError::Layout(LayoutError::OffsetNotElementAligned {
-            byte_offset: 12,
-            element_bytes: 8
-        })
-    );
-    assert_eq!(counter.get(), 2, "refused, and the deleter ran once");
+    let view = WithOffset::from_managed(foreign(f, &counter)).unwrap();
+    assert_eq!(view.start, 0);
+    assert!(matches!(
+        view.data.to_vec(),
+        Err(LayoutError::Misaligned { align: 8, .. })
+    ));
+    drop(view);
+    assert_eq!(counter.get(), 3, "the deleter ran once each");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -331,7 +331,20 @@ fn c05_byte_offset_is_applied() {
     let managed =
         unsafe { ManagedTensor::from_raw_versioned(foreign.versioned(&counter)) }.unwrap();
     let view = Strided::<f32>::from_managed(managed).unwrap();
-    assert_eq!(view.byte_offset, 4);
+    assert_eq!(
+        view.byte_offset, 0,
+        "the data lends the bytes from element (0): the offset counts from there"
+    );
+    assert_eq!(
+        view.data.as_ptr(),
+        view.data
+            .managed()
+            .dl_tensor()
+            .data
+            .cast::<f32>()
+            .wrapping_add(1)
+            .cast_const()
+    );
     assert_eq!(view.data.get(&[0]).unwrap(), 1.0);
     assert_eq!(view.data.get(&[7]).unwrap(), 8.0);
     assert_eq!(view.data.as_slice().unwrap(), &values[1..]);

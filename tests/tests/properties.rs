@@ -5,6 +5,7 @@
 use dlpack_runtime::{
     DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData, LayoutError,
 };
+use dlpack_tests::strided::{fixture, reference_indices};
 use dlpack_tests::{Counter, DropGuard};
 use proptest::prelude::*;
 
@@ -29,61 +30,6 @@ struct Strided {
     shape: Vec<usize>,
     #[dlpack(strides)]
     strides: Vec<isize>,
-}
-
-/// Element index (into the buffer) of every logical element, row-major, computed directly.
-fn reference_indices(shape: &[usize], strides: &[isize], first: isize) -> Vec<isize> {
-    let numel: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(numel);
-    let mut index = vec![0usize; shape.len()];
-    for _ in 0..numel {
-        out.push(
-            first
-                + index
-                    .iter()
-                    .zip(strides)
-                    .map(|(&i, &s)| i as isize * s)
-                    .sum::<isize>(),
-        );
-        for axis in (0..shape.len()).rev() {
-            index[axis] += 1;
-            if index[axis] < shape[axis] {
-                break;
-            }
-            index[axis] = 0;
-        }
-    }
-    out
-}
-
-/// A buffer that holds a layout with `slack` spare elements on each side, its values
-/// `value(i)` for buffer index `i`; the element offset of `(0, ..., 0)`; and the values of the
-/// layout's elements in row-major order.
-fn fixture(
-    shape: &[usize],
-    strides: &[isize],
-    slack: usize,
-    value: impl Fn(i32) -> i32,
-) -> (Vec<i32>, usize, Vec<i32>) {
-    let (mut lo, mut hi) = (0isize, 0isize);
-    for (&e, &s) in shape.iter().zip(strides) {
-        if e > 0 {
-            let reach = (e as isize - 1) * s;
-            if reach < 0 { lo += reach } else { hi += reach }
-        }
-    }
-    let first = -lo + slack as isize;
-    let len = (first + hi + 1) as usize + slack;
-    let buffer: Vec<i32> = (0..len as i32).map(value).collect();
-    let expected: Vec<i32> = if shape.contains(&0) {
-        vec![]
-    } else {
-        reference_indices(shape, strides, first)
-            .into_iter()
-            .map(|i| buffer[i as usize])
-            .collect()
-    };
-    (buffer, first as usize, expected)
 }
 
 fn layout() -> impl Strategy<Value = (Vec<usize>, Vec<isize>)> {

@@ -67,7 +67,7 @@ const _: () = {
                         &__dlpack_layout,
                     )?,
                     <usize as ::dlpack_runtime::__private::OffsetField>::from_role(
-                        ::dlpack_runtime::__private::element_offset(&__dlpack_layout)?,
+                        ::dlpack_runtime::__private::import_offset(&__dlpack_layout)?,
                     ),
                     <DataType as ::dlpack_runtime::__private::DtypeField>::from_role(
                         __dlpack_layout.dtype(),

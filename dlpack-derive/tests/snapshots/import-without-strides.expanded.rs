@@ -38,7 +38,7 @@ const _: () = {
                         __dlpack_layout.device(),
                     ),
                     <usize as ::dlpack_runtime::__private::ByteOffsetField>::from_role(
-                        __dlpack_layout.byte_offset(),
+                        ::dlpack_runtime::__private::import_byte_offset(&__dlpack_layout),
                     ),
                 )
             };

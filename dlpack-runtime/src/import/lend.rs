@@ -5,7 +5,9 @@
 //! As a buffer, an imported tensor lends the bytes its layout reaches, from the lowest one (the
 //! tensor's byte span): with negative strides that lowest byte lies before element
 //! `(0, ..., 0)`. [`ImportedData::start_offset`] gives the element offset of `(0, ..., 0)` from
-//! there, which is the `offset` of a tensor that re-exports the import's own layout. Read-only
+//! there, which is the `offset` of a tensor that re-exports the import's own layout, and what
+//! the `offset` (`byte_offset`, in bytes) field of a derived consumer receives: a type that
+//! derives both directions re-exports what it imported as it was. Read-only
 //! imports (flagged, or legacy) stay read-only; a writable import is lent writable when it is
 //! exported by value. The producer's deleter runs once, when the last owner of the import is
 //! dropped: after every consumer of every re-export is done.
@@ -17,7 +19,7 @@ use crate::borrow::{self, Access, BorrowError, Footprint};
 use crate::export::ExportBuffer;
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, Element};
-use crate::tensor::layout::ByteSpan;
+use crate::tensor::layout::{ByteSpan, TensorLayout};
 use crate::tensor::managed::ManagedTensor;
 
 /// The bytes a managed tensor's layout reaches, as `(lowest byte, length)`; an empty span at
@@ -35,6 +37,20 @@ fn lent_bytes(managed: &ManagedTensor) -> (*mut u8, usize) {
     }
 }
 
+/// Bytes from the first byte `layout` reaches to element `(0, ..., 0)`: where that element lies
+/// in the bytes an import of the layout lends ([`lent_bytes`]), so the `byte_offset` of a
+/// tensor that re-exports them with the layout's own shape and strides. `byte_offset` minus the
+/// reach of the negative strides: `byte_offset` itself unless some stride is negative. 0 for a
+/// tensor without elements, which reaches no byte.
+pub(crate) fn lent_byte_offset(layout: &TensorLayout<'_>) -> usize {
+    let span = layout.span();
+    if span.is_empty() {
+        return 0;
+    }
+    // The span starts at or below element `(0, ..., 0)`, `byte_offset` bytes from `data`.
+    (layout.byte_offset() as isize - span.start) as usize
+}
+
 /// The footprint of `managed`'s bytes, for host memory of whole-byte elements with a valid
 /// layout (the only memory that is borrowed); `None` otherwise, or when it reaches no byte.
 pub(super) fn host_footprint(managed: &ManagedTensor) -> Option<Footprint> {
@@ -48,18 +64,16 @@ pub(super) fn host_footprint(managed: &ManagedTensor) -> Option<Footprint> {
 impl<T: Element> ImportedData<T> {
     /// Elements from the lowest element the layout reaches to element `(0, ..., 0)`: the
     /// `offset` (in elements) of a tensor that lends this import on with the import's own shape
-    /// and strides (0 unless some stride is negative).
+    /// and strides (0 unless some stride is negative; 0 for a tensor without elements). It is
+    /// what a `#[dlpack(offset)]` field of a derived consumer receives beside this data.
     ///
     /// # Errors
     ///
     /// The validation error of an invalid layout.
     pub fn start_offset(&self) -> Result<usize, crate::LayoutError> {
         let layout = self.layout()?;
-        let span = layout.span();
-        let size = core::mem::size_of::<T>() as isize;
-        // Element `(0, ..., 0)` is `byte_offset` bytes from `data`, inside the span, and the
-        // span's start is an element boundary: strides are whole elements.
-        Ok(((layout.byte_offset() as isize - span.start) / size.max(1)) as usize)
+        // The span's start is an element boundary: strides are whole elements.
+        Ok(lent_byte_offset(&layout) / core::mem::size_of::<T>().max(1))
     }
 }
 

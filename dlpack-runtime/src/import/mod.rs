@@ -17,6 +17,8 @@ mod error;
 mod iter;
 mod lend;
 
+pub(crate) use lend::lent_byte_offset;
+
 pub use constraints::ImportConstraints;
 pub use data::ImportedData;
 pub use error::ImportError;
@@ -59,6 +61,11 @@ pub trait DlpackImport: Sized {
 
 /// A type usable as the `#[dlpack(data)]` field of an imported tensor: it takes ownership of the
 /// managed tensor.
+///
+/// A buffer that is also an [`ExportBuffer`](crate::ExportBuffer) lends, when exported again,
+/// the bytes the tensor's layout reaches, from the lowest one, as [`ImportedData<T>`] and
+/// [`ManagedTensor`] do: the `offset` and `byte_offset` fields of a derived consumer count from
+/// there, so that the type's own export describes the same layout.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot hold the data of an imported tensor",
     label = "not an `ImportBuffer`",
