@@ -396,7 +396,7 @@ impl<'a> ExportParts<'a> {
 /// pending work on the tensor (feature `cuda`). Several fields may play this role.
 ///
 /// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work). A user stream type implements it by handing out a [`ProducerStream`]
+/// no pending work). A user stream type implements it by handing out a `ProducerStream`
 /// made from a cudarc stream (`ProducerStream::from(&stream)`); a stream owned by another
 /// library (a raw `CUstream`) becomes one with cudarc's `CudaContext::wrap_borrowed_stream`,
 /// which never destroys it.
