@@ -107,7 +107,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
 /// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA device memory, whose
 /// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
-/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. Otherwise it calls
+/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. A table whose call
+/// fails with `BufferError`, or fails without setting an exception (which `dlpack.h` does not
+/// allow, and some producers do), refuses that path. Otherwise, or then, it calls
 /// `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword left at
 /// its default is passed; so `__dlpack_device__` is not needed to choose a stream), and on
 /// `TypeError` retries `__dlpack__()` (with `stream` only, if one was given) for producers that
@@ -143,7 +145,10 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// [`CaiError`](crate::CaiError) (module docs); the producer's own exceptions; those of
 /// [`consume_capsule`]; `BufferError` for the torch tensors above, when the result cannot be on
 /// `device`, when `copy=False`
-/// cannot be honoured, or when `T` refuses the tensor (its deleter then runs).
+/// cannot be honoured, or when `T` refuses the tensor (its deleter then runs). After a C
+/// exchange API call that failed without an exception, an import through `__dlpack__` that
+/// fails too is a `BufferError` that names the producer's type and says so, with the error of
+/// `__dlpack__` as its `__cause__`.
 pub fn from_dlpack_with<T: DlpackImport>(
     obj: &Bound<'_, PyAny>,
     options: &FromDlpackOptions,
@@ -169,8 +174,9 @@ pub fn managed_from_object(
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return settle(consume_capsule(obj)?, options, true);
     }
-    let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
     let producer = producer_of(&obj.get_type())?;
+    // The function of the producer's C exchange API that failed without setting an exception.
+    let mut silent = None;
     if let (Some(api), None, None) = (producer.api, options.device, options.copy) {
         let torch = producer.torch == torch::Kind::Plain;
         match via_exchange_api(obj, api, producer.own) {
@@ -180,21 +186,64 @@ pub fn managed_from_object(
                 } else {
                     managed
                 };
-                if let Some(managed) = order_exchanged(py, managed, api, options)? {
-                    return made_ready(managed, options);
+                match order_exchanged(py, managed, api, options) {
+                    Ok(Some(managed)) => return made_ready(managed, options),
+                    // Memory this consumer cannot order was given back: ask `__dlpack__`,
+                    // which synchronizes.
+                    Ok(None) => {}
+                    Err(ExchangeFailure::Silent(function)) => silent = Some(function),
+                    Err(ExchangeFailure::Raised(err)) => return Err(err),
                 }
-                // Memory this consumer cannot order was given back: ask `__dlpack__`, which
-                // synchronizes.
             }
             // A producer that cannot serve the C path (pending streams, say) may still
             // serve `__dlpack__`, which raises its own error otherwise. PyTorch's raises
             // `RuntimeError` for what its `__dlpack__` refuses with `BufferError` (sparse
             // layouts, quantized dtypes): its `__dlpack__` gives the answer.
-            Err(err) if torch || err.is_instance_of::<PyBufferError>(py) => {}
-            Err(err) => return Err(err),
+            Err(ExchangeFailure::Raised(err))
+                if torch || err.is_instance_of::<PyBufferError>(py) => {}
+            Err(ExchangeFailure::Raised(err)) => return Err(err),
+            // A failure that left no exception says nothing more: a refusal of the C path,
+            // which `__dlpack__` may still serve.
+            Err(ExchangeFailure::Silent(function)) => silent = Some(function),
         }
     }
-    torch::refuse(obj, producer.torch)?;
+    let imported = via_dunder(obj, producer.torch, options);
+    match silent {
+        Some(function) => imported.map_err(|err| silent_then_failed(obj, function, err)),
+        None => imported,
+    }
+}
+
+/// The error of an import through `__dlpack__` after `function` of the producer's C exchange
+/// API failed without setting an exception: a `BufferError` that names the producer's type
+/// and says both, with `err` as its cause.
+#[cold]
+fn silent_then_failed(obj: &Bound<'_, PyAny>, function: &str, err: PyErr) -> PyErr {
+    let py = obj.py();
+    let ty = obj.get_type();
+    let name = ty
+        .fully_qualified_name()
+        .map_or_else(|_| "?".to_owned(), |name| name.to_string());
+    let error = PyBufferError::new_err(format!(
+        "the DLPack C exchange API of `{name}` ({function}) failed without setting a Python exception, and its import through `__dlpack__` failed too: {}",
+        err.value(py)
+            .str()
+            .map_or_else(|_| "?".to_owned(), |text| text.to_string())
+    ));
+    error.set_cause(py, Some(err));
+    error
+}
+
+/// The import of `obj` through its `__dlpack__` (or `__cuda_array_interface__`), as
+/// [`from_dlpack_with`] describes, after the torch checks of `torch` types.
+fn via_dunder(
+    obj: &Bound<'_, PyAny>,
+    torch: torch::Kind,
+    options: &FromDlpackOptions,
+) -> PyResult<ManagedTensor> {
+    let py = obj.py();
+    let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
+    torch::refuse(obj, torch)?;
     // The consumer's stream, if any, is the caller's choice; so the producer's device does not
     // change the call, and `__dlpack_device__` is not asked.
     let first = if plain {
@@ -608,14 +657,16 @@ fn settle(
 /// dependency from the producer's `current_work_stream` to the consumer's stream (`None`: the
 /// legacy default stream), which a consumer stream being captured into a CUDA graph keeps as
 /// part of the graph: the tensor then carries that event, so it lives as long as the tensor.
-/// Gives memory this consumer cannot order back (drops it) and returns `None`.
+/// Gives memory this consumer cannot order back (drops it) and returns `None`; on failure,
+/// including a `current_work_stream` that fails without setting an exception, the tensor is
+/// given back too.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn order_exchanged(
     py: Python<'_>,
     managed: ManagedTensor,
     api: &ffi::DLPackExchangeAPI,
     options: &FromDlpackOptions,
-) -> PyResult<Option<ManagedTensor>> {
+) -> Result<Option<ManagedTensor>, ExchangeFailure> {
     let raw = managed.dl_tensor().device;
     let device = Device::from_raw(raw);
     if device.device_type == crate::DeviceType::Cpu {
@@ -634,7 +685,7 @@ fn order_exchanged(
         // SAFETY: the table's contract (`dlpack.h`, `current_work_stream`): GIL held, a valid
         // out-pointer; the stream written is valid until control returns to Python.
         if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
-            return Err(PyErr::fetch(py));
+            return Err(ExchangeFailure::taken(py, "current_work_stream"));
         }
         let kept = crate::engine::cuda::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
@@ -643,23 +694,54 @@ fn order_exchanged(
     Ok(None)
 }
 
+/// How a call into a producer's C exchange API failed.
+enum ExchangeFailure {
+    /// The function failed with a Python exception set, as `dlpack.h` asks, or the consumer
+    /// could not use what it returned: that exception.
+    Raised(PyErr),
+    /// The function of the table named failed without setting an exception.
+    Silent(&'static str),
+}
+
+impl ExchangeFailure {
+    /// After the table's function `function` reported failure: the exception it set, if any.
+    fn taken(py: Python<'_>, function: &'static str) -> Self {
+        PyErr::take(py).map_or(Self::Silent(function), Self::Raised)
+    }
+}
+
+impl From<PyErr> for ExchangeFailure {
+    fn from(err: PyErr) -> Self {
+        Self::Raised(err)
+    }
+}
+
+impl From<crate::export::ExportError> for ExchangeFailure {
+    fn from(err: crate::export::ExportError) -> Self {
+        Self::Raised(err.into())
+    }
+}
+
 /// Takes the tensor through a C exchange API table (`dlpack.h`,
 /// `managed_tensor_from_py_object_no_sync`).
 fn via_exchange_api(
     obj: &Bound<'_, PyAny>,
     api: &ffi::DLPackExchangeAPI,
     own: bool,
-) -> PyResult<ManagedTensor> {
+) -> Result<ManagedTensor, ExchangeFailure> {
     let from_py = api.managed_tensor_from_py_object_no_sync.ok_or_else(|| {
         PyBufferError::new_err("exchange API table without managed_tensor_from_py_object_no_sync")
     })?;
     let mut out: *mut DLManagedTensorVersioned = core::ptr::null_mut();
     // SAFETY: the table's contract: `py_object` is an object of the table's type (the type we
     // read it from), `out` receives an owned tensor; GIL held. 0 on success, -1 with a Python
-    // exception set on failure.
+    // exception set on failure (which some producers omit: `ExchangeFailure::taken`).
     let rc = unsafe { from_py(obj.as_ptr().cast(), &mut out) };
     if rc != 0 {
-        return Err(PyErr::fetch(obj.py()));
+        return Err(ExchangeFailure::taken(
+            obj.py(),
+            "managed_tensor_from_py_object_no_sync",
+        ));
     }
     if own {
         if let Some(out) = core::ptr::NonNull::new(out) {
@@ -676,5 +758,6 @@ fn via_exchange_api(
     }
     // SAFETY: on success `out` is an owned managed tensor (`dlpack.h`,
     // `managed_tensor_from_py_object_no_sync`).
-    unsafe { ManagedTensor::from_raw_versioned(out) }.map_err(Into::into)
+    unsafe { ManagedTensor::from_raw_versioned(out) }
+        .map_err(|err| ExchangeFailure::Raised(err.into()))
 }

@@ -75,7 +75,12 @@
 //! `__torch_dispatch__` and table are PyTorch's own; otherwise through `__dlpack__` (an
 //! overridden `__dlpack__` after the negative bit check alone). These checks call PyTorch's own
 //! accessors (`requires_grad`, `is_neg()`, and `is_conj()` for complex tensors): they roughly
-//! double the cost of a torch import through the C exchange API.
+//! double the cost of a torch import through the C exchange API. A subclass's are called with
+//! subclasses' `__torch_function__` disabled, as PyTorch's own subclasses call them, so a
+//! subclass that refuses torch functions (`torch.utils.dlpack.ReadOnlyTensorWrapper`, which
+//! allows only its DLPack methods) is read through its `__dlpack__` (read-only, for that one);
+//! a check that fails all the same (under a torch function mode that refuses it) leaves the
+//! answer to the subclass's `__dlpack__`.
 //!
 //! # CUDA Array Interface (feature `cuda`)
 //!

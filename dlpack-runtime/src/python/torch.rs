@@ -10,9 +10,11 @@
 //! negative bit set (`is_neg()`) is exported by both without refusal, as its memory: the
 //! negated values. So for torch tensors this consumer checks itself, on both paths, with the
 //! same messages: [`refuse_exported`] after the C exchange API, [`refuse`] before
-//! `__dlpack__`.
+//! `__dlpack__`. [`refuse`] reads a subclass's flags with subclasses' `__torch_function__`
+//! disabled, as PyTorch's own subclasses do for their internals: an override may refuse every
+//! torch function but the DLPack methods (`torch.utils.dlpack.ReadOnlyTensorWrapper`).
 
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyException};
 #[cfg(not(Py_LIMITED_API))]
 use pyo3::ffi as pyffi;
 use pyo3::intern;
@@ -270,22 +272,46 @@ pub(super) fn refuse_exported(
 /// Before `obj.__dlpack__(...)`: refuses what PyTorch's `__dlpack__` (and its exporter)
 /// refuses, with this module's messages, and the negative bit, which it exports wrongly; for
 /// [`Kind::Overridden`] types the negative bit only.
+///
+/// A subclass's flags are read with subclasses' `__torch_function__` disabled ([`Unhooked`]):
+/// an override may refuse the queries (`torch.utils.dlpack.ReadOnlyTensorWrapper` allows
+/// nothing but its DLPack methods), and the flags are the tensor's whatever it answers. A query
+/// that fails all the same (a torch function mode that refuses it, say) leaves the answer to
+/// the subclass's `__dlpack__`.
 pub(super) fn refuse(obj: &Bound<'_, PyAny>, kind: Kind) -> PyResult<()> {
     let py = obj.py();
-    if kind == Kind::Other {
-        return Ok(());
-    }
-    if kind == Kind::Overridden {
-        if obj.call_method0(intern!(py, "is_neg"))?.is_truthy()? {
-            return Err(Refusal::Neg.into_err());
+    let refusal = match kind {
+        Kind::Other => return Ok(()),
+        // PyTorch's own `__torch_function__`, or its disabled one: nothing to step around.
+        Kind::Plain => refusal(obj, kind)?,
+        Kind::Dunder | Kind::Overridden => {
+            let checked = {
+                let _unhooked = Unhooked::enter(py);
+                refusal(obj, kind)
+            };
+            match checked {
+                Ok(refusal) => refusal,
+                // A query refused all the same: the subclass's `__dlpack__` decides.
+                Err(err) if err.is_instance_of::<PyException>(py) => None,
+                Err(err) => return Err(err),
+            }
         }
-        return Ok(());
+    };
+    refusal.map_or(Ok(()), |refusal| Err(refusal.into_err()))
+}
+
+/// What [`refuse`] refuses `obj` for, if anything.
+fn refusal(obj: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Option<Refusal>> {
+    let py = obj.py();
+    if kind == Kind::Overridden {
+        let neg = obj.call_method0(intern!(py, "is_neg"))?.is_truthy()?;
+        return Ok(neg.then_some(Refusal::Neg));
     }
     if obj.getattr(intern!(py, "requires_grad"))?.is_truthy()? {
-        return Err(Refusal::RequiresGrad.into_err());
+        return Ok(Some(Refusal::RequiresGrad));
     }
     if obj.call_method0(intern!(py, "is_conj"))?.is_truthy()? {
-        return Err(Refusal::Conj.into_err());
+        return Ok(Some(Refusal::Conj));
     }
     let layout = obj.getattr(intern!(py, "layout"))?;
     let strided = match TORCH.get(py) {
@@ -295,14 +321,58 @@ pub(super) fn refuse(obj: &Bound<'_, PyAny>, kind: Kind) -> PyResult<()> {
             .getattr(intern!(py, "strided"))?,
     };
     if !layout.is(&strided) {
-        return Err(Refusal::Layout(layout.str()?.to_string()).into_err());
+        return Ok(Some(Refusal::Layout(layout.str()?.to_string())));
     }
     if obj.getattr(intern!(py, "is_quantized"))?.is_truthy()? {
         let dtype = obj.getattr(intern!(py, "dtype"))?;
-        return Err(Refusal::Quantized(dtype.str()?.to_string()).into_err());
+        return Ok(Some(Refusal::Quantized(dtype.str()?.to_string())));
     }
     if obj.call_method0(intern!(py, "is_neg"))?.is_truthy()? {
-        return Err(Refusal::Neg.into_err());
+        return Ok(Some(Refusal::Neg));
     }
-    Ok(())
+    Ok(None)
+}
+
+/// While it lives, torch tensor subclasses' `__torch_function__` overrides are not called: a
+/// `torch._C.DisableTorchFunctionSubclass()` entered (as PyTorch's own subclasses run their
+/// internals), exited on drop. Torch function modes still run. Where PyTorch has no such
+/// class, or it cannot be entered, nothing is disabled.
+struct Unhooked<'py> {
+    guard: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> Unhooked<'py> {
+    fn enter(py: Python<'py>) -> Self {
+        static DISABLE: PyOnceLock<Option<Py<PyAny>>> = PyOnceLock::new();
+        let guard = DISABLE
+            .get_or_try_init(py, || -> PyResult<_> {
+                let Some(torch) = torch_module(py)? else {
+                    return Ok(None);
+                };
+                Ok(torch
+                    .getattr(intern!(py, "_C"))?
+                    .getattr_opt(intern!(py, "DisableTorchFunctionSubclass"))?
+                    .map(Bound::unbind))
+            })
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(|class| {
+                let guard = class.bind(py).call0().ok()?;
+                guard.call_method0(intern!(py, "__enter__")).ok()?;
+                Some(guard)
+            });
+        Self { guard }
+    }
+}
+
+impl Drop for Unhooked<'_> {
+    fn drop(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            let py = guard.py();
+            let none = py.None();
+            if let Err(err) = guard.call_method1(intern!(py, "__exit__"), (&none, &none, &none)) {
+                err.write_unraisable(py, Some(&guard));
+            }
+        }
+    }
 }

@@ -290,3 +290,73 @@ def test_writes_through_an_import_reach_torch():
     with pytest.raises(BufferError, match="requires gradient"):
         de.fill(g, 3.0)
     assert not g.detach().any()
+
+
+# PyTorch's read-only wrapper overrides `__dlpack__` (it asks for `read_only=True`) and
+# `__torch_function__` (it refuses every torch function but the DLPack methods): both calls
+# read it through its `__dlpack__`; the capsule it hands out is read as one too.
+READ_ONLY_PATHS = {**PATHS, "capsule": lambda x: de.any_relay(x.__dlpack__(max_version=(1, 3)))}
+
+
+@pytest.mark.parametrize("path", READ_ONLY_PATHS)
+def test_pytorchs_read_only_wrapper_is_imported_read_only(path):
+    base = torch.arange(4.0)
+    x = torch.utils.dlpack.ReadOnlyTensorWrapper(base)
+    # Zero-copy: torch's memory, the values 0..3.
+    r = READ_ONLY_PATHS[path](x)
+    assert r.data_ptr == base.data_ptr()
+    assert r.layout == ([4], [1])
+    assert np.array_equal(np.from_dlpack(r), np.arange(4.0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_pytorchs_read_only_wrapper_with_the_negative_bit_is_refused(path):
+    # The flags are read, not skipped: the negative bit the wrapper's `__dlpack__` would export
+    # as the values before the negation is refused.
+    n = complex_pair().conj().imag
+    assert n.is_neg()
+    with pytest.raises(BufferError, match="negative bit"):
+        PATHS[path](torch.utils.dlpack.ReadOnlyTensorWrapper(n))
+
+
+@pytest.mark.parametrize("path", ["object", "capsule"])
+def test_writes_through_pytorchs_read_only_wrapper_are_refused(path):
+    base = torch.arange(4.0)
+    x = torch.utils.dlpack.ReadOnlyTensorWrapper(base)
+    source = (lambda: x) if path == "object" else (lambda: x.__dlpack__(max_version=(1, 3)))
+    # Read-only: the writable imports refuse it, and the memory is untouched ...
+    with pytest.raises(BufferError, match="read-only"):
+        de.fill(source(), 7.0)
+    with pytest.raises(BufferError, match="read-only"):
+        de.hold(source(), True)
+    assert torch.equal(base, torch.arange(4.0))
+    # ... where reading is served.
+    assert de.consume(source()) == 1
+    # NumPy agrees: read-only, same memory.
+    a = np.from_dlpack(x)
+    assert not a.flags.writeable and a.ctypes.data == base.data_ptr()
+
+
+class OnlyDLPack(torch.overrides.TorchFunctionMode):
+    """Refuses every torch function but the DLPack methods, the flag queries included."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__dlpack__, torch.Tensor.__dlpack_device__):
+            return func(*args, **(kwargs or {}))
+        raise RuntimeError(f"{getattr(func, '__name__', func)} is not allowed here")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_flag_query_refused_all_the_same_leaves_the_answer_to_the_subclass(path):
+    # A mode that refuses the queries, subclasses' overrides disabled or not: the consumer
+    # cannot read the flags, and the wrapper's own `__dlpack__` decides, as for NumPy.
+    base = torch.arange(4.0)
+    address = base.data_ptr()
+    x = torch.utils.dlpack.ReadOnlyTensorWrapper(base)
+    with OnlyDLPack():
+        with pytest.raises(RuntimeError, match="is_neg is not allowed"):
+            x.is_neg()
+        assert np.from_dlpack(x).ctypes.data == address
+        r = PATHS[path](x)
+    assert r.data_ptr == address
+    assert np.array_equal(np.from_dlpack(r), np.arange(4.0, dtype=np.float32))
