@@ -10,7 +10,9 @@
 //! after a conflicting one, a free not ordered after every access, and any access to freed
 //! memory are reported as violations through `cuSimViolations`, `cuSimReport` and
 //! `cuSimReset`. PTX modules load and kernel launches are checked as accesses to the memory
-//! their pointer parameters point into, but kernel bodies do not run (below).
+//! their pointer parameters point into, but kernel bodies do not run (below). Every call of a
+//! driver entry point is counted (`cuSimDriverCalls`; by entry point, `cuSimDriverCallReport`),
+//! so that a test can prove a code path leaves the driver alone.
 //!
 //! Tests reach the checker, a stream gate, and a loader that puts the simulator under plain
 //! `cargo test`, through the crate `cuda-sim-testing`.
@@ -158,6 +160,7 @@
 #![allow(non_snake_case)]
 
 mod api;
+mod calls;
 mod checker;
 mod control;
 mod engine;
@@ -263,7 +266,7 @@ pub(crate) unsafe fn maybe_out<T>(out: *mut T, value: T) {
 
 /// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function
 /// is checked at compile time against cudarc's binding of the same name, so its C signature is
-/// the driver's.
+/// the driver's. Every call is counted before its body runs (`calls`).
 macro_rules! driver {
     ($(
         $(#[doc = $doc:literal])*
@@ -276,7 +279,9 @@ macro_rules! driver {
         /// The arguments follow the CUDA driver API's contract for this function.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> cudarc::driver::sys::CUresult {
+            static CALLS: $crate::calls::Counter = $crate::calls::Counter::new(stringify!($name));
             $crate::guard(stringify!($name), move || -> Result<(), cudarc::driver::sys::CUresult> {
+                $crate::calls::enter(&CALLS)?;
                 $body
             })
         }
