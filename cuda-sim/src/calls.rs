@@ -1,9 +1,24 @@
-//! What every driver entry point does before its body: counts the call (by name).
+//! What every driver entry point does before its body: counts the call (by name), and refuses
+//! it in a child forked from a process that initialized the driver.
 //!
 //! The count lets a test prove that a code path never touches the driver: `cuSimDriverCalls`
 //! before and after it. The names tell which entry points a failing test reached.
+//!
+//! After `fork`, the driver's state (its threads, its device handles) does not exist in the
+//! child. NVIDIA's CUDA C++ guidelines call any use of CUDA in a forked child, before `exec`,
+//! undefined. In practice a child of a process that never initialized the driver initializes
+//! its own (multiprocessing workers rely on it), while in a child of one that did, drivers are
+//! seen to fail every call that needs initialization with error 3, `CUDA_ERROR_NOT_INITIALIZED`
+//! ("initialization error": the driver "has not been initialized with cuInit() or
+//! initialization has failed"; `cudaErrorInitializationError` in the runtime API), `cuInit`
+//! included, and PyTorch refuses CUDA in a forked child for that reason. The simulator models
+//! that: once `cuInit` has succeeded in a process, every entry point called from another
+//! process (a forked child: the process id differs) returns `CUDA_ERROR_NOT_INITIALIZED`,
+//! except those that need no initialization (`cuDriverGetVersion`, `cuGetErrorName`,
+//! `cuGetErrorString`). A child of a process that never called `cuInit` initializes the driver
+//! as any process does.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use cudarc::driver::sys::CUresult;
 
@@ -33,7 +48,14 @@ impl Counter {
 /// The counters of the entry points called so far, the latest first.
 static LISTED: AtomicPtr<Counter> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Counts a call of the entry point that `counter` counts.
+/// The process in which `cuInit` succeeded first; 0 before.
+static INITIALIZED_IN: AtomicU32 = AtomicU32::new(0);
+
+/// Entry points that work without initialization, in a forked child too.
+const NO_INIT_NEEDED: [&str; 3] = ["cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"];
+
+/// Counts a call of the entry point that `counter` counts, and refuses it in a forked child of
+/// a process that initialized the driver.
 pub(crate) fn enter(counter: &'static Counter) -> Result<(), CUresult> {
     CALLS.fetch_add(1, Ordering::Relaxed);
     counter.calls.fetch_add(1, Ordering::Relaxed);
@@ -48,7 +70,24 @@ pub(crate) fn enter(counter: &'static Counter) -> Result<(), CUresult> {
             }
         }
     }
+    let initialized_in = INITIALIZED_IN.load(Ordering::Relaxed);
+    if initialized_in != 0
+        && initialized_in != std::process::id()
+        && !NO_INIT_NEEDED.contains(&counter.name)
+    {
+        return Err(CUresult::CUDA_ERROR_NOT_INITIALIZED);
+    }
     Ok(())
+}
+
+/// Records that `cuInit` succeeded in this process.
+pub(crate) fn initialized() {
+    let _ = INITIALIZED_IN.compare_exchange(
+        0,
+        std::process::id(),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
 }
 
 /// How many driver entry points (the functions of the CUDA driver API, not the simulator's

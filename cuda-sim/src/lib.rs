@@ -50,10 +50,14 @@
 //! default streams, events (positions, queries, waits, elapsed time),
 //! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
 //! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
-//! and their launch (below), error names and strings.
+//! and their launch (below), error names and strings, and the driver in a child forked after
+//! `cuInit`: every call there fails with `CUDA_ERROR_NOT_INITIALIZED` (3), except
+//! `cuDriverGetVersion`, `cuGetErrorName` and `cuGetErrorString` (NVIDIA leaves CUDA in a
+//! forked child undefined; that error is what drivers are seen to return). A child of a process
+//! that never called `cuInit` uses the driver as any process does.
 //!
 //! Not modelled: kernel bodies (below), cubin and fatbin images, timing and throughput, unified memory faults and prefetching,
-//! peer access rules, IPC and multi-process use, and the device reset of a primary context
+//! peer access rules, IPC and other multi-process use, and the device reset of a primary context
 //! whose retain count drops to zero (its state is kept). Every driver function that cudarc
 //! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
@@ -266,7 +270,8 @@ pub(crate) unsafe fn maybe_out<T>(out: *mut T, value: T) {
 
 /// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function
 /// is checked at compile time against cudarc's binding of the same name, so its C signature is
-/// the driver's. Every call is counted before its body runs (`calls`).
+/// the driver's. Every call is counted, and refused in a forked child of a process that
+/// initialized the driver, before its body runs (`calls`).
 macro_rules! driver {
     ($(
         $(#[doc = $doc:literal])*
