@@ -54,6 +54,9 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
     cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver
+echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
+    cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture
 echo "==> a crate outside the workspace tests its CUDA exports with cuda-sim-testing (plain cargo test)"
 # tests/fixtures/kit-user depends on the kit as a user's crate would; no library path is set, the
 # kit loads the simulator itself. The workspace's target directory keeps the build short.

@@ -100,3 +100,88 @@ fn load_once() -> Result<Driver, LoadError> {
 pub fn driver() -> Driver {
     load().unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The CUDA driver entry points this process has called, as the CUDA simulator counts them
+/// (`cuSimDriverCalls`, `cuSimDriverCallReport`): the simulator's own `cuSim*` functions are
+/// not counted. A test proves that a code path leaves the driver alone by comparing the counts
+/// before and after it ([`DriverCalls::since`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverCalls {
+    /// All calls.
+    pub total: u64,
+    /// The calls of each entry point called, in the order of their first calls.
+    pub by_entry_point: Vec<(String, u64)>,
+}
+
+impl DriverCalls {
+    /// The counts of this process now, or `None` when its driver is not a simulator that counts
+    /// calls (a real driver, or none). Loads the driver first ([`load`]).
+    pub fn now() -> Option<Self> {
+        type Total = unsafe extern "C" fn() -> u64;
+        type Report = unsafe extern "C" fn(*mut u8, usize) -> usize;
+        if load() != Ok(Driver::Simulator) {
+            return None;
+        }
+        // SAFETY: `culib` is the library cudarc calls, loaded above; the symbols, when present,
+        // have the signatures the simulator documents (`cuda-sim`, module `calls`), and are
+        // called as documented: the report with a NULL buffer for its length, then with a
+        // buffer of that length (a report that grew since is cut to it).
+        unsafe {
+            let lib = cudarc::driver::sys::culib();
+            let total = *lib.get::<Total>(b"cuSimDriverCalls").ok()?;
+            let report = *lib.get::<Report>(b"cuSimDriverCallReport").ok()?;
+            let total = total();
+            let mut text = vec![0u8; report(std::ptr::null_mut(), 0)];
+            let len = report(text.as_mut_ptr(), text.len()).min(text.len());
+            text.truncate(len);
+            let by_entry_point = String::from_utf8_lossy(&text)
+                .lines()
+                .filter_map(|line| {
+                    let (name, n) = line.rsplit_once(' ')?;
+                    Some((name.to_owned(), n.parse().ok()?))
+                })
+                .collect();
+            Some(Self {
+                total,
+                by_entry_point,
+            })
+        }
+    }
+
+    /// The calls made since `before`, an earlier count of the same process: the entry points
+    /// whose counts grew, by how much.
+    pub fn since(&self, before: &DriverCalls) -> DriverCalls {
+        let by_entry_point = self
+            .by_entry_point
+            .iter()
+            .filter_map(|(name, n)| {
+                let earlier = before
+                    .by_entry_point
+                    .iter()
+                    .find(|(b, _)| b == name)
+                    .map_or(0, |(_, n)| *n);
+                (*n > earlier).then(|| (name.clone(), n - earlier))
+            })
+            .collect();
+        DriverCalls {
+            total: self.total.saturating_sub(before.total),
+            by_entry_point,
+        }
+    }
+}
+
+impl std::fmt::Display for DriverCalls {
+    /// `0`, or the total and each entry point's count: `3 (cuInit 1, cuCtxGetCurrent 2)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.total)?;
+        if !self.by_entry_point.is_empty() {
+            let list: Vec<String> = self
+                .by_entry_point
+                .iter()
+                .map(|(name, n)| format!("{name} {n}"))
+                .collect();
+            write!(f, " ({})", list.join(", "))?;
+        }
+        Ok(())
+    }
+}

@@ -8,6 +8,8 @@
 //!   after [`Gate::DEFAULT_TIMEOUT`] it opens by itself and fails the test, never hangs it.
 //! - [`Checker`]: the simulator's happens-before checker (`None` on a real driver): the
 //!   violations found, their report, the operation counts, and [`Checker::assert_clean`].
+//! - [`DriverCalls`]: the driver entry points the process has called, as the simulator counts
+//!   them, for tests of code paths that must leave the driver alone.
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
@@ -44,5 +46,5 @@ mod driver;
 mod gate;
 
 pub use checker::{Checker, DeclareError};
-pub use driver::{Driver, LoadError, SIMULATOR_PATH, driver, load};
+pub use driver::{Driver, DriverCalls, LoadError, SIMULATOR_PATH, driver, load};
 pub use gate::Gate;

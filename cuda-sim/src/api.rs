@@ -72,6 +72,7 @@ driver! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         state().initialized = true;
+        crate::calls::initialized();
         Ok(())
     }
 

@@ -10,7 +10,9 @@
 //! after a conflicting one, a free not ordered after every access, and any access to freed
 //! memory are reported as violations through `cuSimViolations`, `cuSimReport` and
 //! `cuSimReset`. PTX modules load and kernel launches are checked as accesses to the memory
-//! their pointer parameters point into, but kernel bodies do not run (below).
+//! their pointer parameters point into, but kernel bodies do not run (below). Every call of a
+//! driver entry point is counted (`cuSimDriverCalls`; by entry point, `cuSimDriverCallReport`),
+//! so that a test can prove a code path leaves the driver alone.
 //!
 //! Tests reach the checker, a stream gate, and a loader that puts the simulator under plain
 //! `cargo test`, through the crate `cuda-sim-testing`.
@@ -49,10 +51,14 @@
 //! default streams, events (positions, queries, waits, elapsed time),
 //! host functions (`cuLaunchHostFunc`), device and pinned host memory (sync and stream-ordered
 //! allocation), 1-D and 2-D copies and memsets, pointer attributes, stream capture into graphs
-//! and their launch (below), error names and strings.
+//! and their launch (below), error names and strings, and the driver in a child forked after
+//! `cuInit`: every call there fails with `CUDA_ERROR_NOT_INITIALIZED` (3), except
+//! `cuDriverGetVersion`, `cuGetErrorName` and `cuGetErrorString` (NVIDIA leaves CUDA in a
+//! forked child undefined; that error is what drivers are seen to return). A child of a process
+//! that never called `cuInit` uses the driver as any process does.
 //!
 //! Not modelled: kernel bodies (below), cubin and fatbin images, timing and throughput, unified memory faults and prefetching,
-//! peer access rules, IPC and multi-process use, and the device reset of a primary context
+//! peer access rules, IPC and other multi-process use, and the device reset of a primary context
 //! whose retain count drops to zero (its state is kept). Every driver function that cudarc
 //! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
@@ -159,6 +165,7 @@
 #![allow(non_snake_case)]
 
 mod api;
+mod calls;
 mod checker;
 mod control;
 mod engine;
@@ -264,7 +271,8 @@ pub(crate) unsafe fn maybe_out<T>(out: *mut T, value: T) {
 
 /// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function
 /// is checked at compile time against cudarc's binding of the same name, so its C signature is
-/// the driver's.
+/// the driver's. Every call is counted, and refused in a forked child of a process that
+/// initialized the driver, before its body runs (`calls`).
 macro_rules! driver {
     ($(
         $(#[doc = $doc:literal])*
@@ -277,7 +285,9 @@ macro_rules! driver {
         /// The arguments follow the CUDA driver API's contract for this function.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> cudarc::driver::sys::CUresult {
+            static CALLS: $crate::calls::Counter = $crate::calls::Counter::new(stringify!($name));
             $crate::guard(stringify!($name), move || -> Result<(), cudarc::driver::sys::CUresult> {
+                $crate::calls::enter(&CALLS)?;
                 $body
             })
         }

@@ -568,6 +568,8 @@ pub mod types {
 #[cfg(feature = "cuda")]
 pub mod gpu;
 
+pub mod host_paths;
+
 /// Whether the test command says a CUDA driver is on the library path: `Some(true)` with
 /// `DLPACK_TESTS_EXPECT_DRIVER=present` (the CUDA simulator), `Some(false)` with `absent`,
 /// `None` when unset. Tests whose checks depend on the driver probe assert it, so that neither

@@ -767,6 +767,27 @@ fn streams_are_checked_against_the_tensor_device() {
         .unwrap();
     assert!(current.is_null(), "the current context was restored");
     drop(managed);
+    // And so does the deleter of an export that carries no ready events (`stream=-1`),
+    // although the owner's drop (its `CudaSlice`) binds the slice's context.
+    let t = GpuTensor::new(a.alloc_zeros::<u32>(16).unwrap(), &a, &counter);
+    let managed = t
+        .into_dlpack_with(&ExportRequest::versioned().stream(Some(-1)))
+        .unwrap();
+    assert!(managed.ready_events().is_none());
+    // SAFETY: as above.
+    unsafe { sys::cuCtxSetCurrent(std::ptr::null_mut()) }
+        .result()
+        .unwrap();
+    drop(managed);
+    current = std::ptr::dangling_mut();
+    // SAFETY: a valid out-pointer.
+    unsafe { sys::cuCtxGetCurrent(&mut current) }
+        .result()
+        .unwrap();
+    assert!(
+        current.is_null(),
+        "the deleter restored the current context"
+    );
     match driver::check_producer_stream(&a, 3) {
         Err(CudaError::StreamOnOtherDevice {
             role: "producer",

@@ -9,7 +9,9 @@ use core::ptr::{self, NonNull};
 use std::alloc::{self, Layout};
 
 use super::block_cache;
-use super::{ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context};
+use super::{
+    ExportError, ExportParts, ExportRequest, StreamWork, keep_current_context, touches_cuda,
+};
 use crate::abi::ffi::{self, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 use crate::tensor::layout::{self, ByteSpan, LayoutError, NullStrides};
 use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
@@ -100,6 +102,11 @@ struct BlockPrefix {
     size: usize,
     /// Whether the export is read-only (recorded for legacy headers, which have no flags).
     read_only: bool,
+    /// Whether the owner may hold CUDA resources (feature `cuda`): its buffer is CUDA memory
+    /// (device, pinned host or managed), or the export names CUDA stream work. Its drop may
+    /// then bind a CUDA context, so the deleter keeps the thread's current one; host exports
+    /// never touch the driver (no `cuInit`, no context calls).
+    cuda: bool,
 }
 
 /// One heap block: header (offset 0, so the header pointer is the block pointer), prefix,
@@ -224,6 +231,7 @@ where
         ptr::addr_of_mut!((*b).prefix).write(BlockPrefix {
             size: block_layout.size(),
             read_only: false,
+            cuda: false,
         });
         owner.move_to(ptr::addr_of_mut!((*b).owner));
     }
@@ -298,6 +306,12 @@ where
     // header is not initialized yet.
     let owner = unsafe { &mut (*block.as_ptr()).owner };
     let parts = parts_of(owner);
+    // Recorded before anything can fail: the guard's `free_block` reads it too.
+    if touches_cuda(&parts) {
+        // SAFETY: the prefix is initialized and exclusively ours (caller), and disjoint from
+        // the owner that `parts` borrows.
+        unsafe { (*block.as_ptr()).prefix.cuda = true };
+    }
     if parts.shape.len() != ndim {
         return Err(LayoutError::ShapeChanged {
             before: ndim,
@@ -400,7 +414,14 @@ where
             .lend(!read_only)
             .map_err(LayoutError::Borrow)?;
     }
-    sync.order_pending(&parts, device, data_address, has_elements, read_only)?;
+    let ordered = sync.order_pending(&parts, device, data_address, has_elements, read_only);
+    // A buffer of another device may name CUDA work of its own (its producer stream, or the
+    // events of a CUDA import it lends on).
+    if sync.touched_cuda() {
+        // SAFETY: as above.
+        unsafe { (*block.as_ptr()).prefix.cuda = true };
+    }
+    ordered?;
     let raw_dtype = dtype.to_raw();
     let raw_device = device.to_raw();
     // `layout::validate`'s checks, in its order, on what the passes above computed.
@@ -546,12 +567,12 @@ fn out_of_buffer(
 /// once.
 #[inline]
 unsafe fn free_block<H, O>(block: NonNull<Block<H, O>>) {
-    // The owner's drop may bind a CUDA context (cudarc buffers do): the consumer's thread keeps
-    // its own.
-    let _current = keep_current_context();
     let b = block.as_ptr();
     // SAFETY: the prefix is initialized (caller).
-    let size = unsafe { (*b).prefix.size };
+    let (size, cuda) = unsafe { ((*b).prefix.size, (*b).prefix.cuda) };
+    // The drop of an owner of CUDA resources may bind a CUDA context (cudarc buffers do): the
+    // consumer's thread keeps its own. A host export's drop leaves the driver alone.
+    let _current = keep_current_context(cuda);
     let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: the owner is initialized and dropped exactly once (caller).
         unsafe { ManuallyDrop::drop(&mut (*b).owner) }

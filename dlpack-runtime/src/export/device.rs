@@ -75,10 +75,35 @@ impl<'a> ExportParts<'a> {
     }
 }
 
-/// Keeps the thread's current CUDA context across a deleter: an exported owner's drop may bind
-/// its own (cudarc buffers do), and the consumer's thread keeps its context.
-pub(crate) fn keep_current_context() -> CurrentContext {
-    CurrentContext::save()
+/// Whether an export may own CUDA resources, as its parts tell before anything is checked: its
+/// buffer is CUDA memory (device, pinned host or managed: [`is_cuda_memory`]), or it names
+/// `#[dlpack(stream)]` fields. Its deleter then keeps the thread's current context; exports of
+/// host memory never touch the driver. [`StreamWork::touched_cuda`] adds the buffers of other
+/// devices that name CUDA work of their own.
+#[inline(always)]
+pub(crate) fn touches_cuda(parts: &ExportParts<'_>) -> bool {
+    is_cuda_memory(parts.facts.device) || !parts.streams.is_empty()
+}
+
+/// Whether `device` is memory of the CUDA driver: device, pinned host or managed memory.
+#[inline(always)]
+fn is_cuda_memory(device: Device) -> bool {
+    matches!(
+        device.device_type,
+        DeviceType::Cuda | DeviceType::CudaHost | DeviceType::CudaManaged
+    )
+}
+
+/// Keeps the thread's current CUDA context across a deleter whose owner holds CUDA resources
+/// (`cuda`): their drop may bind their own context (cudarc buffers do), and the consumer's
+/// thread keeps its context. Nothing, and no driver call, for any other owner.
+#[inline(always)]
+pub(crate) fn keep_current_context(cuda: bool) -> Option<CurrentContext> {
+    if cuda {
+        Some(CurrentContext::save())
+    } else {
+        None
+    }
 }
 
 /// The stream work of one export: the request that names the consumer's stream (the input),
@@ -95,6 +120,8 @@ pub(crate) struct StreamWork<'r> {
     /// ([`StreamWork::carry`]).
     kept: ReadyEvents,
     copy: Option<CopyPlan>,
+    /// Whether the export named CUDA work: producer streams, or the events of a relay.
+    touched_cuda: bool,
 }
 
 impl<'r> StreamWork<'r> {
@@ -106,7 +133,15 @@ impl<'r> StreamWork<'r> {
             ready: None,
             kept: ReadyEvents::default(),
             copy: None,
+            touched_cuda: false,
         }
+    }
+
+    /// Whether [`StreamWork::order_pending`] found CUDA work to order (producer streams, ready
+    /// events), whether or not it succeeded: the exported owner holds CUDA resources then.
+    #[inline(always)]
+    pub(crate) fn touched_cuda(&self) -> bool {
+        self.touched_cuda
     }
 
     /// `managed`, the finished export, carrying the events it is ready after when there are
@@ -154,6 +189,7 @@ impl<'r> StreamWork<'r> {
         {
             return Ok(());
         }
+        self.touched_cuda = true;
         self.order(device, data, has_elements, &pending, upstream)
     }
 

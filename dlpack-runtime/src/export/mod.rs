@@ -48,7 +48,7 @@ pub(crate) use copied::allocate_host;
 use copied::copy_of;
 #[cfg(feature = "cuda")]
 pub use device::export_with_ready_events;
-pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context};
+pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context, touches_cuda};
 pub use error::ExportError;
 #[cfg(feature = "cuda")]
 pub use parts::ProducerStream;

@@ -22,11 +22,18 @@ impl ExportParts<'_> {
     }
 }
 
+/// No export owns CUDA resources without the `cuda` feature.
+#[inline(always)]
+pub(crate) fn touches_cuda(_parts: &ExportParts<'_>) -> bool {
+    false
+}
+
 /// Nothing to keep: no CUDA context is bound without the `cuda` feature.
 pub(crate) struct NoContext;
 
 /// Nothing to keep: no CUDA context is bound without the `cuda` feature.
-pub(crate) fn keep_current_context() -> NoContext {
+#[inline(always)]
+pub(crate) fn keep_current_context(_cuda: bool) -> NoContext {
     NoContext
 }
 
@@ -49,6 +56,12 @@ impl<'r> StreamWork<'r> {
         _read_only: bool,
     ) -> Result<(), ExportError> {
         Ok(())
+    }
+
+    /// No CUDA work is named without the `cuda` feature.
+    #[inline(always)]
+    pub(crate) fn touched_cuda(&self) -> bool {
+        false
     }
 
     /// Nothing is carried without the `cuda` feature.

@@ -44,7 +44,8 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    let _current = keep_current_context();
+    // A wrapping block always carries CUDA events (`wrap` makes none without).
+    let _current = keep_current_context(true);
     // SAFETY: a non-NULL pointer handed to this deleter is a block made by `wrap` (the only
     // place that installs it), called once by its owner (`dlpack.h`, `deleter`).
     let block = unsafe { Box::from_raw(managed.cast::<Versioned>()) };
@@ -56,7 +57,7 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
     if managed.is_null() {
         return;
     }
-    let _current = keep_current_context();
+    let _current = keep_current_context(true);
     // SAFETY: as in `delete_versioned`, for blocks with a legacy header.
     let block = unsafe { Box::from_raw(managed.cast::<Legacy>()) };
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(block)));
