@@ -187,7 +187,7 @@
 //! | `__cuda_array_interface__` of a host tensor, or of a dtype without a `typestr` | `AttributeError` |
 //! | a capsule that was already consumed | `ValueError` |
 //! | a capsule of another kind | `TypeError` |
-//! | an object without `__dlpack__` that is not a capsule (a `str`, a list) | `TypeError`, naming the argument (`argument 'x': ...`) when pyo3 converts a pyfunction argument |
+//! | an object without `__dlpack__` that is not a capsule (a `str`, a list) | `TypeError`, with a note naming the argument (`while processing 'x'`, printed by Python 3.11+ tracebacks) when pyo3 converts a pyfunction argument |
 //! | wrong argument types (`stream` not an int, `max_version` not a tuple), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
 //! | a `max_version` or `dl_device` tuple whose length is not 2 | `ValueError` (pyo3's conversion, on both paths) |
 //! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`) | `OverflowError` |
