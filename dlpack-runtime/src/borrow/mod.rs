@@ -65,9 +65,11 @@
 //! - The registry is found in `sys.modules`: a program that deletes
 //!   `sys.modules['_dlpack_runtime_shared']` splits it for the copies that look after that.
 //! - Memory mapped twice (two `np.memmap` of one file) is two address ranges to the registry.
-//! - A borrow costs a lock of the registry, a scan of its live borrows (with an overlap test for
-//!   those whose byte ranges meet) and, for NumPy memory once rust-numpy is loaded, the GIL and
-//!   a call into rust-numpy; once per import and access kind.
+//! - A borrow costs a lock of the registry, a look-up of the live borrows whose byte ranges may
+//!   meet its own (they are kept ordered by address, apart per power-of-two class of range
+//!   length: `O(log n)` per class in use), an overlap test for those whose ranges do meet and,
+//!   for NumPy memory once rust-numpy is loaded, the GIL and a call into rust-numpy; once per
+//!   import and access kind. Releasing a borrow costs `O(log n)`.
 
 pub(crate) mod overlap;
 mod process;

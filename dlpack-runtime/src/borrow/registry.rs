@@ -8,6 +8,7 @@
 //! and answer structs passed to `acquire` carry their own `size` the same way.
 
 use core::ffi::c_void;
+use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
@@ -102,19 +103,159 @@ pub(super) const INVALID: i32 = 2;
 /// [`BorrowApi::acquire`]: the registry failed (a panic was caught).
 pub(super) const FAILED: i32 = 3;
 
-/// One live borrow.
-struct Entry {
-    owner: u64,
-    space: u64,
-    access: Access,
-    footprint: Footprint,
+/// This copy's registry: the live borrows, indexed by the bytes they reach and by owner.
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry::new());
+
+/// Number of span length classes: class `c` holds spans of `2^c` to `2^(c + 1) - 1` bytes.
+const CLASSES: usize = usize::BITS as usize;
+
+/// Where a live borrow is kept in [`Registry::by_span`]: address space, 1 for exclusive (0 for
+/// shared), span length class, lowest byte, owner. Ordered so that the borrows of one space,
+/// access and class whose spans start in a range of addresses are one range of keys.
+type Key = (u64, u8, u8, usize, u64);
+
+/// The live borrows.
+///
+/// A request must be checked against every borrow of its space whose footprint shares a byte
+/// with it; only those whose byte spans meet the request's can. Borrows are kept ordered by
+/// their span's lowest byte, apart for each class of span length (powers of two): a span of
+/// class `c` that ends after the request's lowest byte `a` starts after `a - 2^(c + 1)`, so
+/// the candidates of one class are one range of keys, `[a - 2^(c + 1) + 1, b)` for a request
+/// `[a, b)`. That range may also hold spans of the class that end at or before `a`, all inside
+/// `[a - 2^(c + 1), a)`: for disjoint borrows at most two per class. Shared
+/// and exclusive borrows are kept apart too, so that a shared request looks at exclusive
+/// borrows only. A request costs `O(log n)` per class in use plus the candidates it tests,
+/// with the exact footprint test run on each candidate whose span meets the request's.
+pub(super) struct Registry {
+    /// The borrows, by [`Key`].
+    by_span: BTreeMap<Key, Footprint>,
+    /// Each owner's key in `by_span`.
+    by_owner: BTreeMap<u64, Key>,
+    /// Borrows per (exclusive, class), of every space: the classes worth a look.
+    per_class: [[usize; CLASSES]; 2],
 }
 
-/// This copy's registry: the live borrows. A scan per request: processes hold few borrows at
-/// once (one per accessed import), and a scan of a short vector beats a tree.
-static ENTRIES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+/// The span length class of a span of `len` bytes.
+fn class_of(len: usize) -> u8 {
+    (usize::BITS - 1 - len.max(1).leading_zeros()) as u8
+}
 
-/// This copy's table, over [`ENTRIES`].
+/// The longest span of class `class`, in bytes.
+fn longest(class: usize) -> usize {
+    if class + 1 >= CLASSES {
+        usize::MAX
+    } else {
+        (1usize << (class + 1)) - 1
+    }
+}
+
+impl Registry {
+    pub(super) const fn new() -> Self {
+        Self {
+            by_span: BTreeMap::new(),
+            by_owner: BTreeMap::new(),
+            per_class: [[0; CLASSES]; 2],
+        }
+    }
+
+    /// A borrow of another owner than `owner` in `space` that `footprint`, borrowed as
+    /// `access`, conflicts with: its key and footprint.
+    fn conflict(
+        &self,
+        owner: u64,
+        space: u64,
+        footprint: &Footprint,
+        access: Access,
+    ) -> Option<(&Key, &Footprint)> {
+        let (a, b) = footprint.span();
+        let kinds: &[u8] = match access {
+            Access::Shared => &[1],
+            Access::Exclusive => &[1, 0],
+        };
+        for &exclusive in kinds {
+            let counts = &self.per_class[usize::from(exclusive)];
+            for class in (0..CLASSES).filter(|&class| counts[class] > 0) {
+                let from = a.saturating_sub(longest(class));
+                let tag = class as u8;
+                let found = self
+                    .by_span
+                    .range((space, exclusive, tag, from, 0)..(space, exclusive, tag, b, 0))
+                    .find(|&(key, held)| {
+                        key.4 != owner && held.span().1 > a && held.overlaps(footprint)
+                    });
+                if found.is_some() {
+                    return found;
+                }
+            }
+        }
+        None
+    }
+
+    /// Keeps `footprint` for `owner` under `key`.
+    fn insert(&mut self, owner: u64, key: Key, footprint: Footprint) {
+        self.per_class[usize::from(key.1)][usize::from(key.2)] += 1;
+        self.by_span.insert(key, footprint);
+        self.by_owner.insert(owner, key);
+    }
+
+    /// Forgets the borrow under `key`: its footprint.
+    fn remove(&mut self, key: &Key) -> Option<Footprint> {
+        let footprint = self.by_span.remove(key)?;
+        self.per_class[usize::from(key.1)][usize::from(key.2)] -= 1;
+        Some(footprint)
+    }
+
+    /// The registry's decision for one request: `Ok` when granted (recorded), or the
+    /// overlapping borrow. A held borrow keeps its footprint: with `replace` it becomes
+    /// `access` whatever it was (a downgrade from exclusive to shared always succeeds);
+    /// without, it is kept when it is exclusive or `access` is shared, and upgraded otherwise.
+    pub(super) fn grant(
+        &mut self,
+        owner: u64,
+        space: u64,
+        footprint: Footprint,
+        access: Access,
+        replace: bool,
+    ) -> Result<(), Result<RawHeld, i32>> {
+        if let Some((key, held)) = self.conflict(owner, space, &footprint, access) {
+            let (start, end) = held.span();
+            return Err(Ok(RawHeld {
+                size: size_of::<RawHeld>() as u64,
+                exclusive: u64::from(key.1),
+                start: start as u64,
+                end: end as u64,
+            }));
+        }
+        let exclusive = u8::from(access == Access::Exclusive);
+        match self.by_owner.get(&owner).copied() {
+            // Kept: what is held covers what is asked.
+            Some(key) if !replace && (key.1 == 1 || access == Access::Shared) => {}
+            // Replaced or upgraded (nothing else overlaps): moved to its new access's keys.
+            Some(key) => {
+                if key.1 != exclusive {
+                    if let Some(held) = self.remove(&key) {
+                        self.insert(owner, (key.0, exclusive, key.2, key.3, key.4), held);
+                    }
+                }
+            }
+            None => {
+                let (low, high) = footprint.span();
+                let key = (space, exclusive, class_of(high - low), low, owner);
+                self.insert(owner, key, footprint);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases the borrow of `owner`, if any.
+    pub(super) fn release(&mut self, owner: u64) {
+        if let Some(key) = self.by_owner.remove(&owner) {
+            self.remove(&key);
+        }
+    }
+}
+
+/// This copy's table, over [`REGISTRY`].
 pub(super) static LOCAL: BorrowApi = BorrowApi {
     version: API_VERSION,
     size: size_of::<BorrowApi>() as u64,
@@ -200,9 +341,7 @@ unsafe extern "C" fn local_acquire(
     }
 }
 
-/// The registry's decision for one request, under its lock: `Ok` when granted (recorded), or
-/// the overlapping borrow. With `replace`, the owner's held borrow becomes `access` whatever it
-/// was (a downgrade from exclusive to shared always succeeds).
+/// The registry's decision for one request, under its lock (see [`Registry::grant`]).
 fn grant(
     owner: u64,
     space: u64,
@@ -210,42 +349,8 @@ fn grant(
     access: Access,
     replace: bool,
 ) -> Result<(), Result<RawHeld, i32>> {
-    let mut entries = ENTRIES.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut own = None;
-    for (index, entry) in entries.iter().enumerate() {
-        if entry.owner == owner {
-            own = Some(index);
-            continue;
-        }
-        if entry.space != space
-            || (access == Access::Shared && entry.access == Access::Shared)
-            || !entry.footprint.overlaps(&footprint)
-        {
-            continue;
-        }
-        let (start, end) = entry.footprint.span();
-        return Err(Ok(RawHeld {
-            size: size_of::<RawHeld>() as u64,
-            exclusive: u64::from(entry.access == Access::Exclusive),
-            start: start as u64,
-            end: end as u64,
-        }));
-    }
-    match own {
-        // Replaced: nothing else overlaps the new access.
-        Some(index) if replace => entries[index].access = access,
-        // Kept: what is held covers what is asked.
-        Some(index) if entries[index].access == Access::Exclusive || access == Access::Shared => {}
-        // Upgraded: nothing else overlaps.
-        Some(index) => entries[index].access = Access::Exclusive,
-        None => entries.push(Entry {
-            owner,
-            space,
-            access,
-            footprint,
-        }),
-    }
-    Ok(())
+    let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    registry.grant(owner, space, footprint, access, replace)
 }
 
 /// [`BorrowApi::release`] of [`LOCAL`].
@@ -253,10 +358,10 @@ unsafe extern "C" fn local_release(_ctx: *const c_void, owner: u64) {
     // Nothing in here panics (no allocation, no indexing out of bounds); the guard keeps that
     // from mattering.
     let _ = catch_unwind(|| {
-        let mut entries = ENTRIES.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(index) = entries.iter().position(|e| e.owner == owner) {
-            entries.swap_remove(index);
-        }
+        REGISTRY
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .release(owner);
     });
 }
 
@@ -321,6 +426,7 @@ pub(super) fn release(table: &BorrowApi, owner: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn contiguous(first: usize, len: i64) -> Footprint {
         Footprint::new(first, &[len], &[4], 4).expect("elements")
@@ -397,5 +503,191 @@ mod tests {
         acquire(&LOCAL, b, &x, Access::Shared, false).expect("shared beside shared");
         release(&LOCAL, a);
         release(&LOCAL, b);
+    }
+
+    /// One live borrow of [`Linear`].
+    struct Entry {
+        owner: u64,
+        space: u64,
+        access: Access,
+        footprint: Footprint,
+    }
+
+    /// The reference: every live borrow in one vector, each request checked against all.
+    #[derive(Default)]
+    struct Linear(Vec<Entry>);
+
+    impl Linear {
+        /// The borrows that `footprint`, asked for by `owner` as `access`, conflicts with.
+        fn conflicts(
+            &self,
+            owner: u64,
+            space: u64,
+            footprint: &Footprint,
+            access: Access,
+        ) -> Vec<&Entry> {
+            self.0
+                .iter()
+                .filter(|entry| {
+                    entry.owner != owner
+                        && entry.space == space
+                        && !(access == Access::Shared && entry.access == Access::Shared)
+                        && entry.footprint.overlaps(footprint)
+                })
+                .collect()
+        }
+
+        fn grant(
+            &mut self,
+            owner: u64,
+            space: u64,
+            footprint: Footprint,
+            access: Access,
+            replace: bool,
+        ) -> bool {
+            if !self.conflicts(owner, space, &footprint, access).is_empty() {
+                return false;
+            }
+            match self.0.iter_mut().find(|entry| entry.owner == owner) {
+                Some(entry) if replace => entry.access = access,
+                Some(entry) if entry.access == Access::Exclusive || access == Access::Shared => {}
+                Some(entry) => entry.access = Access::Exclusive,
+                None => self.0.push(Entry {
+                    owner,
+                    space,
+                    access,
+                    footprint,
+                }),
+            }
+            true
+        }
+
+        fn release(&mut self, owner: u64) {
+            self.0.retain(|entry| entry.owner != owner);
+        }
+    }
+
+    /// The live borrows of `registry`, by owner: (space, exclusive, footprint).
+    fn contents(registry: &Registry) -> Vec<(u64, u64, bool, Footprint)> {
+        let mut all: Vec<_> = registry
+            .by_owner
+            .iter()
+            .map(|(&owner, key)| {
+                assert_eq!(key.4, owner);
+                (owner, key.0, key.1 == 1, registry.by_span[key].clone())
+            })
+            .collect();
+        assert_eq!(all.len(), registry.by_span.len());
+        let counted: usize = registry.per_class.iter().flatten().sum();
+        assert_eq!(counted, all.len());
+        all.sort_by_key(|entry| entry.0);
+        all
+    }
+
+    fn linear_contents(linear: &Linear) -> Vec<(u64, u64, bool, Footprint)> {
+        let mut all: Vec<_> = linear
+            .0
+            .iter()
+            .map(|e| {
+                let exclusive = e.access == Access::Exclusive;
+                (e.owner, e.space, exclusive, e.footprint.clone())
+            })
+            .collect();
+        all.sort_by_key(|entry| entry.0);
+        all
+    }
+
+    /// A random strided footprint in a few KiB, its strides of one of several scales so that
+    /// spans fall in many length classes; now and then one that covers everything.
+    fn footprint() -> impl Strategy<Value = Footprint> {
+        let layout = (
+            0usize..4096,
+            prop::sample::select(vec![1i64, 3, 16, 200]),
+            prop::collection::vec((1i64..=5, -4i64..=4), 0..=3),
+            prop::sample::select(vec![1usize, 2, 4, 8]),
+        )
+            .prop_map(|(low, scale, axes, size)| {
+                let (shape, strides): (Vec<i64>, Vec<i64>) = axes.into_iter().unzip();
+                let strides: Vec<i64> = strides.iter().map(|s| s * scale * size as i64).collect();
+                let back: i64 = shape
+                    .iter()
+                    .zip(&strides)
+                    .filter(|&(_, &s)| s < 0)
+                    .map(|(&e, &s)| (e - 1) * -s)
+                    .sum();
+                let first = 0x10_0000 + low + back as usize;
+                Footprint::new(first, &shape, &strides, size).expect("elements")
+            });
+        prop_oneof![
+            50 => layout,
+            1 => Just(Footprint::new(0, &[1], &[], 1).expect("everything")),
+        ]
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire {
+            owner: u64,
+            space: u64,
+            footprint: Footprint,
+            exclusive: bool,
+            replace: bool,
+        },
+        Release(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u64..300, 0u64..2, footprint(), any::<bool>(), prop::bool::weighted(0.2))
+                .prop_map(|(owner, space, footprint, exclusive, replace)| Op::Acquire {
+                    owner,
+                    space: space * 7,
+                    footprint,
+                    exclusive,
+                    replace,
+                }),
+            1 => (0u64..300).prop_map(Op::Release),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn the_index_decides_as_a_scan_of_every_borrow(
+            ops in prop::collection::vec(op(), 1..if cfg!(miri) { 60 } else { 600 }),
+        ) {
+            let mut registry = Registry::new();
+            let mut linear = Linear::default();
+            for op in ops {
+                match op {
+                    Op::Acquire { owner, space, footprint, exclusive, replace } => {
+                        let access = if exclusive { Access::Exclusive } else { Access::Shared };
+                        let conflicts: Vec<(u64, usize, usize)> = linear
+                            .conflicts(owner, space, &footprint, access)
+                            .iter()
+                            .map(|e| {
+                                let (start, end) = e.footprint.span();
+                                (u64::from(e.access == Access::Exclusive), start, end)
+                            })
+                            .collect();
+                        let granted =
+                            linear.grant(owner, space, footprint.clone(), access, replace);
+                        match registry.grant(owner, space, footprint, access, replace) {
+                            Ok(()) => prop_assert!(granted),
+                            Err(Ok(held)) => {
+                                prop_assert!(!granted);
+                                let held = (held.exclusive, held.start as usize, held.end as usize);
+                                prop_assert!(conflicts.contains(&held), "{held:?} conflicts");
+                            }
+                            Err(Err(code)) => prop_assert!(false, "code {code}"),
+                        }
+                    }
+                    Op::Release(owner) => {
+                        linear.release(owner);
+                        registry.release(owner);
+                    }
+                }
+                prop_assert_eq!(contents(&registry), linear_contents(&linear));
+            }
+        }
     }
 }
