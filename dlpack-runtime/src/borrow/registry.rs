@@ -8,7 +8,8 @@
 //! and answer structs passed to `acquire` carry their own `size` the same way.
 
 use core::ffi::c_void;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, DefaultHasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
@@ -127,10 +128,10 @@ type Key = (u64, u8, u8, usize, u64);
 /// borrows only. A request costs `O(log n)` per class in use plus the candidates it tests,
 /// with the exact footprint test run on each candidate whose span meets the request's.
 pub(super) struct Registry {
-    /// The borrows, by [`Key`].
-    by_span: BTreeMap<Key, Footprint>,
-    /// Each owner's key in `by_span`.
-    by_owner: BTreeMap<u64, Key>,
+    /// The borrows, by [`Key`]: one past the highest byte of each one's span.
+    by_span: BTreeMap<Key, usize>,
+    /// Each owner's key in `by_span`, and its footprint.
+    by_owner: HashMap<u64, (Key, Footprint), BuildHasherDefault<DefaultHasher>>,
     /// Borrows per (exclusive, class), of every space: the classes worth a look.
     per_class: [[usize; CLASSES]; 2],
 }
@@ -153,20 +154,20 @@ impl Registry {
     pub(super) const fn new() -> Self {
         Self {
             by_span: BTreeMap::new(),
-            by_owner: BTreeMap::new(),
+            by_owner: HashMap::with_hasher(BuildHasherDefault::new()),
             per_class: [[0; CLASSES]; 2],
         }
     }
 
     /// A borrow of another owner than `owner` in `space` that `footprint`, borrowed as
-    /// `access`, conflicts with: its key and footprint.
+    /// `access`, conflicts with: its key and one past its highest byte.
     fn conflict(
         &self,
         owner: u64,
         space: u64,
         footprint: &Footprint,
         access: Access,
-    ) -> Option<(&Key, &Footprint)> {
+    ) -> Option<(Key, usize)> {
         let (a, b) = footprint.span();
         let kinds: &[u8] = match access {
             Access::Shared => &[1],
@@ -180,29 +181,34 @@ impl Registry {
                 let found = self
                     .by_span
                     .range((space, exclusive, tag, from, 0)..(space, exclusive, tag, b, 0))
-                    .find(|&(key, held)| {
-                        key.4 != owner && held.span().1 > a && held.overlaps(footprint)
+                    .find(|&(key, &high)| {
+                        // A key without its owner's footprint (never) counts as overlapping.
+                        key.4 != owner
+                            && high > a
+                            && self
+                                .by_owner
+                                .get(&key.4)
+                                .is_none_or(|(_, held)| held.overlaps(footprint))
                     });
-                if found.is_some() {
-                    return found;
+                if let Some((&key, &high)) = found {
+                    return Some((key, high));
                 }
             }
         }
         None
     }
 
-    /// Keeps `footprint` for `owner` under `key`.
-    fn insert(&mut self, owner: u64, key: Key, footprint: Footprint) {
+    /// Puts `key` (with one past its highest byte, `high`) in `by_span`.
+    fn index(&mut self, key: Key, high: usize) {
         self.per_class[usize::from(key.1)][usize::from(key.2)] += 1;
-        self.by_span.insert(key, footprint);
-        self.by_owner.insert(owner, key);
+        self.by_span.insert(key, high);
     }
 
-    /// Forgets the borrow under `key`: its footprint.
-    fn remove(&mut self, key: &Key) -> Option<Footprint> {
-        let footprint = self.by_span.remove(key)?;
+    /// Takes `key` out of `by_span`: one past its highest byte.
+    fn unindex(&mut self, key: &Key) -> Option<usize> {
+        let high = self.by_span.remove(key)?;
         self.per_class[usize::from(key.1)][usize::from(key.2)] -= 1;
-        Some(footprint)
+        Some(high)
     }
 
     /// The registry's decision for one request: `Ok` when granted (recorded), or the
@@ -217,31 +223,35 @@ impl Registry {
         access: Access,
         replace: bool,
     ) -> Result<(), Result<RawHeld, i32>> {
-        if let Some((key, held)) = self.conflict(owner, space, &footprint, access) {
-            let (start, end) = held.span();
+        if let Some((key, end)) = self.conflict(owner, space, &footprint, access) {
             return Err(Ok(RawHeld {
                 size: size_of::<RawHeld>() as u64,
                 exclusive: u64::from(key.1),
-                start: start as u64,
+                start: key.3 as u64,
                 end: end as u64,
             }));
         }
         let exclusive = u8::from(access == Access::Exclusive);
-        match self.by_owner.get(&owner).copied() {
+        match self.by_owner.get(&owner).map(|&(key, _)| key) {
             // Kept: what is held covers what is asked.
             Some(key) if !replace && (key.1 == 1 || access == Access::Shared) => {}
             // Replaced or upgraded (nothing else overlaps): moved to its new access's keys.
             Some(key) => {
                 if key.1 != exclusive {
-                    if let Some(held) = self.remove(&key) {
-                        self.insert(owner, (key.0, exclusive, key.2, key.3, key.4), held);
+                    let moved = (key.0, exclusive, key.2, key.3, key.4);
+                    if let Some(high) = self.unindex(&key) {
+                        self.index(moved, high);
+                    }
+                    if let Some((held, _)) = self.by_owner.get_mut(&owner) {
+                        *held = moved;
                     }
                 }
             }
             None => {
                 let (low, high) = footprint.span();
                 let key = (space, exclusive, class_of(high - low), low, owner);
-                self.insert(owner, key, footprint);
+                self.index(key, high);
+                self.by_owner.insert(owner, (key, footprint));
             }
         }
         Ok(())
@@ -249,8 +259,8 @@ impl Registry {
 
     /// Releases the borrow of `owner`, if any.
     pub(super) fn release(&mut self, owner: u64) {
-        if let Some(key) = self.by_owner.remove(&owner) {
-            self.remove(&key);
+        if let Some((key, _)) = self.by_owner.remove(&owner) {
+            self.unindex(&key);
         }
     }
 }
@@ -572,9 +582,10 @@ mod tests {
         let mut all: Vec<_> = registry
             .by_owner
             .iter()
-            .map(|(&owner, key)| {
+            .map(|(&owner, (key, footprint))| {
                 assert_eq!(key.4, owner);
-                (owner, key.0, key.1 == 1, registry.by_span[key].clone())
+                assert_eq!((key.3, registry.by_span[key]), footprint.span());
+                (owner, key.0, key.1 == 1, footprint.clone())
             })
             .collect();
         assert_eq!(all.len(), registry.by_span.len());
