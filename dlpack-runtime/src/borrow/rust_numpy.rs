@@ -21,6 +21,12 @@
 //!   references it, so nothing can reshape or retype it before the release, and it keeps the
 //!   array alive.
 //!
+//! What a borrow needs of NumPy (its deleters, `numpy.ndarray`, `ndarray.view`, the namespace of
+//! `numpy._core.multiarray`) is looked up once, when the probe runs: a borrow then finds
+//! rust-numpy's capsule by one dictionary lookup with an interned key, and checks its name and
+//! version again only when it is not the capsule found first (kept alive here, so that its
+//! address is never another object's). No borrow imports a module or raises an exception.
+//!
 //! Every mirrored borrow runs with the GIL held and under [`MIRRORED`]'s lock, from the mirror
 //! to this crate's registry's answer (and the mirror's undoing when that is a refusal), so that
 //! concurrent borrows of one import see each other's whole outcome. Python objects are dropped
@@ -34,8 +40,9 @@ use core::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyModule, PyString, PyTuple, PyType};
 
 use super::{Access, BorrowError, BorrowedRange, Origin};
 
@@ -52,9 +59,39 @@ struct RustNumpyApi {
 
 const CAPSULE: &CStr = c"_RUST_NUMPY_BORROW_CHECKING_API";
 
-/// NumPy's deleters, versioned (0 before NumPy 2.1) and legacy, once a probe confirmed that
-/// NumPy keeps the exporting array in `manager_ctx`; `None` when it does not.
-static NUMPY_DELETERS: OnceLock<Option<[usize; 2]>> = OnceLock::new();
+/// NumPy, as this crate's Python consumer first found it loaded; `None` when the probe did not
+/// confirm that NumPy keeps the exporting array in `manager_ctx`.
+static NUMPY: OnceLock<Option<Numpy>> = OnceLock::new();
+
+/// What a borrow of NumPy memory needs, looked up once: a borrow then makes no import, no
+/// attribute lookup by a new string and raises no exception.
+struct Numpy {
+    /// NumPy's deleters, versioned (0 before NumPy 2.1) and legacy.
+    deleters: [usize; 2],
+    /// `numpy.ndarray`, a static type of NumPy's extension module.
+    ndarray: Py<PyType>,
+    /// `numpy.ndarray.view`, the method descriptor itself (never a subclass's override).
+    view: Py<PyAny>,
+    /// The namespace of `numpy._core.multiarray` (`numpy.core.multiarray` before NumPy 2), where
+    /// rust-numpy publishes its table; `None` when neither module is loaded.
+    multiarray: Option<Py<PyDict>>,
+}
+
+/// The first rust-numpy table found, with its capsule (a strong reference, so that the
+/// capsule, and the table it points to, stay alive and its address is never another object's):
+/// a borrow finds the capsule in [`Numpy::multiarray`] by one lookup, and checks the table
+/// again only when the capsule is not this one.
+static RUST_NUMPY_TABLE: OnceLock<(Py<PyAny>, TablePtr)> = OnceLock::new();
+
+/// rust-numpy's table, as a pointer that may be kept in a static.
+#[derive(Clone, Copy)]
+struct TablePtr(*const RustNumpyApi);
+
+// SAFETY: the table is only dereferenced with the GIL held (see `Mirrored`), and lives as long
+// as its capsule, which `RUST_NUMPY_TABLE` keeps.
+unsafe impl Send for TablePtr {}
+// SAFETY: as above; the pointer itself is never written after it is stored.
+unsafe impl Sync for TablePtr {}
 
 /// One mirrored borrow: the private view it was taken on, and how.
 struct Mirrored {
@@ -82,22 +119,41 @@ fn lock() -> MutexGuard<'static, Vec<Mirrored>> {
 /// Probes NumPy's deleters when NumPy is loaded and that has not been done: called with the GIL
 /// held by this crate's Python consumer before it imports anything.
 pub(crate) fn prepare(py: Python<'_>) {
-    if NUMPY_DELETERS.get().is_some() {
+    if NUMPY.get().is_some() {
         return;
     }
-    if let Ok(np) = numpy_module(py) {
-        let found = probe(py, &np);
-        let _ = NUMPY_DELETERS.set(found);
+    if let Some(np) = loaded(py, intern!(py, "numpy")) {
+        let found = numpy(py, &np);
+        let _ = NUMPY.set(found);
     }
+}
+
+/// What [`prepare`] keeps of the loaded module `np`: `None` when the probe fails.
+fn numpy(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<Numpy> {
+    let deleters = probe(py, np)?;
+    let ndarray = np.getattr("ndarray").ok()?.cast_into::<PyType>().ok()?;
+    let view = ndarray.getattr("view").ok()?;
+    let multiarray = loaded(py, intern!(py, "numpy._core.multiarray"))
+        .or_else(|| loaded(py, intern!(py, "numpy.core.multiarray")))
+        .and_then(|module| module.cast_into::<PyModule>().ok())
+        .map(|module| module.dict().unbind());
+    Some(Numpy {
+        deleters,
+        ndarray: ndarray.unbind(),
+        view: view.unbind(),
+        multiarray,
+    })
 }
 
 /// Whether `origin` is memory NumPy exported (known without the GIL once probed).
 pub(crate) fn is_numpy(origin: Origin) -> bool {
     !origin.manager_ctx.is_null()
         && origin.deleter != 0
-        && NUMPY_DELETERS
-            .get()
-            .is_some_and(|found| found.is_some_and(|d| d.contains(&origin.deleter)))
+        && NUMPY.get().is_some_and(|found| {
+            found
+                .as_ref()
+                .is_some_and(|np| np.deleters.contains(&origin.deleter))
+        })
 }
 
 /// Borrows `access` (replacing a held borrow when `replace`) for `owner`, whose memory is
@@ -115,10 +171,13 @@ pub(crate) fn acquire(
     let mut then = Some(then);
     let attached = Python::try_attach(|py| {
         let mut run = || then.take().map_or(Ok(()), |f| f());
-        let Some(table) = rust_numpy_table(py) else {
+        let Some(np) = NUMPY.get().and_then(Option::as_ref) else {
             return run();
         };
-        let Some(view) = private_view(py, origin) else {
+        let Some(table) = rust_numpy_table(py, np) else {
+            return run();
+        };
+        let Some(view) = private_view(py, np, origin) else {
             return run();
         };
         let mut guard = lock();
@@ -339,27 +398,29 @@ unsafe fn release_one(table: *const RustNumpyApi, view: &Py<PyAny>, access: Acce
 
 /// A private view of the `ndarray` in `origin`'s `manager_ctx`: `numpy.ndarray.view(array,
 /// numpy.ndarray)`, exactly an `ndarray`; `None` when it is not an array.
-fn private_view(py: Python<'_>, origin: Origin) -> Option<Py<PyAny>> {
-    let ndarray = numpy_module(py).ok()?.getattr("ndarray").ok()?;
+fn private_view(py: Python<'_>, np: &Numpy, origin: Origin) -> Option<Py<PyAny>> {
+    let ndarray = np.ndarray.bind(py);
     // SAFETY: NumPy's deleter frees a managed tensor whose `manager_ctx` is the exporting array,
     // a live Python object (a strong reference held until the deleter runs), as the probe
     // confirmed for this NumPy (`is_numpy`, checked by the caller's caller).
     let array = unsafe { Bound::from_borrowed_ptr(py, origin.manager_ctx.cast()) };
-    if !array.is_instance(&ndarray).ok()? {
+    if !array.is_instance(ndarray).ok()? {
         return None;
     }
     // `ndarray.view` itself, never an override, asked for a plain `ndarray`.
-    let view = ndarray
-        .getattr("view")
-        .ok()?
-        .call1((&array, &ndarray))
-        .ok()?;
-    view.get_type().is(&ndarray).then(|| view.unbind())
+    let view = np.view.bind(py).call1((&array, ndarray)).ok()?;
+    view.get_type().is(ndarray).then(|| view.unbind())
 }
 
-/// The `numpy` module, when it has been imported (this crate never imports it).
-fn numpy_module(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    py.import("sys")?.getattr("modules")?.get_item("numpy")
+/// The module `name` when it has been imported (this crate never imports NumPy): an entry of
+/// the interpreter's module dictionary (`sys.modules`), found without calling `import`.
+fn loaded<'py>(py: Python<'py>, name: &Bound<'py, PyString>) -> Option<Bound<'py, PyAny>> {
+    // SAFETY: the GIL is held; the interpreter's module dictionary is a borrowed reference to a
+    // live dict, made strong at once.
+    let modules =
+        unsafe { Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PyImport_GetModuleDict()) }?;
+    let modules = modules.cast_into::<PyDict>().ok()?;
+    modules.get_item(name).ok().flatten()
 }
 
 /// Exports a one-byte array both ways and reads the deleters, checking that `manager_ctx` is
@@ -400,14 +461,27 @@ fn probe(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
 }
 
 /// rust-numpy's table, when an extension built on the `numpy` crate published it.
-fn rust_numpy_table(py: Python<'_>) -> Option<*const RustNumpyApi> {
-    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
-    let module = modules
-        .get_item("numpy._core.multiarray")
-        .or_else(|_| modules.get_item("numpy.core.multiarray"))
-        .ok()?;
-    let capsule = module.getattr("_RUST_NUMPY_BORROW_CHECKING_API").ok()?;
-    let capsule = capsule.cast_into::<PyCapsule>().ok()?;
+fn rust_numpy_table(py: Python<'_>, np: &Numpy) -> Option<*const RustNumpyApi> {
+    let multiarray = np.multiarray.as_ref()?.bind(py);
+    let capsule = multiarray
+        .get_item(intern!(py, "_RUST_NUMPY_BORROW_CHECKING_API"))
+        .ok()
+        .flatten()?;
+    if let Some((known, table)) = RUST_NUMPY_TABLE.get()
+        && capsule.is(known)
+    {
+        return Some(table.0);
+    }
+    let table = checked_table(&capsule)?;
+    // The first table found is kept with its capsule; a later one (published after the first
+    // was removed) is used as it is found, as before the first was kept.
+    let _ = RUST_NUMPY_TABLE.set((capsule.unbind(), TablePtr(table)));
+    Some(table)
+}
+
+/// The table `capsule` points to, when it is rust-numpy's capsule of version 1 or later.
+fn checked_table(capsule: &Bound<'_, PyAny>) -> Option<*const RustNumpyApi> {
+    let capsule = capsule.cast::<PyCapsule>().ok()?;
     let table = capsule.pointer_checked(Some(CAPSULE)).ok()?;
     let table = table.cast::<RustNumpyApi>().as_ptr();
     // SAFETY: a capsule of this name points to rust-numpy's table, whose first field is its
