@@ -50,6 +50,8 @@
 //! NumPy's `np.shares_memory` decides the same question the same way: it reduces it to a bounded
 //! linear Diophantine feasibility problem and gives up past a work limit (its `max_work`).
 
+use core::fmt;
+
 /// The most candidate values [`Footprint::overlaps`] visits before it stops searching and
 /// answers "overlap".
 pub(crate) const SEARCH_BUDGET: u32 = 1 << 16;
@@ -69,7 +71,55 @@ pub(crate) struct Footprint {
     /// Bytes covered from each element address (at least 1).
     element_bytes: usize,
     /// (stride in bytes > 0, extent > 1), strictly increasing strides, no two mergeable.
-    terms: Vec<(u64, u64)>,
+    terms: TermList,
+}
+
+/// A footprint's terms: most layouts keep one or two, held inline, so that a borrow of them
+/// allocates nothing for its footprint.
+#[derive(Clone)]
+enum TermList {
+    Inline(u8, [(u64, u64); 2]),
+    Heap(Vec<(u64, u64)>),
+}
+
+impl TermList {
+    fn collect(terms: impl ExactSizeIterator<Item = Option<(u64, u64)>>) -> Option<TermList> {
+        let mut inline = [(0, 0); 2];
+        if terms.len() > inline.len() {
+            return terms.collect::<Option<Vec<_>>>().map(TermList::Heap);
+        }
+        let mut len = 0;
+        for term in terms {
+            inline[len] = term?;
+            len += 1;
+        }
+        Some(TermList::Inline(len as u8, inline))
+    }
+}
+
+impl core::ops::Deref for TermList {
+    type Target = [(u64, u64)];
+
+    fn deref(&self) -> &[(u64, u64)] {
+        match self {
+            TermList::Inline(len, terms) => &terms[..usize::from(*len)],
+            TermList::Heap(terms) => terms,
+        }
+    }
+}
+
+impl PartialEq for TermList {
+    fn eq(&self, other: &TermList) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for TermList {}
+
+impl fmt::Debug for TermList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl Footprint {
@@ -127,7 +177,7 @@ impl Footprint {
             low: 0,
             high: usize::MAX,
             element_bytes: usize::MAX,
-            terms: Vec::new(),
+            terms: TermList::Inline(0, [(0, 0); 2]),
         }
     }
 
@@ -155,12 +205,9 @@ impl Footprint {
         let bounded = merge_terms_in(bounded.as_mut_slice());
         // Every merged term still has `stride * (extent - 1) <= reach < usize::MAX`, so its
         // extent fits; the conversion only guards that.
-        let terms = bounded
-            .iter()
-            .map(|&(stride, bound)| {
-                Some((u64::try_from(stride).ok()?, u64::try_from(bound + 1).ok()?))
-            })
-            .collect::<Option<Vec<_>>>()?;
+        let terms = TermList::collect(bounded.iter().map(|&(stride, bound)| {
+            Some((u64::try_from(stride).ok()?, u64::try_from(bound + 1).ok()?))
+        }))?;
         Some(Footprint {
             low,
             high,
@@ -221,7 +268,7 @@ impl Footprint {
         // terms and one term for the two byte offsets. The sum of `c * U` over them is
         // `(high_a - low_a - 1) + (high_b - low_b - 1)`, far below `u128::MAX`.
         let mut terms = Vec::with_capacity(self.terms.len() + other.terms.len() + 1);
-        for &(stride, extent) in self.terms.iter().chain(&other.terms) {
+        for &(stride, extent) in self.terms.iter().chain(other.terms.iter()) {
             terms.push((u128::from(stride), u128::from(extent - 1)));
         }
         terms.push((
