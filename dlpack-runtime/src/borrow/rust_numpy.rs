@@ -185,7 +185,7 @@ pub(crate) fn acquire(
             .iter()
             .position(|m| m.owner == owner)
             .map(|i| guard[i].access);
-        let mut unused = vec![view];
+        let mut unused = Unused::of(view);
         let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
             Err(refusal) => Err(refusal),
             Ok(()) => {
@@ -203,6 +203,37 @@ pub(crate) fn acquire(
     match attached {
         Some(result) => result,
         None => then.take().map_or(Ok(()), |f| f()),
+    }
+}
+
+/// Views a mirrored borrow leaves unused, dropped once the lock is released (a drop can run
+/// Python code): the private view made for it, and views of entries the mirror or its undoing
+/// gave up. Two are held inline, so that a borrow allocates nothing for them.
+struct Unused {
+    inline: [Option<Py<PyAny>>; 2],
+    more: Vec<Py<PyAny>>,
+}
+
+impl Unused {
+    fn of(view: Py<PyAny>) -> Self {
+        Unused {
+            inline: [Some(view), None],
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, view: Py<PyAny>) {
+        match self.inline.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(view),
+            None => self.more.push(view),
+        }
+    }
+
+    /// The view pushed last.
+    fn pop(&mut self) -> Option<Py<PyAny>> {
+        self.more
+            .pop()
+            .or_else(|| self.inline.iter_mut().rev().find_map(Option::take))
     }
 }
 
@@ -250,7 +281,7 @@ fn mirror(
     access: Access,
     replace: bool,
     table: *const RustNumpyApi,
-    unused: &mut Vec<Py<PyAny>>,
+    unused: &mut Unused,
 ) -> Result<(), Refusal> {
     if let Some(index) = guard.iter().position(|m| m.owner == owner) {
         let held = guard[index].access;
@@ -303,7 +334,7 @@ fn undo(
     guard: &mut MutexGuard<'static, Vec<Mirrored>>,
     owner: usize,
     before: Option<Access>,
-    unused: &mut Vec<Py<PyAny>>,
+    unused: &mut Unused,
 ) {
     let Some(index) = guard.iter().position(|m| m.owner == owner) else {
         return;
