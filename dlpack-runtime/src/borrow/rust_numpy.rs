@@ -17,7 +17,9 @@
 //!   so `manager_ctx` is a Python object, and is checked to be an `ndarray`;
 //! - rust-numpy's table is published, of version 1 or later;
 //! - the borrow is taken on a private view of that array, made by `numpy.ndarray.view` itself
-//!   (never a subclass's override) and checked to be exactly an `ndarray`: nothing else
+//!   (never a subclass's override), or by the C function `PyArray_View` that it calls, from
+//!   NumPy's C API table once that table and a probe view through it were checked, and
+//!   checked to be exactly an `ndarray`: nothing else
 //!   references it, so nothing can reshape or retype it before the release, and it keeps the
 //!   array alive.
 //!
@@ -72,10 +74,26 @@ struct Numpy {
     ndarray: Py<PyType>,
     /// `numpy.ndarray.view`, the method descriptor itself (never a subclass's override).
     view: Py<PyAny>,
+    /// NumPy's C function `PyArray_View`, which `ndarray.view` calls, when NumPy's C API table
+    /// is found and checked (see [`c_view`]).
+    c_view: Option<PyArrayView>,
     /// The namespace of `numpy._core.multiarray` (`numpy.core.multiarray` before NumPy 2), where
     /// rust-numpy publishes its table; `None` when neither module is loaded.
     multiarray: Option<Py<PyDict>>,
 }
+
+/// NumPy's `PyArray_View(array, dtype, subtype)`: a new view of `array`, of `subtype`, with
+/// `array`'s dtype when `dtype` is NULL (a reference to it is stolen otherwise).
+type PyArrayView = unsafe extern "C" fn(
+    array: *mut pyo3::ffi::PyObject,
+    dtype: *mut pyo3::ffi::PyObject,
+    subtype: *mut pyo3::ffi::PyTypeObject,
+) -> *mut pyo3::ffi::PyObject;
+
+/// `PyArray_View`'s index in NumPy's C API table (`_ARRAY_API`), the same since NumPy 1.0.
+const PY_ARRAY_VIEW: usize = 137;
+/// `PyArray_Type`'s index in that table.
+const PY_ARRAY_TYPE: usize = 2;
 
 /// The first rust-numpy table found, with its capsule (a strong reference, so that the
 /// capsule, and the table it points to, stay alive and its address is never another object's):
@@ -137,12 +155,93 @@ fn numpy(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<Numpy> {
         .or_else(|| loaded(py, intern!(py, "numpy.core.multiarray")))
         .and_then(|module| module.cast_into::<PyModule>().ok())
         .map(|module| module.dict().unbind());
+    let c_view = c_view(py, &ndarray);
     Some(Numpy {
         deleters,
         ndarray: ndarray.unbind(),
         view: view.unbind(),
+        c_view,
         multiarray,
     })
+}
+
+/// `PyArray_View` from NumPy's C API table, the capsule `_ARRAY_API` of
+/// `numpy._core._multiarray_umath` (`numpy.core._multiarray_umath` before NumPy 2), when the
+/// table's `PyArray_Type` is `ndarray` and a view made through it of a probe array is exactly
+/// an `ndarray` over the array's memory; `None` otherwise (`ndarray.view` is called then).
+fn c_view(py: Python<'_>, ndarray: &Bound<'_, PyType>) -> Option<PyArrayView> {
+    let umath = loaded(py, intern!(py, "numpy._core._multiarray_umath"))
+        .or_else(|| loaded(py, intern!(py, "numpy.core._multiarray_umath")))?;
+    let capsule = umath
+        .getattr("_ARRAY_API")
+        .ok()?
+        .cast_into::<PyCapsule>()
+        .ok()?;
+    let api = capsule.pointer_checked(None).ok()?.cast::<*const c_void>();
+    // SAFETY: NumPy's `_ARRAY_API` capsule points to its C API table, an array of pointers
+    // with more than `PY_ARRAY_VIEW` entries since NumPy 1.0, static in NumPy's extension
+    // module (never unloaded); reads of entries only.
+    let (array_type, view) = unsafe {
+        (
+            *api.as_ptr().add(PY_ARRAY_TYPE),
+            *api.as_ptr().add(PY_ARRAY_VIEW),
+        )
+    };
+    if array_type != ndarray.as_ptr().cast_const().cast() || view.is_null() {
+        return None;
+    }
+    // SAFETY: entry `PY_ARRAY_VIEW` of NumPy's table is `PyArray_View`, of this signature (the
+    // table is the one whose `PyArray_Type` entry was just checked).
+    let view = unsafe { core::mem::transmute::<*const c_void, PyArrayView>(view) };
+    // A probe: a view of a fresh array is exactly an `ndarray` over the same memory.
+    let np = loaded(py, intern!(py, "numpy"))?;
+    let array = np.call_method1("arange", (3,)).ok()?;
+    // SAFETY: GIL held, `array` an `ndarray`, no dtype, `subtype` NumPy's `ndarray` type.
+    let made = unsafe { call_view(py, view, &array, ndarray) }?;
+    let same = made.get_type().is(ndarray)
+        && made.getattr("base").ok()?.is(&array)
+        && made
+            .getattr("shape")
+            .ok()?
+            .eq(array.getattr("shape").ok()?)
+            .ok()?
+        && made
+            .call_method0("tobytes")
+            .ok()?
+            .eq(array.call_method0("tobytes").ok()?)
+            .ok()?;
+    same.then_some(view)
+}
+
+/// Calls NumPy's `PyArray_View(array, NULL, ndarray)`: a new `ndarray` view of `array`.
+///
+/// # Safety
+///
+/// The GIL is held, `view` is NumPy's `PyArray_View`, `array` an `ndarray` (or subclass) and
+/// `ndarray` NumPy's `ndarray` type.
+unsafe fn call_view<'py>(
+    py: Python<'py>,
+    view: PyArrayView,
+    array: &Bound<'py, PyAny>,
+    ndarray: &Bound<'py, PyType>,
+) -> Option<Bound<'py, PyAny>> {
+    // SAFETY: as the caller promises; no dtype is passed (nothing is stolen), and the result
+    // is a new reference or NULL with an exception set.
+    let made = unsafe {
+        view(
+            array.as_ptr(),
+            core::ptr::null_mut(),
+            ndarray.as_ptr().cast(),
+        )
+    };
+    // SAFETY: a new reference, or NULL with an exception set (taken and dropped here).
+    match unsafe { Bound::from_owned_ptr_or_opt(py, made) } {
+        Some(made) => Some(made),
+        None => {
+            drop(PyErr::take(py));
+            None
+        }
+    }
 }
 
 /// Whether `origin` is memory NumPy exported (known without the GIL once probed).
@@ -438,8 +537,14 @@ fn private_view(py: Python<'_>, np: &Numpy, origin: Origin) -> Option<Py<PyAny>>
     if !array.is_instance(ndarray).ok()? {
         return None;
     }
-    // `ndarray.view` itself, never an override, asked for a plain `ndarray`.
-    let view = np.view.bind(py).call1((&array, ndarray)).ok()?;
+    // `ndarray.view` itself (or the C function it calls), never an override, asked for a plain
+    // `ndarray`.
+    let view = match np.c_view {
+        // SAFETY: GIL held, `array` checked to be an `ndarray`, `view` NumPy's `PyArray_View`
+        // (checked when it was found).
+        Some(view) => unsafe { call_view(py, view, &array, ndarray) }?,
+        None => np.view.bind(py).call1((&array, ndarray)).ok()?,
+    };
     view.get_type().is(ndarray).then(|| view.unbind())
 }
 
