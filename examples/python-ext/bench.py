@@ -17,6 +17,12 @@ import torch
 
 import dlpack_example as de
 
+try:
+    # The test peer built on rust-numpy (tests/python-peer): what a NumPy argument costs there.
+    import dlpack_borrow_peer as peer
+except ImportError:
+    peer = None
+
 REPEATS = 3
 SIDE = 1024
 
@@ -112,6 +118,36 @@ def main():
             copy,
         ),
     ]
+    if peer is not None:
+        # Reading a small array argument, borrow-checked on both sides: our derived consumer
+        # (import, borrow in this crate's registry and, for NumPy memory, rust-numpy's) against
+        # rust-numpy's `PyReadonlyArray1<f32>` (its registry only). The peer's first borrow
+        # publishes rust-numpy's registry, so our side mirrors its borrows there, as it does
+        # in a process that uses both.
+        x64 = np.arange(6, dtype=np.float64)
+        x32 = np.arange(6, dtype=np.float32)
+        t64 = torch.arange(6, dtype=torch.float64)
+        peer.readonly_sum(x32)
+        pairs += [
+            (
+                "de.total(ndarray f64, 6) / peer.readonly_sum(ndarray f32, 6): read an argument",
+                lambda: de.total(x64),
+                lambda: peer.readonly_sum(x32),
+                2.0,
+                call,
+            ),
+            (
+                # No rust-numpy registry for torch memory; PyTorch's exchange API costs more
+                # than NumPy's `__dlpack__` (see the pair of de.consume above).
+                "de.total(torch f64, 6) / peer.readonly_sum(ndarray f32, 6): read an argument",
+                lambda: de.total(t64),
+                lambda: peer.readonly_sum(x32),
+                5.0,
+                call,
+            ),
+        ]
+    else:
+        print("dlpack_borrow_peer is not installed: the pairs that read an argument are left out")
     for name, ours, theirs, _, (number, _) in pairs:
         if number == copy[0]:
             # The copies are compared element by element before they are timed.

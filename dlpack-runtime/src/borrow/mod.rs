@@ -288,6 +288,9 @@ pub(crate) fn release(owner: usize) {
     if let Ok(table) = process::table() {
         registry::release(table, owner);
     }
+    // As in `release_loans`: an owner's mirrored borrow is counted before its acquire returns.
     #[cfg(feature = "python")]
-    rust_numpy::release(owner);
+    if rust_numpy::any() {
+        rust_numpy::release(owner);
+    }
 }

@@ -17,9 +17,17 @@
 //!   so `manager_ctx` is a Python object, and is checked to be an `ndarray`;
 //! - rust-numpy's table is published, of version 1 or later;
 //! - the borrow is taken on a private view of that array, made by `numpy.ndarray.view` itself
-//!   (never a subclass's override) and checked to be exactly an `ndarray`: nothing else
+//!   (never a subclass's override), or by the C function `PyArray_View` that it calls, from
+//!   NumPy's C API table once that table and a probe view through it were checked, and
+//!   checked to be exactly an `ndarray`: nothing else
 //!   references it, so nothing can reshape or retype it before the release, and it keeps the
 //!   array alive.
+//!
+//! What a borrow needs of NumPy (its deleters, `numpy.ndarray`, `ndarray.view`, the namespace of
+//! `numpy._core.multiarray`) is looked up once, when the probe runs: a borrow then finds
+//! rust-numpy's capsule by one dictionary lookup with an interned key, and checks its name and
+//! version again only when it is not the capsule found first (kept alive here, so that its
+//! address is never another object's). No borrow imports a module or raises an exception.
 //!
 //! Every mirrored borrow runs with the GIL held and under [`MIRRORED`]'s lock, from the mirror
 //! to this crate's registry's answer (and the mirror's undoing when that is a refusal), so that
@@ -34,8 +42,9 @@ use core::ffi::{CStr, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyModule, PyString, PyTuple, PyType};
 
 use super::{Access, BorrowError, BorrowedRange, Origin};
 
@@ -52,9 +61,55 @@ struct RustNumpyApi {
 
 const CAPSULE: &CStr = c"_RUST_NUMPY_BORROW_CHECKING_API";
 
-/// NumPy's deleters, versioned (0 before NumPy 2.1) and legacy, once a probe confirmed that
-/// NumPy keeps the exporting array in `manager_ctx`; `None` when it does not.
-static NUMPY_DELETERS: OnceLock<Option<[usize; 2]>> = OnceLock::new();
+/// NumPy, as this crate's Python consumer first found it loaded; `None` when the probe did not
+/// confirm that NumPy keeps the exporting array in `manager_ctx`.
+static NUMPY: OnceLock<Option<Numpy>> = OnceLock::new();
+
+/// What a borrow of NumPy memory needs, looked up once: a borrow then makes no import, no
+/// attribute lookup by a new string and raises no exception.
+struct Numpy {
+    /// NumPy's deleters, versioned (0 before NumPy 2.1) and legacy.
+    deleters: [usize; 2],
+    /// `numpy.ndarray`, a static type of NumPy's extension module.
+    ndarray: Py<PyType>,
+    /// `numpy.ndarray.view`, the method descriptor itself (never a subclass's override).
+    view: Py<PyAny>,
+    /// NumPy's C function `PyArray_View`, which `ndarray.view` calls, when NumPy's C API table
+    /// is found and checked (see [`c_view`]).
+    c_view: Option<PyArrayView>,
+    /// The namespace of `numpy._core.multiarray` (`numpy.core.multiarray` before NumPy 2), where
+    /// rust-numpy publishes its table; `None` when neither module is loaded.
+    multiarray: Option<Py<PyDict>>,
+}
+
+/// NumPy's `PyArray_View(array, dtype, subtype)`: a new view of `array`, of `subtype`, with
+/// `array`'s dtype when `dtype` is NULL (a reference to it is stolen otherwise).
+type PyArrayView = unsafe extern "C" fn(
+    array: *mut pyo3::ffi::PyObject,
+    dtype: *mut pyo3::ffi::PyObject,
+    subtype: *mut pyo3::ffi::PyTypeObject,
+) -> *mut pyo3::ffi::PyObject;
+
+/// `PyArray_View`'s index in NumPy's C API table (`_ARRAY_API`), the same since NumPy 1.0.
+const PY_ARRAY_VIEW: usize = 137;
+/// `PyArray_Type`'s index in that table.
+const PY_ARRAY_TYPE: usize = 2;
+
+/// The first rust-numpy table found, with its capsule (a strong reference, so that the
+/// capsule, and the table it points to, stay alive and its address is never another object's):
+/// a borrow finds the capsule in [`Numpy::multiarray`] by one lookup, and checks the table
+/// again only when the capsule is not this one.
+static RUST_NUMPY_TABLE: OnceLock<(Py<PyAny>, TablePtr)> = OnceLock::new();
+
+/// rust-numpy's table, as a pointer that may be kept in a static.
+#[derive(Clone, Copy)]
+struct TablePtr(*const RustNumpyApi);
+
+// SAFETY: the table is only dereferenced with the GIL held (see `Mirrored`), and lives as long
+// as its capsule, which `RUST_NUMPY_TABLE` keeps.
+unsafe impl Send for TablePtr {}
+// SAFETY: as above; the pointer itself is never written after it is stored.
+unsafe impl Sync for TablePtr {}
 
 /// One mirrored borrow: the private view it was taken on, and how.
 struct Mirrored {
@@ -82,12 +137,110 @@ fn lock() -> MutexGuard<'static, Vec<Mirrored>> {
 /// Probes NumPy's deleters when NumPy is loaded and that has not been done: called with the GIL
 /// held by this crate's Python consumer before it imports anything.
 pub(crate) fn prepare(py: Python<'_>) {
-    if NUMPY_DELETERS.get().is_some() {
+    if NUMPY.get().is_some() {
         return;
     }
-    if let Ok(np) = numpy_module(py) {
-        let found = probe(py, &np);
-        let _ = NUMPY_DELETERS.set(found);
+    if let Some(np) = loaded(py, intern!(py, "numpy")) {
+        let found = numpy(py, &np);
+        let _ = NUMPY.set(found);
+    }
+}
+
+/// What [`prepare`] keeps of the loaded module `np`: `None` when the probe fails.
+fn numpy(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<Numpy> {
+    let deleters = probe(py, np)?;
+    let ndarray = np.getattr("ndarray").ok()?.cast_into::<PyType>().ok()?;
+    let view = ndarray.getattr("view").ok()?;
+    let multiarray = loaded(py, intern!(py, "numpy._core.multiarray"))
+        .or_else(|| loaded(py, intern!(py, "numpy.core.multiarray")))
+        .and_then(|module| module.cast_into::<PyModule>().ok())
+        .map(|module| module.dict().unbind());
+    let c_view = c_view(py, &ndarray);
+    Some(Numpy {
+        deleters,
+        ndarray: ndarray.unbind(),
+        view: view.unbind(),
+        c_view,
+        multiarray,
+    })
+}
+
+/// `PyArray_View` from NumPy's C API table, the capsule `_ARRAY_API` of
+/// `numpy._core._multiarray_umath` (`numpy.core._multiarray_umath` before NumPy 2), when the
+/// table's `PyArray_Type` is `ndarray` and a view made through it of a probe array is exactly
+/// an `ndarray` over the array's memory; `None` otherwise (`ndarray.view` is called then).
+fn c_view(py: Python<'_>, ndarray: &Bound<'_, PyType>) -> Option<PyArrayView> {
+    let umath = loaded(py, intern!(py, "numpy._core._multiarray_umath"))
+        .or_else(|| loaded(py, intern!(py, "numpy.core._multiarray_umath")))?;
+    let capsule = umath
+        .getattr("_ARRAY_API")
+        .ok()?
+        .cast_into::<PyCapsule>()
+        .ok()?;
+    let api = capsule.pointer_checked(None).ok()?.cast::<*const c_void>();
+    // SAFETY: NumPy's `_ARRAY_API` capsule points to its C API table, an array of pointers
+    // with more than `PY_ARRAY_VIEW` entries since NumPy 1.0, static in NumPy's extension
+    // module (never unloaded); reads of entries only.
+    let (array_type, view) = unsafe {
+        (
+            *api.as_ptr().add(PY_ARRAY_TYPE),
+            *api.as_ptr().add(PY_ARRAY_VIEW),
+        )
+    };
+    if array_type != ndarray.as_ptr().cast_const().cast() || view.is_null() {
+        return None;
+    }
+    // SAFETY: entry `PY_ARRAY_VIEW` of NumPy's table is `PyArray_View`, of this signature (the
+    // table is the one whose `PyArray_Type` entry was just checked).
+    let view = unsafe { core::mem::transmute::<*const c_void, PyArrayView>(view) };
+    // A probe: a view of a fresh array is exactly an `ndarray` over the same memory.
+    let np = loaded(py, intern!(py, "numpy"))?;
+    let array = np.call_method1("arange", (3,)).ok()?;
+    // SAFETY: GIL held, `array` an `ndarray`, no dtype, `subtype` NumPy's `ndarray` type.
+    let made = unsafe { call_view(py, view, &array, ndarray) }?;
+    let same = made.get_type().is(ndarray)
+        && made.getattr("base").ok()?.is(&array)
+        && made
+            .getattr("shape")
+            .ok()?
+            .eq(array.getattr("shape").ok()?)
+            .ok()?
+        && made
+            .call_method0("tobytes")
+            .ok()?
+            .eq(array.call_method0("tobytes").ok()?)
+            .ok()?;
+    same.then_some(view)
+}
+
+/// Calls NumPy's `PyArray_View(array, NULL, ndarray)`: a new `ndarray` view of `array`.
+///
+/// # Safety
+///
+/// The GIL is held, `view` is NumPy's `PyArray_View`, `array` an `ndarray` (or subclass) and
+/// `ndarray` NumPy's `ndarray` type.
+unsafe fn call_view<'py>(
+    py: Python<'py>,
+    view: PyArrayView,
+    array: &Bound<'py, PyAny>,
+    ndarray: &Bound<'py, PyType>,
+) -> Option<Bound<'py, PyAny>> {
+    // SAFETY: as the caller promises; no dtype is passed (nothing is stolen), and the result
+    // is a new reference or NULL with an exception set.
+    let made = unsafe {
+        view(
+            array.as_ptr(),
+            core::ptr::null_mut(),
+            ndarray.as_ptr().cast(),
+        )
+    };
+    // SAFETY: a new reference, or NULL with an exception set (taken and dropped here).
+    match unsafe { Bound::from_owned_ptr_or_opt(py, made) } {
+        Some(made) => Some(made),
+        None => {
+            drop(PyErr::take(py));
+            None
+        }
     }
 }
 
@@ -95,9 +248,11 @@ pub(crate) fn prepare(py: Python<'_>) {
 pub(crate) fn is_numpy(origin: Origin) -> bool {
     !origin.manager_ctx.is_null()
         && origin.deleter != 0
-        && NUMPY_DELETERS
-            .get()
-            .is_some_and(|found| found.is_some_and(|d| d.contains(&origin.deleter)))
+        && NUMPY.get().is_some_and(|found| {
+            found
+                .as_ref()
+                .is_some_and(|np| np.deleters.contains(&origin.deleter))
+        })
 }
 
 /// Borrows `access` (replacing a held borrow when `replace`) for `owner`, whose memory is
@@ -115,10 +270,13 @@ pub(crate) fn acquire(
     let mut then = Some(then);
     let attached = Python::try_attach(|py| {
         let mut run = || then.take().map_or(Ok(()), |f| f());
-        let Some(table) = rust_numpy_table(py) else {
+        let Some(np) = NUMPY.get().and_then(Option::as_ref) else {
             return run();
         };
-        let Some(view) = private_view(py, origin) else {
+        let Some(table) = rust_numpy_table(py, np) else {
+            return run();
+        };
+        let Some(view) = private_view(py, np, origin) else {
             return run();
         };
         let mut guard = lock();
@@ -126,7 +284,7 @@ pub(crate) fn acquire(
             .iter()
             .position(|m| m.owner == owner)
             .map(|i| guard[i].access);
-        let mut unused = vec![view];
+        let mut unused = Unused::of(view);
         let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
             Err(refusal) => Err(refusal),
             Ok(()) => {
@@ -144,6 +302,37 @@ pub(crate) fn acquire(
     match attached {
         Some(result) => result,
         None => then.take().map_or(Ok(()), |f| f()),
+    }
+}
+
+/// Views a mirrored borrow leaves unused, dropped once the lock is released (a drop can run
+/// Python code): the private view made for it, and views of entries the mirror or its undoing
+/// gave up. Two are held inline, so that a borrow allocates nothing for them.
+struct Unused {
+    inline: [Option<Py<PyAny>>; 2],
+    more: Vec<Py<PyAny>>,
+}
+
+impl Unused {
+    fn of(view: Py<PyAny>) -> Self {
+        Unused {
+            inline: [Some(view), None],
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, view: Py<PyAny>) {
+        match self.inline.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => *slot = Some(view),
+            None => self.more.push(view),
+        }
+    }
+
+    /// The view pushed last.
+    fn pop(&mut self) -> Option<Py<PyAny>> {
+        self.more
+            .pop()
+            .or_else(|| self.inline.iter_mut().rev().find_map(Option::take))
     }
 }
 
@@ -191,7 +380,7 @@ fn mirror(
     access: Access,
     replace: bool,
     table: *const RustNumpyApi,
-    unused: &mut Vec<Py<PyAny>>,
+    unused: &mut Unused,
 ) -> Result<(), Refusal> {
     if let Some(index) = guard.iter().position(|m| m.owner == owner) {
         let held = guard[index].access;
@@ -244,7 +433,7 @@ fn undo(
     guard: &mut MutexGuard<'static, Vec<Mirrored>>,
     owner: usize,
     before: Option<Access>,
-    unused: &mut Vec<Py<PyAny>>,
+    unused: &mut Unused,
 ) {
     let Some(index) = guard.iter().position(|m| m.owner == owner) else {
         return;
@@ -339,27 +528,35 @@ unsafe fn release_one(table: *const RustNumpyApi, view: &Py<PyAny>, access: Acce
 
 /// A private view of the `ndarray` in `origin`'s `manager_ctx`: `numpy.ndarray.view(array,
 /// numpy.ndarray)`, exactly an `ndarray`; `None` when it is not an array.
-fn private_view(py: Python<'_>, origin: Origin) -> Option<Py<PyAny>> {
-    let ndarray = numpy_module(py).ok()?.getattr("ndarray").ok()?;
+fn private_view(py: Python<'_>, np: &Numpy, origin: Origin) -> Option<Py<PyAny>> {
+    let ndarray = np.ndarray.bind(py);
     // SAFETY: NumPy's deleter frees a managed tensor whose `manager_ctx` is the exporting array,
     // a live Python object (a strong reference held until the deleter runs), as the probe
     // confirmed for this NumPy (`is_numpy`, checked by the caller's caller).
     let array = unsafe { Bound::from_borrowed_ptr(py, origin.manager_ctx.cast()) };
-    if !array.is_instance(&ndarray).ok()? {
+    if !array.is_instance(ndarray).ok()? {
         return None;
     }
-    // `ndarray.view` itself, never an override, asked for a plain `ndarray`.
-    let view = ndarray
-        .getattr("view")
-        .ok()?
-        .call1((&array, &ndarray))
-        .ok()?;
-    view.get_type().is(&ndarray).then(|| view.unbind())
+    // `ndarray.view` itself (or the C function it calls), never an override, asked for a plain
+    // `ndarray`.
+    let view = match np.c_view {
+        // SAFETY: GIL held, `array` checked to be an `ndarray`, `view` NumPy's `PyArray_View`
+        // (checked when it was found).
+        Some(view) => unsafe { call_view(py, view, &array, ndarray) }?,
+        None => np.view.bind(py).call1((&array, ndarray)).ok()?,
+    };
+    view.get_type().is(ndarray).then(|| view.unbind())
 }
 
-/// The `numpy` module, when it has been imported (this crate never imports it).
-fn numpy_module(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    py.import("sys")?.getattr("modules")?.get_item("numpy")
+/// The module `name` when it has been imported (this crate never imports NumPy): an entry of
+/// the interpreter's module dictionary (`sys.modules`), found without calling `import`.
+fn loaded<'py>(py: Python<'py>, name: &Bound<'py, PyString>) -> Option<Bound<'py, PyAny>> {
+    // SAFETY: the GIL is held; the interpreter's module dictionary is a borrowed reference to a
+    // live dict, made strong at once.
+    let modules =
+        unsafe { Bound::from_borrowed_ptr_or_opt(py, pyo3::ffi::PyImport_GetModuleDict()) }?;
+    let modules = modules.cast_into::<PyDict>().ok()?;
+    modules.get_item(name).ok().flatten()
 }
 
 /// Exports a one-byte array both ways and reads the deleters, checking that `manager_ctx` is
@@ -400,14 +597,27 @@ fn probe(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
 }
 
 /// rust-numpy's table, when an extension built on the `numpy` crate published it.
-fn rust_numpy_table(py: Python<'_>) -> Option<*const RustNumpyApi> {
-    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
-    let module = modules
-        .get_item("numpy._core.multiarray")
-        .or_else(|_| modules.get_item("numpy.core.multiarray"))
-        .ok()?;
-    let capsule = module.getattr("_RUST_NUMPY_BORROW_CHECKING_API").ok()?;
-    let capsule = capsule.cast_into::<PyCapsule>().ok()?;
+fn rust_numpy_table(py: Python<'_>, np: &Numpy) -> Option<*const RustNumpyApi> {
+    let multiarray = np.multiarray.as_ref()?.bind(py);
+    let capsule = multiarray
+        .get_item(intern!(py, "_RUST_NUMPY_BORROW_CHECKING_API"))
+        .ok()
+        .flatten()?;
+    if let Some((known, table)) = RUST_NUMPY_TABLE.get()
+        && capsule.is(known)
+    {
+        return Some(table.0);
+    }
+    let table = checked_table(&capsule)?;
+    // The first table found is kept with its capsule; a later one (published after the first
+    // was removed) is used as it is found, as before the first was kept.
+    let _ = RUST_NUMPY_TABLE.set((capsule.unbind(), TablePtr(table)));
+    Some(table)
+}
+
+/// The table `capsule` points to, when it is rust-numpy's capsule of version 1 or later.
+fn checked_table(capsule: &Bound<'_, PyAny>) -> Option<*const RustNumpyApi> {
+    let capsule = capsule.cast::<PyCapsule>().ok()?;
     let table = capsule.pointer_checked(Some(CAPSULE)).ok()?;
     let table = table.cast::<RustNumpyApi>().as_ptr();
     // SAFETY: a capsule of this name points to rust-numpy's table, whose first field is its

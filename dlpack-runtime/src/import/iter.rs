@@ -17,10 +17,9 @@ use crate::tensor::layout::LayoutError;
 pub struct Elements<'a, T: Element> {
     /// Element `(0, ..., 0)`.
     first: *const u8,
-    /// Extents, and strides in bytes, of the axes that step (extent > 1), outermost first.
-    axes: Vec<(usize, isize)>,
-    /// The position on each of `axes`.
-    index: Vec<usize>,
+    /// Extent, stride in bytes and position of each axis that steps (extent > 1), outermost
+    /// first.
+    axes: Axes,
     /// Byte offset of the next element from `first`.
     offset: isize,
     /// Elements not yet yielded.
@@ -35,26 +34,60 @@ impl<'a, T: Element> Elements<'a, T> {
         data.borrow(crate::borrow::Access::Shared)?;
         data.check_all_elements(&layout)?;
         let size = core::mem::size_of::<T>() as isize;
-        let axes: Vec<(usize, isize)> = (0..layout.ndim())
+        let axes = (0..layout.ndim())
             .filter(|&axis| layout.shape()[axis] > 1)
             // Only axes of extent > 1 step: their reach is inside the validated span, so these
             // products fit in `isize`.
-            .map(|axis| {
-                (
-                    layout.shape()[axis] as usize,
-                    layout.stride(axis) as isize * size,
-                )
-            })
-            .collect();
-        let index = vec![0; axes.len()];
+            .map(|axis| Axis {
+                extent: layout.shape()[axis] as usize,
+                stride: layout.stride(axis) as isize * size,
+                index: 0,
+            });
         Ok(Self {
             first: layout.first_element_ptr(),
-            axes,
-            index,
+            axes: Axes::collect(axes),
             offset: 0,
             remaining: layout.numel(),
             _data: PhantomData,
         })
+    }
+}
+
+/// One axis of the odometer.
+#[derive(Clone, Copy, Default)]
+struct Axis {
+    extent: usize,
+    /// In bytes.
+    stride: isize,
+    /// The position on the axis.
+    index: usize,
+}
+
+/// The axes that step: up to four inline (an iterator then allocates nothing), more on the heap.
+enum Axes {
+    Inline(usize, [Axis; 4]),
+    Heap(Vec<Axis>),
+}
+
+impl Axes {
+    fn collect(axes: impl Iterator<Item = Axis> + Clone) -> Self {
+        let mut inline = [Axis::default(); 4];
+        let mut len = 0;
+        for axis in axes.clone() {
+            if len == inline.len() {
+                return Axes::Heap(axes.collect());
+            }
+            inline[len] = axis;
+            len += 1;
+        }
+        Axes::Inline(len, inline)
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Axis] {
+        match self {
+            Axes::Inline(len, axes) => &mut axes[..*len],
+            Axes::Heap(axes) => axes,
+        }
     }
 }
 
@@ -73,14 +106,14 @@ impl<T: Element> Iterator for Elements<'_, T> {
         // memory stays alive.
         let value = unsafe { self.first.offset(self.offset).cast::<T>().read() };
         // Odometer step, the last axis fastest.
-        for (axis, &(extent, stride)) in self.axes.iter().enumerate().rev() {
-            if self.index[axis] + 1 < extent {
-                self.index[axis] += 1;
-                self.offset += stride;
+        for axis in self.axes.as_mut_slice().iter_mut().rev() {
+            if axis.index + 1 < axis.extent {
+                axis.index += 1;
+                self.offset += axis.stride;
                 break;
             }
-            self.offset -= stride * self.index[axis] as isize;
-            self.index[axis] = 0;
+            self.offset -= axis.stride * axis.index as isize;
+            axis.index = 0;
         }
         Some(value)
     }

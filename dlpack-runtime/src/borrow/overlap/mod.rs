@@ -50,6 +50,8 @@
 //! NumPy's `np.shares_memory` decides the same question the same way: it reduces it to a bounded
 //! linear Diophantine feasibility problem and gives up past a work limit (its `max_work`).
 
+use core::fmt;
+
 /// The most candidate values [`Footprint::overlaps`] visits before it stops searching and
 /// answers "overlap".
 pub(crate) const SEARCH_BUDGET: u32 = 1 << 16;
@@ -69,7 +71,55 @@ pub(crate) struct Footprint {
     /// Bytes covered from each element address (at least 1).
     element_bytes: usize,
     /// (stride in bytes > 0, extent > 1), strictly increasing strides, no two mergeable.
-    terms: Vec<(u64, u64)>,
+    terms: TermList,
+}
+
+/// A footprint's terms: most layouts keep one or two, held inline, so that a borrow of them
+/// allocates nothing for its footprint.
+#[derive(Clone)]
+enum TermList {
+    Inline(u8, [(u64, u64); 2]),
+    Heap(Vec<(u64, u64)>),
+}
+
+impl TermList {
+    fn collect(terms: impl ExactSizeIterator<Item = Option<(u64, u64)>>) -> Option<TermList> {
+        let mut inline = [(0, 0); 2];
+        if terms.len() > inline.len() {
+            return terms.collect::<Option<Vec<_>>>().map(TermList::Heap);
+        }
+        let mut len = 0;
+        for term in terms {
+            inline[len] = term?;
+            len += 1;
+        }
+        Some(TermList::Inline(len as u8, inline))
+    }
+}
+
+impl core::ops::Deref for TermList {
+    type Target = [(u64, u64)];
+
+    fn deref(&self) -> &[(u64, u64)] {
+        match self {
+            TermList::Inline(len, terms) => &terms[..usize::from(*len)],
+            TermList::Heap(terms) => terms,
+        }
+    }
+}
+
+impl PartialEq for TermList {
+    fn eq(&self, other: &TermList) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for TermList {}
+
+impl fmt::Debug for TermList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl Footprint {
@@ -97,7 +147,8 @@ impl Footprint {
         // `first` fits in i128 exactly; each axis moves `low` by less than 2^127, and any
         // overflow of the running sum is an invalid layout.
         let mut low = first as i128;
-        let mut terms = Vec::with_capacity(shape.len());
+        let mut inline = [(0u64, 0u64); INLINE_TERMS];
+        let mut terms = Terms::new(&mut inline, shape.len());
         for (&extent, &stride) in shape.iter().zip(strides) {
             if extent == 1 || stride == 0 {
                 continue;
@@ -115,7 +166,7 @@ impl Footprint {
         }
         let built = u128::try_from(low)
             .ok()
-            .and_then(|low| Footprint::assemble(low, element_bytes, &terms));
+            .and_then(|low| Footprint::assemble(low, element_bytes, terms.as_slice()));
         Some(built.unwrap_or_else(Footprint::everything))
     }
 
@@ -126,7 +177,7 @@ impl Footprint {
             low: 0,
             high: usize::MAX,
             element_bytes: usize::MAX,
-            terms: Vec::new(),
+            terms: TermList::Inline(0, [(0, 0); 2]),
         }
     }
 
@@ -137,7 +188,8 @@ impl Footprint {
             return None;
         }
         let mut reach = 0u128;
-        let mut bounded = Vec::with_capacity(terms.len());
+        let mut inline = [(0u128, 0u128); INLINE_TERMS];
+        let mut bounded = Terms::new(&mut inline, terms.len());
         for &(stride, extent) in terms {
             if stride == 0 || extent < 2 {
                 return None;
@@ -150,15 +202,12 @@ impl Footprint {
         let high = usize::try_from(high).ok()?;
         // `low < high`, so it fits too.
         let low = usize::try_from(low).ok()?;
-        merge_terms(&mut bounded);
+        let bounded = merge_terms_in(bounded.as_mut_slice());
         // Every merged term still has `stride * (extent - 1) <= reach < usize::MAX`, so its
         // extent fits; the conversion only guards that.
-        let terms = bounded
-            .into_iter()
-            .map(|(stride, bound)| {
-                Some((u64::try_from(stride).ok()?, u64::try_from(bound + 1).ok()?))
-            })
-            .collect::<Option<Vec<_>>>()?;
+        let terms = TermList::collect(bounded.iter().map(|&(stride, bound)| {
+            Some((u64::try_from(stride).ok()?, u64::try_from(bound + 1).ok()?))
+        }))?;
         Some(Footprint {
             low,
             high,
@@ -219,7 +268,7 @@ impl Footprint {
         // terms and one term for the two byte offsets. The sum of `c * U` over them is
         // `(high_a - low_a - 1) + (high_b - low_b - 1)`, far below `u128::MAX`.
         let mut terms = Vec::with_capacity(self.terms.len() + other.terms.len() + 1);
-        for &(stride, extent) in self.terms.iter().chain(&other.terms) {
+        for &(stride, extent) in self.terms.iter().chain(other.terms.iter()) {
             terms.push((u128::from(stride), u128::from(extent - 1)));
         }
         terms.push((
@@ -258,14 +307,28 @@ enum Search {
 /// `k = 1`. Terms of bound 0 reach nothing and are dropped. Merging grows bounds, which can make
 /// more pairs mergeable, so passes repeat until none merges.
 fn merge_terms(terms: &mut Vec<(u128, u128)>) {
-    terms.retain(|&(coefficient, bound)| coefficient > 0 && bound > 0);
+    let len = merge_terms_in(terms).len();
+    terms.truncate(len);
+}
+
+/// [`merge_terms`] in place in a slice: the merged terms are the returned front of `terms`.
+fn merge_terms_in(terms: &mut [(u128, u128)]) -> &mut [(u128, u128)] {
+    let mut len = 0;
+    for i in 0..terms.len() {
+        let (coefficient, bound) = terms[i];
+        if coefficient > 0 && bound > 0 {
+            terms[len] = terms[i];
+            len += 1;
+        }
+    }
+    let terms = &mut terms[..len];
     terms.sort_unstable();
     loop {
         let mut merged = false;
         let mut small = 0;
-        while small < terms.len() {
+        while small < len {
             let mut large = small + 1;
-            while large < terms.len() {
+            while large < len {
                 let (c, u) = terms[small];
                 let (kc, v) = terms[large];
                 let k = kc / c;
@@ -277,7 +340,9 @@ fn merge_terms(terms: &mut Vec<(u128, u128)>) {
                 match grown {
                     Some(bound) => {
                         terms[small].1 = bound;
-                        terms.remove(large);
+                        // Removed, the order of the others kept.
+                        terms.copy_within(large + 1..len, large);
+                        len -= 1;
                         merged = true;
                     }
                     None => large += 1,
@@ -286,7 +351,60 @@ fn merge_terms(terms: &mut Vec<(u128, u128)>) {
             small += 1;
         }
         if !merged {
-            return;
+            return &mut terms[..len];
+        }
+    }
+}
+
+/// Terms of a footprint under construction held on the stack, the common case; layouts of more
+/// axes than this use the heap.
+const INLINE_TERMS: usize = 8;
+
+/// A buffer of at most `capacity` terms, filled from the front: `inline` when it is large
+/// enough, a vector otherwise. Building a footprint then allocates only the terms it keeps.
+struct Terms<'a, T> {
+    slots: TermSlots<'a, T>,
+    len: usize,
+}
+
+enum TermSlots<'a, T> {
+    Inline(&'a mut [T]),
+    Heap(Vec<T>),
+}
+
+impl<'a, T: Copy + Default> Terms<'a, T> {
+    fn new(inline: &'a mut [T], capacity: usize) -> Self {
+        let slots = if capacity <= inline.len() {
+            TermSlots::Inline(&mut inline[..capacity])
+        } else {
+            TermSlots::Heap(vec![T::default(); capacity])
+        };
+        Terms { slots, len: 0 }
+    }
+
+    /// Appends `term`; at most `capacity` terms are pushed (panics otherwise).
+    fn push(&mut self, term: T) {
+        let len = self.len;
+        self.as_full_slice()[len] = term;
+        self.len += 1;
+    }
+
+    fn as_full_slice(&mut self) -> &mut [T] {
+        match &mut self.slots {
+            TermSlots::Inline(slots) => slots,
+            TermSlots::Heap(slots) => slots,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        let len = self.len;
+        &mut self.as_full_slice()[..len]
+    }
+
+    fn as_slice(&self) -> &[T] {
+        match &self.slots {
+            TermSlots::Inline(slots) => &slots[..self.len],
+            TermSlots::Heap(slots) => &slots[..self.len],
         }
     }
 }

@@ -476,10 +476,17 @@ impl<'a> TensorLayout<'a> {
     /// none. Strides in bytes are the element strides times `element_bytes` (an axis of extent 1
     /// may carry any stride: the footprint ignores it).
     pub(crate) fn footprint(&self, element_bytes: usize) -> Option<Footprint> {
-        let strides: Vec<i64> = (0..self.ndim())
-            .map(|axis| self.stride(axis).saturating_mul(element_bytes as i64))
-            .collect();
         let first = self.first_element_ptr().addr();
+        let stride = |axis| self.stride(axis).saturating_mul(element_bytes as i64);
+        // On the stack for up to 8 axes: a borrow allocates only what the registry keeps.
+        let mut inline = [0i64; 8];
+        if let Some(strides) = inline.get_mut(..self.ndim()) {
+            for (axis, slot) in strides.iter_mut().enumerate() {
+                *slot = stride(axis);
+            }
+            return Footprint::new(first, self.shape(), strides, element_bytes);
+        }
+        let strides: Vec<i64> = (0..self.ndim()).map(stride).collect();
         Footprint::new(first, self.shape(), &strides, element_bytes)
     }
 
