@@ -107,10 +107,14 @@ DLPACK_RUNTIME_ATTACHED_QUERY=marks LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" time
     examples/python-ext/gpu_tests/test_cuda_numpy.py examples/python-ext/tests/test_free_threaded.py \
     examples/python-ext/tests/test_consumer_styles.py examples/python-ext/tests/test_finalization.py
 echo "==> leak and memory-error check: Rust-only tests under valgrind"
+# Left out: the_index_decides_as_a_scan_of_every_borrow, the borrow registry's comparison with a
+# scan (safe code, hundreds of operations a case: about ten minutes under valgrind at 256 cases);
+# it runs in the plain test runs and under Miri.
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect" \
-        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges --test borrows
+        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges --test borrows \
+            -- --skip the_index_decides_as_a_scan_of_every_borrow
 else
     echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
 fi
