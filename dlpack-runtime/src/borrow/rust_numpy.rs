@@ -603,10 +603,10 @@ fn rust_numpy_table(py: Python<'_>, np: &Numpy) -> Option<*const RustNumpyApi> {
         .get_item(intern!(py, "_RUST_NUMPY_BORROW_CHECKING_API"))
         .ok()
         .flatten()?;
-    if let Some((known, table)) = RUST_NUMPY_TABLE.get()
-        && capsule.is(known)
-    {
-        return Some(table.0);
+    if let Some((known, table)) = RUST_NUMPY_TABLE.get() {
+        if capsule.is(known) {
+            return Some(table.0);
+        }
     }
     let table = checked_table(&capsule)?;
     // The first table found is kept with its capsule; a later one (published after the first
