@@ -486,19 +486,7 @@ pub fn python_matrix() -> usize {
     use crate::py::{collect, with_numpy};
 
     // Globals, not locals: the class the matrix defines reads `t`.
-    fn eval<'py>(
-        py: Python<'py>,
-        code: &str,
-        globals: &Bound<'py, pyo3::types::PyDict>,
-    ) -> Bound<'py, PyAny> {
-        let code = std::ffi::CString::new(code).unwrap();
-        py.run(&code, Some(globals), None)
-            .unwrap_or_else(|e| panic!("python failed: {e}"));
-        globals
-            .get_item("result")
-            .unwrap()
-            .expect("code sets `result`")
-    }
+    use crate::py::eval_globals as eval;
 
     Python::attach(|py| {
         let counter = Counter::new();

@@ -649,6 +649,22 @@ pub mod py {
             .expect("code sets `result`")
     }
 
+    /// Runs `code` with `globals` as its globals (so that the functions, lambdas and classes it
+    /// defines see its names) and returns the value it left in `result`.
+    pub fn eval_globals<'py>(
+        py: Python<'py>,
+        code: &str,
+        globals: &Bound<'py, PyDict>,
+    ) -> Bound<'py, PyAny> {
+        let code = std::ffi::CString::new(code).unwrap();
+        py.run(&code, Some(globals), None)
+            .unwrap_or_else(|e| panic!("python failed: {e}"));
+        globals
+            .get_item("result")
+            .unwrap()
+            .expect("code sets `result`")
+    }
+
     /// Locals with `np` bound to NumPy.
     pub fn with_numpy(py: Python<'_>) -> Bound<'_, PyDict> {
         let locals = PyDict::new(py);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dlpack_runtime::ffi::{self, DLManagedTensorVersioned};
 use dlpack_runtime::python::{self, FromDlpackOptions, export_once};
 use dlpack_runtime::{DataType, Device, DlpackExport, ManagedTensor};
-use dlpack_tests::py::{collect, eval as run, with_numpy as locals};
+use dlpack_tests::py::{collect, eval as run, eval_globals, with_numpy as locals};
 use dlpack_tests::types::{Compact, tensor};
 use dlpack_tests::{Counter, DropGuard};
 use pyo3::exceptions::PyBufferError;
@@ -740,22 +740,6 @@ struct Installed {
     _guard: DropGuard,
 }
 
-/// Runs `code` with `globals` as its globals (so that the functions, lambdas and classes it
-/// defines see its names) and returns its `result`.
-fn run_globals<'py>(
-    py: Python<'py>,
-    code: &str,
-    globals: &Bound<'py, pyo3::types::PyDict>,
-) -> Bound<'py, PyAny> {
-    let code = std::ffi::CString::new(code).unwrap();
-    py.run(&code, Some(globals), None)
-        .unwrap_or_else(|e| panic!("python failed: {e}"));
-    globals
-        .get_item("result")
-        .unwrap()
-        .expect("code sets `result`")
-}
-
 #[test]
 fn add_dlpack_methods_installs_the_protocol() {
     Python::attach(|py| {
@@ -775,7 +759,7 @@ fn add_dlpack_methods_installs_the_protocol() {
         // Globals, not locals: the snippets define functions and lambdas that read `t`.
         let l = locals(py);
         l.set_item("t", &obj).unwrap();
-        let run = run_globals;
+        let run = eval_globals;
         let read: (Vec<f64>, bool, (i32, i32)) = run(
             py,
             "a = np.from_dlpack(t)\nresult = (a.tolist(), a.flags.writeable, t.__dlpack_device__())",
@@ -930,7 +914,7 @@ fn a_copied_exchange_api_table_falls_back_to_dlpack() {
         l.set_item("Published", obj.get_type()).unwrap();
         // Another type publishing `Published`'s table: the table refuses its objects with a
         // `BufferError`, and the consumer asks `__dlpack__` instead.
-        let impostor = run_globals(
+        let impostor = eval_globals(
             py,
             "class Impostor:
     __dlpack_c_exchange_api__ = Published.__dlpack_c_exchange_api__
@@ -959,16 +943,16 @@ def make():
             return (1, 0)
     return K()
 result = make()";
-        let first = run_globals(py, code, &l);
+        let first = eval_globals(py, code, &l);
         let view: Compact<f64> = python::from_dlpack(&first).unwrap();
         assert_eq!(view.data.as_slice().unwrap(), [0.0, 1.0, 2.0]);
         l.set_item("first", &first).unwrap();
-        let alive = run_globals(py, "ref = weakref.ref(type(first))\nresult = ref", &l);
+        let alive = eval_globals(py, "ref = weakref.ref(type(first))\nresult = ref", &l);
         drop(first);
         l.del_item("first").unwrap();
         // Producers of 100 more types made at run time pass through the cache.
         for _ in 0..100 {
-            let other = run_globals(py, "result = make()", &l);
+            let other = eval_globals(py, "result = make()", &l);
             let _: Compact<f64> = python::from_dlpack(&other).unwrap();
         }
         collect(py);
