@@ -254,6 +254,12 @@ pub(crate) fn prepare(py: pyo3::Python<'_>) {
     rust_numpy::prepare(py);
 }
 
+/// NumPy's `ndarray` type, when NumPy has been imported (and recognized, [`prepare`]).
+#[cfg(feature = "python")]
+pub(crate) fn numpy_ndarray_type(py: pyo3::Python<'_>) -> Option<*mut pyo3::ffi::PyTypeObject> {
+    rust_numpy::ndarray_type(py)
+}
+
 /// A shared borrow held for the time of one read of memory that no import holds (a copy made
 /// by this crate's exporter): released when dropped.
 #[must_use = "the borrow ends when the guard is dropped"]

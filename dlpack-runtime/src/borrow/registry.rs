@@ -9,7 +9,7 @@
 
 use core::ffi::c_void;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, PoisonError};
 
@@ -115,6 +115,10 @@ const CLASSES: usize = usize::BITS as usize;
 /// access and class whose spans start in a range of addresses are one range of keys.
 type Key = (u64, u8, u8, usize, u64);
 
+/// A key of [`Registry::by_span`] that no request looks at (no borrow is of space `u64::MAX`,
+/// nor of class 255), standing for no borrow: see [`Registry::index`].
+const SENTINEL: Key = (u64::MAX, 1, u8::MAX, usize::MAX, u64::MAX);
+
 /// The live borrows.
 ///
 /// A request must be checked against every borrow of its space whose footprint shares a byte
@@ -131,9 +135,39 @@ pub(super) struct Registry {
     /// The borrows, by [`Key`]: one past the highest byte of each one's span.
     by_span: BTreeMap<Key, usize>,
     /// Each owner's key in `by_span`, and its footprint.
-    by_owner: HashMap<u64, (Key, Footprint), BuildHasherDefault<DefaultHasher>>,
-    /// Borrows per (exclusive, class), of every space: the classes worth a look.
+    by_owner: HashMap<u64, (Key, Footprint), BuildHasherDefault<OwnerHasher>>,
+    /// Borrows per (exclusive, class), of every space.
     per_class: [[usize; CLASSES]; 2],
+    /// Per exclusive (0, 1), bit `c` set when `per_class` counts borrows of class `c`: the
+    /// classes worth a look.
+    in_use: [u64; 2],
+}
+
+const _: () = assert!(CLASSES <= u64::BITS as usize);
+
+/// The hasher of [`Registry::by_owner`] (and of the rust-numpy bridge's entries): owners are addresses of distinct live objects (or
+/// keys this crate makes unique), chosen by no adversary, so one multiplication spreads them.
+/// The high bits of the product depend on every bit of the key (the low ones only on the
+/// key's low bits, zero for aligned addresses): `finish` rotates them down, where the table
+/// takes its bucket index.
+#[derive(Default)]
+pub(super) struct OwnerHasher(u64);
+
+impl Hasher for OwnerHasher {
+    fn finish(&self) -> u64 {
+        self.0.rotate_left(26)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.write_u64(u64::from(byte));
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        // Fibonacci hashing: 2^64 over the golden ratio, odd.
+        self.0 = (self.0.rotate_left(5) ^ key).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// The span length class of a span of `len` bytes.
@@ -156,6 +190,7 @@ impl Registry {
             by_span: BTreeMap::new(),
             by_owner: HashMap::with_hasher(BuildHasherDefault::new()),
             per_class: [[0; CLASSES]; 2],
+            in_use: [0; 2],
         }
     }
 
@@ -174,8 +209,10 @@ impl Registry {
             Access::Exclusive => &[1, 0],
         };
         for &exclusive in kinds {
-            let counts = &self.per_class[usize::from(exclusive)];
-            for class in (0..CLASSES).filter(|&class| counts[class] > 0) {
+            let mut classes = self.in_use[usize::from(exclusive)];
+            while classes != 0 {
+                let class = classes.trailing_zeros() as usize;
+                classes &= classes - 1;
                 let from = a.saturating_sub(longest(class));
                 let tag = class as u8;
                 let found = self
@@ -200,14 +237,26 @@ impl Registry {
 
     /// Puts `key` (with one past its highest byte, `high`) in `by_span`.
     fn index(&mut self, key: Key, high: usize) {
-        self.per_class[usize::from(key.1)][usize::from(key.2)] += 1;
+        if self.by_span.is_empty() {
+            // Kept for good, so that the tree's root node is not freed with the last borrow and
+            // allocated again with the next (a process with one borrow at a time would pay
+            // both on each).
+            self.by_span.insert(SENTINEL, 0);
+        }
+        let (kind, class) = (usize::from(key.1), usize::from(key.2));
+        self.per_class[kind][class] += 1;
+        self.in_use[kind] |= 1 << class;
         self.by_span.insert(key, high);
     }
 
     /// Takes `key` out of `by_span`: one past its highest byte.
     fn unindex(&mut self, key: &Key) -> Option<usize> {
         let high = self.by_span.remove(key)?;
-        self.per_class[usize::from(key.1)][usize::from(key.2)] -= 1;
+        let (kind, class) = (usize::from(key.1), usize::from(key.2));
+        self.per_class[kind][class] -= 1;
+        if self.per_class[kind][class] == 0 {
+            self.in_use[kind] &= !(1 << class);
+        }
         Some(high)
     }
 
@@ -384,7 +433,27 @@ pub(super) fn acquire(
     access: Access,
     replace: bool,
 ) -> Result<(), BorrowError> {
-    let terms: Vec<[u64; 2]> = footprint.terms().iter().map(|&(s, e)| [s, e]).collect();
+    if core::ptr::eq(table, &LOCAL) {
+        // This copy's own registry: the decision `local_acquire` would take, without taking the
+        // footprint apart and assembling it again on the other side of the ABI.
+        return match grant(owner as u64, 0, footprint.clone(), access, replace) {
+            Ok(()) => Ok(()),
+            Err(Ok(held)) => Err(conflict(footprint, access, &held)),
+            Err(Err(code)) => Err(failure(code)),
+        };
+    }
+    // Most layouts have a term or two: kept on the stack.
+    let mut inline = [[0u64; 2]; 8];
+    let heap: Vec<[u64; 2]>;
+    let terms: &[[u64; 2]] = if footprint.terms().len() <= inline.len() {
+        for (slot, &(stride, extent)) in inline.iter_mut().zip(footprint.terms()) {
+            *slot = [stride, extent];
+        }
+        &inline[..footprint.terms().len()]
+    } else {
+        heap = footprint.terms().iter().map(|&(s, e)| [s, e]).collect();
+        &heap
+    };
     let request = RawRequest {
         size: size_of::<RawRequest>() as u64,
         owner: owner as u64,
@@ -403,32 +472,51 @@ pub(super) fn acquire(
     let code = unsafe { (table.acquire)(table.ctx, &request, &mut held) };
     match code {
         GRANTED => Ok(()),
-        CONFLICT => {
-            let (start, end) = footprint.span();
-            Err(BorrowError::Conflict {
-                requested: BorrowedRange { start, end, access },
-                held: BorrowedRange {
-                    start: held.start as usize,
-                    end: held.end as usize,
-                    access: if held.exclusive != 0 {
-                        Access::Exclusive
-                    } else {
-                        Access::Shared
-                    },
-                },
-            })
-        }
-        INVALID => Err(BorrowError::Unavailable {
+        CONFLICT => Err(conflict(footprint, access, &held)),
+        code => Err(failure(code)),
+    }
+}
+
+/// The error for a request of `footprint` as `access` that `held` refused.
+#[cold]
+fn conflict(footprint: &Footprint, access: Access, held: &RawHeld) -> BorrowError {
+    let (start, end) = footprint.span();
+    BorrowError::Conflict {
+        requested: BorrowedRange { start, end, access },
+        held: BorrowedRange {
+            start: held.start as usize,
+            end: held.end as usize,
+            access: if held.exclusive != 0 {
+                Access::Exclusive
+            } else {
+                Access::Shared
+            },
+        },
+    }
+}
+
+/// The error for an answer of the registry other than granted or a conflict.
+#[cold]
+fn failure(code: i32) -> BorrowError {
+    match code {
+        INVALID => BorrowError::Unavailable {
             reason: "the registry refused a well-formed layout as malformed",
-        }),
-        _ => Err(BorrowError::Unavailable {
+        },
+        _ => BorrowError::Unavailable {
             reason: "the registry failed (a panic inside it was caught)",
-        }),
+        },
     }
 }
 
 /// Releases through `table`.
 pub(super) fn release(table: &BorrowApi, owner: usize) {
+    if core::ptr::eq(table, &LOCAL) {
+        REGISTRY
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .release(owner as u64);
+        return;
+    }
     // SAFETY: as in `acquire`.
     unsafe { (table.release)(table.ctx, owner as u64) }
 }
@@ -442,14 +530,29 @@ mod tests {
         Footprint::new(first, &[len], &[4], 4).expect("elements")
     }
 
+    /// What `LOCAL` itself decides without crossing the ABI (`acquire` calls the registry
+    /// directly), the same table's functions decide through it.
+    static VIA_ABI: BorrowApi = BorrowApi {
+        version: API_VERSION,
+        size: size_of::<BorrowApi>() as u64,
+        ctx: core::ptr::null(),
+        acquire: local_acquire,
+        release: local_release,
+    };
+
     #[test]
     fn shared_borrows_overlap_and_exclusive_ones_do_not() {
+        shared_and_exclusive(&LOCAL);
+        shared_and_exclusive(&VIA_ABI);
+    }
+
+    fn shared_and_exclusive(table: &BorrowApi) {
         let (a, b, c) = (0x1000_0001, 0x1000_0002, 0x1000_0003);
         let x = contiguous(0x7000, 8);
-        acquire(&LOCAL, a, &x, Access::Shared, false).expect("first shared");
-        acquire(&LOCAL, b, &x, Access::Shared, false).expect("second shared");
+        acquire(table, a, &x, Access::Shared, false).expect("first shared");
+        acquire(table, b, &x, Access::Shared, false).expect("second shared");
         let err =
-            acquire(&LOCAL, c, &x, Access::Exclusive, false).expect_err("exclusive over shared");
+            acquire(table, c, &x, Access::Exclusive, false).expect_err("exclusive over shared");
         let BorrowError::Conflict { requested, held } = err else {
             panic!("a conflict")
         };
@@ -460,20 +563,20 @@ mod tests {
             (0x7000, 0x7020, Access::Shared)
         );
         // Upgrading one of two shared borrows conflicts with the other; alone, it succeeds.
-        assert!(acquire(&LOCAL, a, &x, Access::Exclusive, false).is_err());
-        release(&LOCAL, b);
-        acquire(&LOCAL, a, &x, Access::Exclusive, false).expect("upgrade");
+        assert!(acquire(table, a, &x, Access::Exclusive, false).is_err());
+        release(table, b);
+        acquire(table, a, &x, Access::Exclusive, false).expect("upgrade");
         // Held exclusive: a shared request of the owner keeps it, others are refused.
-        acquire(&LOCAL, a, &x, Access::Shared, false).expect("own shared");
-        assert!(acquire(&LOCAL, b, &contiguous(0x701c, 1), Access::Shared, false).is_err());
-        acquire(&LOCAL, b, &contiguous(0x7020, 4), Access::Exclusive, false)
+        acquire(table, a, &x, Access::Shared, false).expect("own shared");
+        assert!(acquire(table, b, &contiguous(0x701c, 1), Access::Shared, false).is_err());
+        acquire(table, b, &contiguous(0x7020, 4), Access::Exclusive, false)
             .expect("adjacent bytes");
-        release(&LOCAL, a);
-        release(&LOCAL, b);
-        acquire(&LOCAL, c, &x, Access::Exclusive, false).expect("all released");
-        release(&LOCAL, c);
+        release(table, a);
+        release(table, b);
+        acquire(table, c, &x, Access::Exclusive, false).expect("all released");
+        release(table, c);
         // Releasing what is not held does nothing.
-        release(&LOCAL, c);
+        release(table, c);
     }
 
     #[test]
@@ -588,9 +691,15 @@ mod tests {
                 (owner, key.0, key.1 == 1, footprint.clone())
             })
             .collect();
-        assert_eq!(all.len(), registry.by_span.len());
+        let sentinel = usize::from(registry.by_span.contains_key(&SENTINEL));
+        assert_eq!(all.len() + sentinel, registry.by_span.len());
         let counted: usize = registry.per_class.iter().flatten().sum();
         assert_eq!(counted, all.len());
+        for (counts, in_use) in registry.per_class.iter().zip(registry.in_use) {
+            for (class, &count) in counts.iter().enumerate() {
+                assert_eq!(in_use >> class & 1 == 1, count > 0, "class {class} in use");
+            }
+        }
         all.sort_by_key(|entry| entry.0);
         all
     }

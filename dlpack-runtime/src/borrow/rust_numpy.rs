@@ -39,6 +39,8 @@
 //! borrow: the registry dies with the process.
 
 use core::ffi::{CStr, c_int, c_void};
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -46,6 +48,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyModule, PyString, PyTuple, PyType};
 
+use super::registry::OwnerHasher;
 use super::{Access, BorrowError, BorrowedRange, Origin};
 
 /// rust-numpy's table, version 1 (`numpy` crate, `borrow/shared.rs`).
@@ -113,7 +116,6 @@ unsafe impl Sync for TablePtr {}
 
 /// One mirrored borrow: the private view it was taken on, and how.
 struct Mirrored {
-    owner: usize,
     view: Py<PyAny>,
     access: Access,
     table: *const RustNumpyApi,
@@ -124,13 +126,16 @@ struct Mirrored {
 unsafe impl Send for Mirrored {}
 
 /// This copy's mirrored borrows.
-static MIRRORED: Mutex<Vec<Mirrored>> = Mutex::new(Vec::new());
+static MIRRORED: Mutex<MirroredMap> = Mutex::new(HashMap::with_hasher(BuildHasherDefault::new()));
+
+/// [`MIRRORED`]'s entries, by owner.
+type MirroredMap = HashMap<usize, Mirrored, BuildHasherDefault<OwnerHasher>>;
 
 /// How many entries [`MIRRORED`] holds: a drop of a managed tensor looks at the list only when
 /// it is not empty.
 static MIRRORED_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-fn lock() -> MutexGuard<'static, Vec<Mirrored>> {
+fn lock() -> MutexGuard<'static, MirroredMap> {
     MIRRORED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -249,10 +254,17 @@ pub(crate) fn is_numpy(origin: Origin) -> bool {
     !origin.manager_ctx.is_null()
         && origin.deleter != 0
         && NUMPY.get().is_some_and(|found| {
-            found
-                .as_ref()
-                .is_some_and(|np| np.deleters.contains(&origin.deleter))
+            found.as_ref().is_some_and(|np| {
+                np.deleters.contains(&origin.deleter)
+                    || origin.deleter == crate::python::numpy_array_deleter()
+            })
         })
+}
+
+/// NumPy's `ndarray` type, once NumPy was recognized ([`prepare`]).
+pub(crate) fn ndarray_type(py: Python<'_>) -> Option<*mut pyo3::ffi::PyTypeObject> {
+    let np = NUMPY.get()?.as_ref()?;
+    Some(np.ndarray.bind(py).as_type_ptr())
 }
 
 /// Borrows `access` (replacing a held borrow when `replace`) for `owner`, whose memory is
@@ -280,10 +292,7 @@ pub(crate) fn acquire(
             return run();
         };
         let mut guard = lock();
-        let before = guard
-            .iter()
-            .position(|m| m.owner == owner)
-            .map(|i| guard[i].access);
+        let before = guard.get(&owner).map(|m| m.access);
         let mut unused = Unused::of(view);
         let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
             Err(refusal) => Err(refusal),
@@ -375,21 +384,20 @@ impl Refusal {
 /// Takes `access` for `owner` in rust-numpy's registry `table`, on the private view
 /// `unused[0]` (moved into the list when used). Under the lock, GIL held.
 fn mirror(
-    guard: &mut MutexGuard<'static, Vec<Mirrored>>,
+    guard: &mut MutexGuard<'static, MirroredMap>,
     owner: usize,
     access: Access,
     replace: bool,
     table: *const RustNumpyApi,
     unused: &mut Unused,
 ) -> Result<(), Refusal> {
-    if let Some(index) = guard.iter().position(|m| m.owner == owner) {
-        let held = guard[index].access;
+    if let Some(m) = guard.get_mut(&owner) {
+        let held = m.access;
         if held == access || (held == Access::Exclusive && !replace) {
             return Ok(());
         }
         // An upgrade, or a downgrade (`replace`), on the same view: the GIL is held
         // throughout, so nothing can take the array in between.
-        let m = &mut guard[index];
         // SAFETY: rust-numpy's table, GIL held, on the view acquired as `held` before.
         let code = unsafe {
             release_one(m.table, &m.view, held);
@@ -403,9 +411,10 @@ fn mirror(
         let back = unsafe { take_one(m.table, &m.view, held) };
         if back != 0 {
             // Lost: the entry no longer stands for a borrow.
-            let m = guard.swap_remove(index);
-            MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
-            unused.push(m.view);
+            if let Some(m) = guard.remove(&owner) {
+                MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
+                unused.push(m.view);
+            }
         }
         return Err(Refusal::of(code));
     }
@@ -417,12 +426,14 @@ fn mirror(
         unused.push(view);
         return Err(Refusal::of(code));
     }
-    guard.push(Mirrored {
+    guard.insert(
         owner,
-        view,
-        access,
-        table,
-    });
+        Mirrored {
+            view,
+            access,
+            table,
+        },
+    );
     MIRRORED_COUNT.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
@@ -430,19 +441,18 @@ fn mirror(
 /// Puts `owner`'s mirror back as it was `before` (none, or held as that access), after this
 /// crate's registry refused a borrow that [`mirror`] made. Under the lock, GIL held.
 fn undo(
-    guard: &mut MutexGuard<'static, Vec<Mirrored>>,
+    guard: &mut MutexGuard<'static, MirroredMap>,
     owner: usize,
     before: Option<Access>,
     unused: &mut Unused,
 ) {
-    let Some(index) = guard.iter().position(|m| m.owner == owner) else {
+    let Some(m) = guard.get_mut(&owner) else {
         return;
     };
-    let now = guard[index].access;
+    let now = m.access;
     if before == Some(now) {
         return;
     }
-    let m = &mut guard[index];
     // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
     unsafe { release_one(m.table, &m.view, now) };
     if let Some(before) = before {
@@ -452,9 +462,10 @@ fn undo(
             return;
         }
     }
-    let m = guard.swap_remove(index);
-    MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
-    unused.push(m.view);
+    if let Some(m) = guard.remove(&owner) {
+        MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
+        unused.push(m.view);
+    }
 }
 
 /// Whether any mirrored borrow is held: a drop of a managed tensor looks no further otherwise.
@@ -467,10 +478,10 @@ pub(crate) fn any() -> bool {
 pub(crate) fn release(owner: usize) {
     let taken = {
         let mut guard = lock();
-        match guard.iter().position(|m| m.owner == owner) {
-            Some(index) => {
+        match guard.remove(&owner) {
+            Some(m) => {
                 MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
-                guard.swap_remove(index)
+                m
             }
             None => return,
         }

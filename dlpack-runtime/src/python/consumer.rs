@@ -174,6 +174,14 @@ pub fn managed_from_object(
     if unsafe { pyffi::PyCapsule_CheckExact(obj.as_ptr()) } != 0 {
         return settle(consume_capsule(obj)?, options, true);
     }
+    // A NumPy array, asked for nothing: read from its fields, as its `__dlpack__` would export it.
+    if let (None, None, None) = (options.device, options.copy, options.stream) {
+        if let Some(ndarray) = crate::borrow::numpy_ndarray_type(py) {
+            if let Some(managed) = super::numpy_array::import(obj, ndarray) {
+                return Ok(managed);
+            }
+        }
+    }
     let producer = producer_of(&obj.get_type())?;
     // The function of the producer's C exchange API that failed without setting an exception.
     let mut silent = None;

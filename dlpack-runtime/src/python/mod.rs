@@ -215,6 +215,7 @@ mod installed;
 // Vectorcall methods (`METH_FASTCALL`): the full C API, or the limited API of Python 3.10+.
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;
+mod numpy_array;
 mod parameters;
 mod producer;
 mod torch;
@@ -310,4 +311,10 @@ impl From<crate::interop::cuda::CudaError> for PyErr {
     fn from(err: crate::interop::cuda::CudaError) -> Self {
         PyBufferError::new_err(err.to_string())
     }
+}
+
+/// The deleter of NumPy arrays imported from their fields (`numpy_array`): their
+/// `manager_ctx` is the array, as in NumPy's own export.
+pub(crate) fn numpy_array_deleter() -> usize {
+    numpy_array::deleter_address()
 }

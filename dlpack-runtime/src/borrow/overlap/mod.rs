@@ -170,6 +170,29 @@ impl Footprint {
         Some(built.unwrap_or_else(Footprint::everything))
     }
 
+    /// The footprint of `count` elements of `element_bytes` bytes each, one after the other
+    /// from `first`: what [`Footprint::new`] gives for a contiguous layout, without its general
+    /// normalization. `None` for no elements, or where the general construction is needed (the
+    /// end does not fit, or nothing is reached).
+    #[inline]
+    pub(crate) fn run(first: usize, count: usize, element_bytes: usize) -> Option<Footprint> {
+        if count == 0 || element_bytes == 0 {
+            return None;
+        }
+        let high = first.checked_add(count.checked_mul(element_bytes)?)?;
+        let terms = if count > 1 {
+            TermList::Inline(1, [(element_bytes as u64, count as u64), (0, 0)])
+        } else {
+            TermList::Inline(0, [(0, 0); 2])
+        };
+        Some(Footprint {
+            low: first,
+            high,
+            element_bytes,
+            terms,
+        })
+    }
+
     /// A footprint covering every byte in `[0, usize::MAX)`: the answer for inputs that break
     /// the caller's validation, which then overlaps everything.
     fn everything() -> Footprint {

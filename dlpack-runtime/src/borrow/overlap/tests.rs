@@ -327,3 +327,33 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The contiguous shortcut is the general construction of a C-contiguous layout.
+    #[test]
+    fn a_run_is_the_footprint_of_a_contiguous_layout(
+        first in 0usize..1 << 40,
+        shape in prop::collection::vec(1i64..=5, 0..=4),
+        size in prop::sample::select(vec![1usize, 2, 4, 8, 16]),
+    ) {
+        // Row-major strides in bytes.
+        let mut strides = vec![0i64; shape.len()];
+        let mut step = size as i64;
+        for (stride, &extent) in strides.iter_mut().zip(&shape).rev() {
+            *stride = step;
+            step *= extent;
+        }
+        let count = shape.iter().product::<i64>() as usize;
+        let general = Footprint::new(first, &shape, &strides, size);
+        prop_assert_eq!(Footprint::run(first, count, size), general);
+    }
+}
+
+#[test]
+fn a_run_of_nothing_or_past_the_end_is_left_to_the_general_construction() {
+    assert_eq!(Footprint::run(0x1000, 0, 4), None);
+    assert_eq!(Footprint::run(0x1000, 4, 0), None);
+    assert_eq!(Footprint::run(usize::MAX - 8, 4, 4), None);
+    let one = Footprint::run(0x1000, 1, 8).expect("one element");
+    assert_eq!((one.span(), one.terms()), ((0x1000, 0x1008), &[][..]));
+}

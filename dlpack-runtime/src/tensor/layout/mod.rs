@@ -477,6 +477,12 @@ impl<'a> TensorLayout<'a> {
     /// may carry any stride: the footprint ignores it).
     pub(crate) fn footprint(&self, element_bytes: usize) -> Option<Footprint> {
         let first = self.first_element_ptr().addr();
+        // The common case, one run of bytes: what the general construction gives, directly.
+        if self.is_contiguous(Contiguity::C) {
+            if let Some(footprint) = Footprint::run(first, self.numel(), element_bytes) {
+                return Some(footprint);
+            }
+        }
         let stride = |axis| self.stride(axis).saturating_mul(element_bytes as i64);
         // On the stack for up to 8 axes: a borrow allocates only what the registry keeps.
         let mut inline = [0i64; 8];
