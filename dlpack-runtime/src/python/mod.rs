@@ -216,6 +216,7 @@ mod installed;
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;
 mod numpy_array;
+pub(crate) use numpy_array::ArrayFields;
 mod parameters;
 mod producer;
 mod torch;

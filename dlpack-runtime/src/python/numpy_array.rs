@@ -32,21 +32,21 @@ pub(crate) const INLINE_DIMS: usize = 8;
 /// The first fields of NumPy's `PyArrayObject_fields` (`ndarraytypes.h`), the same from NumPy
 /// 1.0 to 2.x. The object header is the interpreter's, as pyo3 declares it for this build.
 #[repr(C)]
-struct ArrayFields {
+pub(crate) struct ArrayFields {
     ob_base: pyffi::PyObject,
-    data: *mut c_char,
-    nd: c_int,
-    dimensions: *const isize,
-    strides: *const isize,
-    base: *mut pyffi::PyObject,
-    descr: *const DescrFields,
-    flags: c_int,
+    pub(crate) data: *mut c_char,
+    pub(crate) nd: c_int,
+    pub(crate) dimensions: *const isize,
+    pub(crate) strides: *const isize,
+    pub(crate) base: *mut pyffi::PyObject,
+    pub(crate) descr: *const DescrFields,
+    pub(crate) flags: c_int,
 }
 
 /// The first fields of NumPy's `PyArray_Descr` (`ndarraytypes.h`), the same from NumPy 1.0 to
 /// 2.x (2.0 renamed the char `flags` to `_former_flags`; `type_num` keeps its place).
 #[repr(C)]
-struct DescrFields {
+pub(crate) struct DescrFields {
     ob_base: pyffi::PyObject,
     typeobj: *mut pyffi::PyTypeObject,
     kind: c_char,
