@@ -119,29 +119,45 @@ def main():
         ),
     ]
     if peer is not None:
-        # Reading a small array argument, borrow-checked on both sides: our derived consumer
-        # (import, borrow in this crate's registry and, for NumPy memory, rust-numpy's) against
-        # rust-numpy's `PyReadonlyArray1<f32>` (its registry only). The peer's first borrow
-        # publishes rust-numpy's registry, so our side mirrors its borrows there, as it does
-        # in a process that uses both.
+        # Reading and writing a small array argument, borrow-checked on both sides, on the same
+        # arrays: our derived consumers (import, borrow in this crate's registry and, for NumPy
+        # memory, rust-numpy's) against rust-numpy's `PyReadonlyArray1` / `PyReadwriteArray1`
+        # (its registry only). The peer's first borrow publishes rust-numpy's registry, so our
+        # side mirrors its borrows there, as it does in a process that uses both; the same
+        # pairs without rust-numpy's registry on our side are timed by `alone()`.
         x64 = np.arange(6, dtype=np.float64)
         x32 = np.arange(6, dtype=np.float32)
+        a32, b32 = np.zeros(6, np.float32), np.zeros(6, np.float32)
         t64 = torch.arange(6, dtype=torch.float64)
         peer.readonly_sum(x32)
         pairs += [
             (
-                "de.total(ndarray f64, 6) / peer.readonly_sum(ndarray f32, 6): read an argument",
+                "de.total(x) / peer.readonly_sum_f64(x): read an argument (ndarray f64, 6)",
                 lambda: de.total(x64),
-                lambda: peer.readonly_sum(x32),
+                lambda: peer.readonly_sum_f64(x64),
+                2.0,
+                call,
+            ),
+            (
+                "de.fill(x, 1) / peer.readwrite_fill(x, 1): write an argument (ndarray f32, 6)",
+                lambda: de.fill(x32, 1.0),
+                lambda: peer.readwrite_fill(x32, 1.0),
+                2.0,
+                call,
+            ),
+            (
+                "de.alias(a, b) / peer.readwrite_pair(a, b): two writable arguments (ndarray f32, 6)",
+                lambda: de.alias(a32, b32),
+                lambda: peer.readwrite_pair(a32, b32),
                 2.0,
                 call,
             ),
             (
                 # No rust-numpy registry for torch memory; PyTorch's exchange API costs more
                 # than NumPy's `__dlpack__` (see the pair of de.consume above).
-                "de.total(torch f64, 6) / peer.readonly_sum(ndarray f32, 6): read an argument",
+                "de.total(torch f64, 6) / peer.readonly_sum_f64(ndarray f64, 6): read an argument",
                 lambda: de.total(t64),
-                lambda: peer.readonly_sum(x32),
+                lambda: peer.readonly_sum_f64(x64),
                 5.0,
                 call,
             ),
@@ -179,5 +195,114 @@ def main():
         )
 
 
+# The pairs above without rust-numpy's registry on our side: each side in a process of its own
+# (ours never loads the peer), timed alternately, REPEATS rounds.
+ALONE = {
+    "read": ("de.total(x)", "peer.readonly_sum_f64(x)", "x = np.arange(6, dtype=np.float64)"),
+    "write": ("de.fill(x, 1.0)", "peer.readwrite_fill(x, 1.0)", "x = np.zeros(6, np.float32)"),
+    "two writable": (
+        "de.alias(a, b)",
+        "peer.readwrite_pair(a, b)",
+        "a, b = np.zeros(6, np.float32), np.zeros(6, np.float32)",
+    ),
+}
+
+
+def worker_time(module, statement, setup, number=200_000, repeat=5):
+    """Runs `statement` in a fresh interpreter that imports only `module` (as `de` or `peer`)
+    and NumPy: the best of `repeat` timings of `number` calls, in ns per call."""
+    import subprocess
+
+    name = {"dlpack_example": "de", "dlpack_borrow_peer": "peer"}[module]
+    code = (
+        f"import timeit, numpy as np, {module} as {name}\n"
+        f"{setup}\n"
+        f"t = timeit.Timer({statement!r}, globals=globals())\n"
+        f"t.timeit({number} // 10)\n"
+        f"print(min(t.repeat({repeat}, {number})) / {number} * 1e9)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
+    )
+    return float(out.stdout.strip())
+
+
+def alone():
+    print()
+    print("Without rust-numpy's registry in our process (each side in a process of its own):")
+    print()
+    print("| pair | ours (ns) | theirs (ns) | ratio: median (worst) | target |")
+    print("|---|---|---|---|---|")
+    for name, (ours, theirs, setup) in ALONE.items():
+        ratios, o_ns, r_ns = [], [], []
+        for i in range(REPEATS):
+            sides = [("dlpack_example", ours), ("dlpack_borrow_peer", theirs)]
+            if i % 2:
+                sides.reverse()
+            timed = {module: worker_time(module, statement, setup) for module, statement in sides}
+            o, r = timed["dlpack_example"], timed["dlpack_borrow_peer"]
+            o_ns.append(o)
+            r_ns.append(r)
+            ratios.append(o / r)
+        ratios.sort()
+        verdict = "met" if ratios[-1] <= 2.0 else "**missed**"
+        print(
+            f"| {name}: {ours} / {theirs} | {statistics.median(o_ns):,.0f} |"
+            f" {statistics.median(r_ns):,.0f} | {ratios[len(ratios) // 2]:.2f}x ({ratios[-1]:.2f}x)"
+            f" | <= 2.0x: {verdict} |"
+        )
+
+
+LIVE = (0, 100, 20_000, 200_000)
+
+LIVE_CODE = """
+import sys, timeit, numpy as np, dlpack_example as de
+live = int(sys.argv[1])
+# `live` other imports holding exclusive borrows of small arrays of their own.
+arrays = [np.zeros(2, np.float32) for _ in range(live)]
+held = [de.hold(x, True) for x in arrays]
+a, b = np.zeros(6, np.float32), np.zeros(6, np.float32)
+t = timeit.Timer("de.alias(a, b)", globals=globals())
+t.timeit(10_000)
+print(min(t.repeat(5, 100_000)) / 100_000 * 1e9)
+"""
+
+
+def live_borrows():
+    """A pyfunction taking two writable NumPy imports (`de.alias(a, b)`), beside 0 to 200,000
+    live borrows of other memory, each count in a fresh process, REPEATS rounds."""
+    import subprocess
+
+    print()
+    print("A pyfunction with two writable imports, `de.alias(a, b)`, beside N live borrows:")
+    print()
+    print("| live borrows | ns per call: median (worst) | worst / 0-live's best | target |")
+    print("|---|---|---|---|")
+    times = {n: [] for n in LIVE}
+    for _ in range(REPEATS):
+        for n in LIVE:
+            out = subprocess.run(
+                [sys.executable, "-c", LIVE_CODE, str(n)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=True,
+            )
+            times[n].append(float(out.stdout.strip()))
+    base = min(times[0])
+    for n in LIVE:
+        worst = max(times[n])
+        target = ""
+        if n == 20_000:
+            target = "<= 3.0x: " + ("met" if worst / base <= 3.0 else "**missed**")
+        print(
+            f"| {n:,} | {statistics.median(times[n]):,.0f} ({worst:,.0f}) | {worst / base:.2f}x"
+            f" | {target} |"
+        )
+
+
 if __name__ == "__main__":
     main()
+    if peer is not None:
+        alone()
+    live_borrows()

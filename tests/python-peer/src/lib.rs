@@ -72,11 +72,41 @@ fn readonly_sum(x: PyReadonlyArray1<'_, f32>) -> PyResult<f32> {
     Ok(x.as_array().sum())
 }
 
+/// `readonly_sum_f64(x)`: as `readonly_sum`, for float64.
+#[pyfunction]
+fn readonly_sum_f64(x: PyReadonlyArray1<'_, f64>) -> PyResult<f64> {
+    Ok(x.as_array().iter().fold(0.0, |total, v| total + v))
+}
+
+/// `readwrite_fill(x, value)`: writes `value` into every element of `x` through rust-numpy's
+/// `PyReadwriteArray`; the number of elements.
+#[pyfunction]
+fn readwrite_fill(mut x: PyReadwriteArray1<'_, f32>, value: f32) -> PyResult<usize> {
+    let slice = x.as_slice_mut()?;
+    slice.fill(value);
+    Ok(slice.len())
+}
+
+/// `readwrite_pair(a, b)`: writes 1.0 into `a[0]` and 2.0 into `b[0]` through two
+/// `PyReadwriteArray`s, then returns `a[0]` (the example's `alias`, on rust-numpy).
+#[pyfunction]
+fn readwrite_pair(
+    mut a: PyReadwriteArray1<'_, f32>,
+    mut b: PyReadwriteArray1<'_, f32>,
+) -> PyResult<f32> {
+    a.as_slice_mut()?[0] = 1.0;
+    b.as_slice_mut()?[0] = 2.0;
+    Ok(a.as_slice()?[0])
+}
+
 /// Free-thread-safe, as the example extension (`gil_used = false`).
 #[pymodule(gil_used = false)]
 fn dlpack_borrow_peer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readwrite_while, m)?)?;
     m.add_function(wrap_pyfunction!(readonly_sum, m)?)?;
+    m.add_function(wrap_pyfunction!(readonly_sum_f64, m)?)?;
+    m.add_function(wrap_pyfunction!(readwrite_fill, m)?)?;
+    m.add_function(wrap_pyfunction!(readwrite_pair, m)?)?;
     m.add_class::<Held>()?;
     m.add_function(wrap_pyfunction!(hold, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
