@@ -476,7 +476,9 @@ pub use dlpack_derive::DlpackStorage;
 /// struct with one field): importing asks each variant's buffer, in declaration order, whether it
 /// accepts the tensor ([`ImportBuffer::accepts`]: `ImportedData<f32>` accepts float32), and
 /// builds the first that does. When none does, the error is [`ImportError::NoVariant`], naming
-/// each variant's reason, and the tensor's deleter has run.
+/// each variant's reason, and the tensor's deleter has run. The storage borrows at import
+/// ([`ImportBuffer::borrow_at_import`], for a consumer marked `#[dlpack(borrow = "...")]`) when
+/// every variant's buffer does, through the variant it holds.
 ///
 /// | input | meaning | accepted variant types | example |
 /// |---|---|---|---|

@@ -19,8 +19,12 @@
 //!   ...) is one address space: a pinned buffer can be seen under more than one device type.
 //! - **Held by the import**: the first access of an import takes its borrow, which lasts until
 //!   the import is dropped or its borrow released
-//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). An import that is
-//!   never accessed never touches the registry, and neither does an import of memory that no
+//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). A consumer marked
+//!   `#[dlpack(borrow = "shared")]` or `#[dlpack(borrow = "exclusive")]` takes it at import
+//!   instead ([`ImportBuffer::borrow_at_import`](crate::ImportBuffer::borrow_at_import)), so
+//!   that a `#[pyfunction]` argument is refused while pyo3 extracts it, with a note naming the
+//!   parameter, as rust-numpy's `PyReadonlyArray` and `PyReadwriteArray` are. An import that is
+//!   never accessed (nor borrows at import) never touches the registry, and neither does an import of memory that no
 //!   other import can reach (a tensor this crate exported from an owned `Vec`, see
 //!   [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)).
 //! - **One per process**: every copy of this crate in the process (several extension modules,
@@ -164,7 +168,9 @@ pub enum BorrowError {
         held: BorrowedRange,
     },
     /// rust-numpy's registry refused the borrow of a NumPy array's memory (see
-    /// [rust-numpy](self#rust-numpy)).
+    /// [rust-numpy](self#rust-numpy)). Borrows of NumPy memory are taken there before this
+    /// crate's registry, so while an extension built on rust-numpy has published it, this is
+    /// also how a conflict between two imports of one array through this crate is reported.
     #[error(
         "cannot borrow {} {}: {reason}{}",
         Bytes(requested),
@@ -213,11 +219,13 @@ impl fmt::Display for Adverb {
     }
 }
 
-/// What to do about a refusal by rust-numpy's registry: for a conflict, where the other borrow
-/// lives and how to end it; nothing for the other refusals, whose reason says it all.
+/// What to do about a refusal by rust-numpy's registry: for a conflict, who may hold the other
+/// borrow there and how to end it; nothing for the other refusals, whose reason says it all.
+/// Borrows of NumPy memory are taken in rust-numpy's registry first, so while it is published a
+/// conflict between two imports of this crate over one array is found there too.
 fn rust_numpy_hint(reason: &str) -> &'static str {
     if reason.starts_with("rust-numpy holds") {
-        "; it is held by an extension built on rust-numpy, for as long as its PyReadonlyArray or PyReadwriteArray lives (an earlier argument of this call, or a caller up the stack that holds one while calling this): pass memory that does not overlap (a copy), or take the borrows in turn, after the other is dropped"
+        "; the other borrow is held there by another live import of the same array through this crate, which records its borrows there too (an earlier argument of this call, or an import kept elsewhere), or by a PyReadonlyArray or PyReadwriteArray of an extension built on rust-numpy (a caller up the stack that holds one while calling this); pass memory that does not overlap (a copy), take the borrows in turn (drop a readonly() guard before readwrite(), or drop the other import or array first), or give the other back with release_borrow()"
     } else {
         ""
     }
