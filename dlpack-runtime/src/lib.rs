@@ -394,14 +394,13 @@ pub use dlpack_derive::DlpackExport;
 ///
 /// # Borrowing at import: `borrow = "shared" | "exclusive"`
 ///
-/// An [`ImportedData`] borrows the bytes it reaches at its first access (see
-/// [`borrow`](crate::borrow)). The container option `borrow` makes the import take that borrow
-/// at once, right after it builds the data field: `"shared"` for a consumer that reads,
-/// `"exclusive"` for one that writes (it requires `writable`). A conflicting borrow then refuses
-/// the import itself, with [`ImportError::Layout`] holding
-/// [`LayoutError::Borrow`](crate::LayoutError::Borrow), and the managed tensor is dropped. The
-/// borrow is the import's: it lasts until the value is dropped (or its data gives it back with
-/// [`ImportedData::release_borrow`]), the semantics of rust-numpy's `PyReadonlyArray` and
+/// An [`ImportedData`] borrows the bytes it reaches at its first access (see [`borrow`]). The
+/// container option `borrow` makes the import take that borrow at once, right after it builds
+/// the data field: `"shared"` for a consumer that reads, `"exclusive"` for one that writes (it
+/// requires `writable`). A conflicting borrow then refuses the import itself, with
+/// [`ImportError::Layout`] holding [`LayoutError::Borrow`], and the managed tensor is dropped.
+/// The borrow is the import's: it lasts until the value is dropped (or its data gives it back
+/// with [`ImportedData::release_borrow`]), the semantics of rust-numpy's `PyReadonlyArray` and
 /// `PyReadwriteArray`.
 ///
 /// Use it for the arguments of a `#[pyfunction]`: pyo3 builds them before the body runs, so

@@ -154,7 +154,7 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
 
     const BORROWS_AT_IMPORT: bool = true;
 
-    /// Takes the borrow its first access would take ([`Self::borrow`]), now. Memory the host
+    /// Takes the borrow its first access would take, now. Memory the host
     /// cannot read as elements of `T` (device memory, or misaligned) has no borrow to take: its
     /// host accesses are refused anyway.
     #[inline]
