@@ -3,7 +3,9 @@
 //! Both lists are comma-separated. A field's list holds role keywords ([`FieldAttr`]); the
 //! container's holds options ([`ContainerAttr`]): `crate = "path"`, the flags `readonly` and
 //! `transparent`, and the consumer constraints `dtype = T`, `ndim = N`, `shape = [_, 3]`,
-//! `contiguous = "C"`, `device = "cpu"` and `writable`. An unknown key is answered by
+//! `contiguous = "C"`, `device = "cpu"` and `writable`, and the consumer option
+//! `borrow = "shared" | "exclusive"`, kept with the constraints (it is checked and written at
+//! import too, but asks nothing of the tensor). An unknown key is answered by
 //! [`syn::parse::Lookahead1`], which lists what was expected; a key written in the wrong place
 //! gets an error saying where it belongs; a bad value gets an error saying what to write instead.
 //!
@@ -159,6 +161,8 @@ keys! {
         Device = device,
         /// `writable`.
         Writable = writable,
+        /// `borrow = "shared" | "exclusive"`.
+        Borrow = borrow,
     }
 }
 
@@ -171,7 +175,8 @@ impl ContainerKey {
             | ContainerKey::Ndim
             | ContainerKey::Shape
             | ContainerKey::Contiguous
-            | ContainerKey::Device => true,
+            | ContainerKey::Device
+            | ContainerKey::Borrow => true,
             ContainerKey::Readonly | ContainerKey::Transparent | ContainerKey::Writable => false,
         }
     }
@@ -262,7 +267,9 @@ pub enum ContainerAttr {
     Constraint(Constraint),
 }
 
-/// A consumer constraint: `key = value`, or the flag `writable`.
+/// A consumer constraint: `key = value`, or the flag `writable`; or the consumer option
+/// `borrow = "..."`, which is read, checked for duplicates and refused where constraints are
+/// refused (producers, transparent structs, storage) in the same way.
 pub struct Constraint {
     /// The key's span, for errors about the constraint as a whole.
     pub key: Span,
@@ -286,6 +293,8 @@ pub enum ConstraintKind {
     Device(DeviceKind),
     /// `writable`.
     Writable,
+    /// `borrow = "shared" | "exclusive"`: the import borrows its memory at once.
+    Borrow(BorrowKind),
 }
 
 impl ConstraintKind {
@@ -298,6 +307,7 @@ impl ConstraintKind {
             ConstraintKind::Contiguous(_) => ContainerKey::Contiguous,
             ConstraintKind::Device(_) => ContainerKey::Device,
             ConstraintKind::Writable => ContainerKey::Writable,
+            ConstraintKind::Borrow(_) => ContainerKey::Borrow,
         }
     }
 }
@@ -320,6 +330,15 @@ pub enum DeviceKind {
     Cpu,
     /// `"cuda"`: `kDLCUDA`.
     Cuda,
+}
+
+/// The access of `borrow = "..."`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BorrowKind {
+    /// `"shared"`: for reads.
+    Shared,
+    /// `"exclusive"`: for writes.
+    Exclusive,
 }
 
 impl Parse for ContainerAttr {
@@ -370,6 +389,7 @@ impl Parse for ContainerAttr {
             ContainerKey::Contiguous => constraint(span, parse_contiguous(input)?),
             ContainerKey::Device => constraint(span, parse_device(input)?),
             ContainerKey::Writable => constraint(span, (span, ConstraintKind::Writable)),
+            ContainerKey::Borrow => constraint(span, parse_borrow(input)?),
         })
     }
 }
@@ -550,6 +570,23 @@ fn parse_device(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
         }
     };
     Ok((literal.span(), ConstraintKind::Device(device)))
+}
+
+/// `borrow = "shared" | "exclusive"`.
+fn parse_borrow(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
+    let expected = "expected `\"shared\"` (borrow for reads) or `\"exclusive\"` (borrow for writes, with `writable`)";
+    let literal = string_value(input, "borrow", expected)?;
+    let kind = match literal.value().as_str() {
+        "shared" => BorrowKind::Shared,
+        "exclusive" => BorrowKind::Exclusive,
+        other => {
+            return Err(syn::Error::new(
+                literal.span(),
+                format_args!("{expected}, found `{other:?}`"),
+            ));
+        }
+    };
+    Ok((literal.span(), ConstraintKind::Borrow(kind)))
 }
 
 /// A string value; anything else gets "`expected`: write `key = "..."`".

@@ -5,7 +5,7 @@
 use proc_macro2::Span;
 
 use crate::ast::{Container, Derive, Field};
-use crate::attr::{ConstraintKind, Order, Role};
+use crate::attr::{BorrowKind, ConstraintKind, Order, Role};
 use crate::ctxt::Ctxt;
 
 /// Roles every tensor needs.
@@ -186,6 +186,10 @@ fn constraints_agree(cx: &Ctxt, cont: &Container<'_>) {
         ConstraintKind::Shape(pattern) => Some(pattern.len()),
         _ => None,
     });
+    let writable = cont
+        .constraints
+        .iter()
+        .any(|c| matches!(c.kind, ConstraintKind::Writable));
     let fixed_rank = cont
         .fields
         .iter()
@@ -221,6 +225,12 @@ fn constraints_agree(cx: &Ctxt, cont: &Container<'_>) {
                     "shape",
                     pattern.len(),
                     fixed_rank,
+                );
+            }
+            ConstraintKind::Borrow(BorrowKind::Exclusive) if !writable => {
+                cx.error_at(
+                    constraint.value_span,
+                    "`borrow = \"exclusive\"` borrows the memory for writes, which a read-only tensor cannot be: add `writable` (`#[dlpack(writable, borrow = \"exclusive\")]`), or write `borrow = \"shared\"` to borrow for reads",
                 );
             }
             _ => {}

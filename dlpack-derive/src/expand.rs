@@ -12,7 +12,7 @@ use quote::{ToTokens, format_ident, quote};
 use syn::DeriveInput;
 
 use crate::ast::{Container, Derive, Field};
-use crate::attr::{Constraint, ConstraintKind, DeviceKind, Order, Role};
+use crate::attr::{BorrowKind, Constraint, ConstraintKind, DeviceKind, Order, Role};
 use crate::check::{self, Roles};
 use crate::ctxt::Ctxt;
 
@@ -315,8 +315,10 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
     });
     let from_py_object = from_py_object_impl(cont, &where_clause);
     let dtype_agrees = dtype_agrees(roles);
+    let (borrow_buffer_check, borrow_at_import) = borrow_at_import(roles).unzip();
     quote! {
         #dtype_agrees
+        #borrow_buffer_check
         #[automatically_derived]
         impl #impl_generics #krate::__private::DlpackImport for #ident #ty_generics #where_clause {
             // Inlined into the caller, the value is built in place: returned through memory,
@@ -338,6 +340,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                     (#(#reads,)*)
                 };
                 let __dlpack_data = #import_data?;
+                #borrow_at_import
                 ::core::result::Result::Ok(Self { #(#inits,)* })
             }
         }
@@ -381,6 +384,54 @@ fn dtype_agrees(roles: &Roles<'_, '_>) -> Option<TokenStream> {
         },
         constraint.value_span,
     ))
+}
+
+/// `borrow = "..."`: a check that the data field's buffer borrows at import (a constant that
+/// fails to compile, at the option's value, when it does not: a `ManagedTensor`, or storage with
+/// such a variant), and the call that takes the borrow right after the data field is built. The
+/// check is a free constant where the data field's type names no type parameter, an inline
+/// constant in `from_managed` (evaluated where the type is used) otherwise.
+fn borrow_at_import(roles: &Roles<'_, '_>) -> Option<(TokenStream, TokenStream)> {
+    let cont = roles.cont;
+    let krate = &cont.krate;
+    let private = quote!(#krate::__private);
+    let (constraint, kind) = cont.constraints.iter().find_map(|c| match &c.kind {
+        ConstraintKind::Borrow(kind) => Some((c, *kind)),
+        _ => None,
+    })?;
+    let data_ty = roles.data.ty;
+    let written = match kind {
+        BorrowKind::Shared => "shared",
+        BorrowKind::Exclusive => "exclusive",
+    };
+    let message = format!(
+        "`borrow = \"{written}\"` needs a `#[dlpack(data)]` field that borrows its memory, and `{}` does not (a `ManagedTensor` takes no borrow, nor does storage with a variant that holds one): hold the data in `ImportedData<T>`, or in a storage enum of those (`#[derive(DlpackImportStorage)]`), or remove the option",
+        data_ty.to_token_stream().to_string().replace(' ', ""),
+    );
+    let assertion = respan(
+        quote! {
+            ::core::assert!(<#data_ty as #private::ImportBuffer>::BORROWS_AT_IMPORT, #message)
+        },
+        constraint.value_span,
+    );
+    let generic = mentions_generics(data_ty, cont.generics);
+    let check = if generic {
+        TokenStream::new()
+    } else {
+        quote!(const _: () = #assertion;)
+    };
+    let inline_check = generic.then(|| quote!(const { #assertion };));
+    let access = match kind {
+        BorrowKind::Shared => quote!(Shared),
+        BorrowKind::Exclusive => quote!(Exclusive),
+    };
+    let call = TypeSpan::qualified(
+        data_ty,
+        quote!(#private::ImportBuffer),
+        quote!(borrow_at_import(&__dlpack_data, #private::Access::#access)),
+    );
+    // On refusal `__dlpack_data` is dropped, and with it the managed tensor.
+    Some((check, quote!(#inline_check #call?;)))
 }
 
 /// `impl pyo3::FromPyObject`, so that a pyfunction takes the type as an argument (`python::from_dlpack`
@@ -443,6 +494,8 @@ fn constraint_builder(krate: &syn::Path, constraint: &Constraint) -> TokenStream
             quote!(.device(#private::DeviceType::#device))
         }
         ConstraintKind::Writable => quote!(.writable(true)),
+        // Not a constraint on the tensor: taken after the data field is built (`import`).
+        ConstraintKind::Borrow(_) => TokenStream::new(),
     }
 }
 

@@ -375,3 +375,35 @@ fn transparent_wrappers() {
         },
     );
 }
+
+#[test]
+fn import_borrow_at_import() {
+    snapshot(
+        "import-borrow-exclusive",
+        Derive::Import,
+        parse_quote! {
+            #[derive(DlpackImport)]
+            #[dlpack(writable, borrow = "exclusive")]
+            pub struct ViewMut {
+                #[dlpack(data)]
+                data: ImportedData<f64>,
+                #[dlpack(shape)]
+                shape: Vec<usize>,
+                #[dlpack(strides)]
+                strides: Vec<isize>,
+            }
+        },
+    );
+    snapshot(
+        "import-borrow-shared-generic",
+        Derive::Import,
+        parse_quote! {
+            #[derive(DlpackImport)]
+            #[dlpack(borrow = "shared")]
+            pub struct View<T: Element>(
+                #[dlpack(data)] ImportedData<T>,
+                #[dlpack(shape)] Vec<usize>,
+            );
+        },
+    );
+}

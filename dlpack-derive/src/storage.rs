@@ -106,9 +106,15 @@ pub fn derive(input: &DeriveInput, storage: Storage) -> syn::Result<TokenStream>
     let items = match storage {
         Storage::Export => export_items(&krate, &arms),
         Storage::Import if matches!(input.data, Data::Struct(_)) => {
-            import_struct_items(&krate, &arms)
+            let items = import_struct_items(&krate, &arms);
+            let borrows = import_borrow_items(&krate, &arms);
+            quote!(#items #borrows)
         }
-        Storage::Import => import_items(&krate, ident, &arms),
+        Storage::Import => {
+            let items = import_items(&krate, ident, &arms);
+            let borrows = import_borrow_items(&krate, &arms);
+            quote!(#items #borrows)
+        }
     };
     Ok(quote! {
         const _: () = {
@@ -297,6 +303,36 @@ fn import_struct_items(krate: &syn::Path, arms: &[Arm<'_>]) -> TokenStream {
             __dlpack_managed: &#private::ManagedTensor,
         ) -> ::core::result::Result<(), #private::ImportError> {
             #accepts
+        }
+    }
+}
+
+/// `BORROWS_AT_IMPORT` and `borrow_at_import`: the storage borrows at import when every
+/// variant's buffer does, and takes the borrow of the variant it holds.
+fn import_borrow_items(krate: &syn::Path, arms: &[Arm<'_>]) -> TokenStream {
+    let private = quote!(#krate::__private);
+    let borrows = arms
+        .iter()
+        .map(|Arm { ty, .. }| quote!(<#ty as #private::ImportBuffer>::BORROWS_AT_IMPORT));
+    let patterns = arms
+        .iter()
+        .map(|Arm { path, member, .. }| quote!(#path { #member: __dlpack_buffer }));
+    let calls = arms.iter().map(|Arm { ty, .. }| {
+        TypeSpan::qualified(
+            ty,
+            quote!(#private::ImportBuffer),
+            quote!(borrow_at_import(__dlpack_buffer, __dlpack_access)),
+        )
+    });
+    quote! {
+        const BORROWS_AT_IMPORT: ::core::primitive::bool = true #(&& #borrows)*;
+        fn borrow_at_import(
+            &self,
+            __dlpack_access: #private::Access,
+        ) -> ::core::result::Result<(), #private::ImportError> {
+            match self {
+                #(#patterns => #calls,)*
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Items that generated code calls. Not public API: no stability promise.
 
+pub use crate::borrow::Access;
 pub use crate::export::{
     AsExportBuffer, AsProducerStream, AsShape, AsStrides, BufferAccess, DlpackExport, ExportBuffer,
     ExportParts,

@@ -391,6 +391,55 @@ pub use dlpack_derive::DlpackExport;
 /// assert_eq!(err.to_string(), "tensor has shape [3, 2], expected [_, 3]");
 /// # Ok::<(), ImportError>(())
 /// ```
+///
+/// # Borrowing at import: `borrow = "shared" | "exclusive"`
+///
+/// An [`ImportedData`] borrows the bytes it reaches at its first access (see [`borrow`]). The
+/// container option `borrow` makes the import take that borrow at once, right after it builds
+/// the data field: `"shared"` for a consumer that reads, `"exclusive"` for one that writes (it
+/// requires `writable`). A conflicting borrow then refuses the import itself, with
+/// [`ImportError::Layout`] holding [`LayoutError::Borrow`], and the managed tensor is dropped.
+/// The borrow is the import's: it lasts until the value is dropped (or its data gives it back
+/// with [`ImportedData::release_borrow`]), the semantics of rust-numpy's `PyReadonlyArray` and
+/// `PyReadwriteArray`.
+///
+/// Use it for the arguments of a `#[pyfunction]`: pyo3 builds them before the body runs, so
+/// `f(x, x)` for `fn f(a: ViewMut, b: ViewMut)` fails while extracting `b`, with a
+/// `BufferError` that carries pyo3's note `while processing 'b'` (printed by tracebacks since
+/// Python 3.11), rather than at the first access inside the body, where the error names byte
+/// ranges only. Leave it out for imports that are kept and accessed later, or not at all (a
+/// relay lent on, a holder that borrows shared or exclusively as asked): without it an import
+/// that is never accessed never borrows. The data field must borrow: [`ImportedData<T>`], or a
+/// storage enum ([`DlpackImportStorage`]) whose variants all hold one; a [`ManagedTensor`]
+/// takes no borrow, and the option on it is a compile error, as is `"exclusive"` without
+/// `writable` or any other value. Memory the host cannot read (device memory) has no borrow to
+/// take.
+///
+/// ```
+/// use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
+///
+/// /// A writable view that borrows its memory exclusively as soon as it is imported.
+/// #[derive(DlpackImport)]
+/// #[dlpack(writable, borrow = "exclusive")]
+/// struct ViewMut {
+///     #[dlpack(data)]
+///     data: ImportedData<f32>,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+/// }
+///
+/// #[derive(DlpackExport)]
+/// struct Column {
+///     #[dlpack(data)]
+///     values: Vec<f32>,
+///     #[dlpack(shape)]
+///     shape: [usize; 1],
+/// }
+///
+/// let mut view = ViewMut::from_dlpack(Column { values: vec![0.0; 3], shape: [3] })?;
+/// view.data.as_slice_mut()?[0] = 1.0;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[cfg(feature = "derive")]
 pub use dlpack_derive::DlpackImport;
 
@@ -426,7 +475,9 @@ pub use dlpack_derive::DlpackStorage;
 /// struct with one field): importing asks each variant's buffer, in declaration order, whether it
 /// accepts the tensor ([`ImportBuffer::accepts`]: `ImportedData<f32>` accepts float32), and
 /// builds the first that does. When none does, the error is [`ImportError::NoVariant`], naming
-/// each variant's reason, and the tensor's deleter has run.
+/// each variant's reason, and the tensor's deleter has run. The storage borrows at import
+/// ([`ImportBuffer::borrow_at_import`], for a consumer marked `#[dlpack(borrow = "...")]`) when
+/// every variant's buffer does, through the variant it holds.
 ///
 /// | input | meaning | accepted variant types | example |
 /// |---|---|---|---|

@@ -352,7 +352,7 @@ fn conflicts_name_both_byte_ranges() {
     let message = b.as_slice_mut().unwrap_err().to_string();
     let base = x.address();
     let expected = format!(
-        "cannot borrow bytes [{:#x}, {:#x}) (16 bytes, exclusive) of host memory: another import of the same memory holds bytes [{:#x}, {:#x}) (16 bytes, shared), expected no overlap with an exclusive borrow (a borrow lasts until its import is dropped or gives it back)",
+        "cannot borrow bytes [{:#x}, {:#x}) (16 bytes) of host memory exclusively: another live import of the same memory (an earlier argument of this call, or an import kept elsewhere) holds bytes [{:#x}, {:#x}) (16 bytes) of host memory shared, and an exclusive borrow may overlap no other; pass memory that does not overlap (a copy), take the borrows in turn (drop a readonly() guard before readwrite(), or drop the other import first), or give the other back with release_borrow()",
         base + 8,
         base + 24,
         base,

@@ -250,3 +250,60 @@ fn every_runtime_error_becomes_its_exception_class() {
         );
     });
 }
+
+/// A writable float32 vector that borrows its memory exclusively at import.
+#[derive(DlpackImport)]
+#[dlpack(writable, borrow = "exclusive")]
+struct WriteAtImport {
+    #[dlpack(data)]
+    data: dlpack_runtime::ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    #[dlpack(strides)]
+    strides: [isize; 1],
+}
+
+/// Writes `va` into the first element of `a` and `vb` into that of `b`.
+#[pyfunction]
+fn set_first(mut a: WriteAtImport, mut b: WriteAtImport, va: f32, vb: f32) -> PyResult<()> {
+    assert_eq!((a.strides.len(), b.shape.len()), (1, 1));
+    a.data.set(&[0], va)?;
+    b.data.set(&[0], vb)?;
+    Ok(())
+}
+
+#[test]
+fn arguments_that_borrow_at_import_name_the_parameter_of_a_conflict() {
+    Python::attach(|py| {
+        let l = with_numpy(py);
+        l.set_item("set_first", wrap_pyfunction!(set_first, py).unwrap())
+            .unwrap();
+        let code = "\
+x = np.zeros(4, np.float32)
+try:
+    set_first(x, x[1:], 1.0, 2.0)
+    result = None
+except BufferError as e:
+    result = (str(e), e.__notes__, x.tolist())
+";
+        let (message, notes, values): (String, Vec<String>, Vec<f32>) =
+            eval(py, code, &l).extract().unwrap();
+        assert_eq!(notes, ["while processing 'b'"]);
+        assert!(
+            message.starts_with("cannot import: cannot borrow bytes [0x")
+                && message.contains("another live import of the same memory")
+                && message.ends_with("or give the other back with release_borrow()"),
+            "{message}"
+        );
+        assert_eq!(values, [0.0; 4], "nothing was written");
+        // Disjoint views, interleaved: both written, and no borrow outlives the call.
+        let code = "\
+x = np.zeros(4, np.float32)
+set_first(x[::2], x[1::2], 1.0, 2.0)
+set_first(x[2:3], x[3:], 3.0, 4.0)
+result = x.tolist()
+";
+        let values: Vec<f32> = eval(py, code, &l).extract().unwrap();
+        assert_eq!(values, [1.0, 2.0, 3.0, 4.0]);
+    });
+}

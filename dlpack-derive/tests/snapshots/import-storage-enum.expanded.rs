@@ -65,5 +65,31 @@ const _: () = {
                 ),
             )
         }
+        const BORROWS_AT_IMPORT: ::core::primitive::bool = true
+            && <dl::ImportedData<f32> as dl::__private::ImportBuffer>::BORROWS_AT_IMPORT
+            && <dl::ImportedData<f64> as dl::__private::ImportBuffer>::BORROWS_AT_IMPORT;
+        fn borrow_at_import(
+            &self,
+            __dlpack_access: dl::__private::Access,
+        ) -> ::core::result::Result<(), dl::__private::ImportError> {
+            match self {
+                Self::F32 { 0: __dlpack_buffer } => {
+                    <dl::ImportedData<
+                        f32,
+                    > as dl::__private::ImportBuffer>::borrow_at_import(
+                        __dlpack_buffer,
+                        __dlpack_access,
+                    )
+                }
+                Self::F64 { data: __dlpack_buffer } => {
+                    <dl::ImportedData<
+                        f64,
+                    > as dl::__private::ImportBuffer>::borrow_at_import(
+                        __dlpack_buffer,
+                        __dlpack_access,
+                    )
+                }
+            }
+        }
     }
 };

@@ -19,8 +19,12 @@
 //!   ...) is one address space: a pinned buffer can be seen under more than one device type.
 //! - **Held by the import**: the first access of an import takes its borrow, which lasts until
 //!   the import is dropped or its borrow released
-//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). An import that is
-//!   never accessed never touches the registry, and neither does an import of memory that no
+//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). A consumer marked
+//!   `#[dlpack(borrow = "shared")]` or `#[dlpack(borrow = "exclusive")]` takes it at import
+//!   instead ([`ImportBuffer::borrow_at_import`](crate::ImportBuffer::borrow_at_import)), so
+//!   that a `#[pyfunction]` argument is refused while pyo3 extracts it, with a note naming the
+//!   parameter, as rust-numpy's `PyReadonlyArray` and `PyReadwriteArray` are. An import that is
+//!   never accessed (nor borrows at import) never touches the registry, and neither does an import of memory that no
 //!   other import can reach (a tensor this crate exported from an owned `Vec`, see
 //!   [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)).
 //! - **One per process**: every copy of this crate in the process (several extension modules,
@@ -132,13 +136,33 @@ impl fmt::Display for BorrowedRange {
 /// Imported memory that cannot be borrowed as asked.
 ///
 /// Returned (inside [`LayoutError::Borrow`](crate::LayoutError::Borrow)) by the accessors of
-/// [`ImportedData`](crate::ImportedData): in Python it is a `BufferError`.
+/// [`ImportedData`](crate::ImportedData), and by the import of a consumer that borrows at import
+/// (`#[dlpack(borrow = "...")]`, inside [`ImportError::Layout`](crate::ImportError::Layout)).
+/// The message names the byte ranges, which import holds the other borrow, and what to do.
+///
+/// # In Python
+///
+/// Every variant is a `BufferError`, whichever registry refused: this crate's
+/// ([`Conflict`](Self::Conflict)) or rust-numpy's ([`RustNumpy`](Self::RustNumpy)). Raised
+/// while pyo3 extracts an argument (a consumer that borrows at import), it carries pyo3's note
+/// naming the parameter, `while processing 'b'` (in `e.__notes__`, printed by tracebacks since
+/// Python 3.11).
+///
+/// The opposite refusal is rust-numpy's own: when an argument of an extension built on
+/// rust-numpy (`PyReadonlyArray`, `PyReadwriteArray`) conflicts with a borrow this crate holds,
+/// rust-numpy raises its error, a `TypeError` "The given array is already borrowed" at the
+/// extraction of the argument (`try_readwrite()` returns it as `numpy::BorrowError`, and
+/// `readwrite()` panics). Code that mixes the two should expect both.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BorrowError {
     /// Another import holds a borrow of some of the same bytes, and one of the two is exclusive.
     #[error(
-        "cannot borrow {requested} of host memory: another import of the same memory holds {held}, expected no overlap with an exclusive borrow (a borrow lasts until its import is dropped or gives it back)"
+        "cannot borrow {} {}: another live import of the same memory (an earlier argument of this call, or an import kept elsewhere) holds {} {}, and an exclusive borrow may overlap no other; pass memory that does not overlap (a copy), take the borrows in turn (drop a readonly() guard before readwrite(), or drop the other import first), or give the other back with release_borrow()",
+        Bytes(requested),
+        Adverb(requested.access),
+        Bytes(held),
+        Adverb(held.access)
     )]
     Conflict {
         /// The borrow asked for.
@@ -147,8 +171,15 @@ pub enum BorrowError {
         held: BorrowedRange,
     },
     /// rust-numpy's registry refused the borrow of a NumPy array's memory (see
-    /// [rust-numpy](self#rust-numpy)).
-    #[error("cannot borrow {requested} of host memory: {reason}")]
+    /// [rust-numpy](self#rust-numpy)). Borrows of NumPy memory are taken there before this
+    /// crate's registry, so while an extension built on rust-numpy has published it, this is
+    /// also how a conflict between two imports of one array through this crate is reported.
+    #[error(
+        "cannot borrow {} {}: {reason}{}",
+        Bytes(requested),
+        Adverb(requested.access),
+        rust_numpy_hint(reason)
+    )]
     RustNumpy {
         /// The borrow asked for.
         requested: BorrowedRange,
@@ -162,6 +193,45 @@ pub enum BorrowError {
         /// What is wrong.
         reason: &'static str,
     },
+}
+
+/// The bytes of a [`BorrowedRange`], for messages: `bytes [0x.., 0x..) (16 bytes) of host
+/// memory`.
+struct Bytes<'a>(&'a BorrowedRange);
+
+impl fmt::Display for Bytes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let BorrowedRange { start, end, .. } = *self.0;
+        write!(
+            f,
+            "bytes [{start:#x}, {end:#x}) ({} bytes) of host memory",
+            end - start
+        )
+    }
+}
+
+/// How a borrow is taken, for messages: `shared` or `exclusively`.
+struct Adverb(Access);
+
+impl fmt::Display for Adverb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.0 {
+            Access::Shared => "shared",
+            Access::Exclusive => "exclusively",
+        })
+    }
+}
+
+/// What to do about a refusal by rust-numpy's registry: for a conflict, who may hold the other
+/// borrow there and how to end it; nothing for the other refusals, whose reason says it all.
+/// Borrows of NumPy memory are taken in rust-numpy's registry first, so while it is published a
+/// conflict between two imports of this crate over one array is found there too.
+fn rust_numpy_hint(reason: &str) -> &'static str {
+    if reason.starts_with("rust-numpy holds") {
+        "; the other borrow is held there by another live import of the same array through this crate, which records its borrows there too (an earlier argument of this call, or an import kept elsewhere), or by a PyReadonlyArray or PyReadwriteArray of an extension built on rust-numpy (a caller up the stack that holds one while calling this); pass memory that does not overlap (a copy), take the borrows in turn (drop a readonly() guard before readwrite(), or drop the other import or array first), or give the other back with release_borrow()"
+    } else {
+        ""
+    }
 }
 
 /// Where an import's memory came from: its header's deleter and `manager_ctx`, by which a

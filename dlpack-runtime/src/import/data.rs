@@ -151,6 +151,19 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
         }
         Ok(())
     }
+
+    const BORROWS_AT_IMPORT: bool = true;
+
+    /// Takes the borrow its first access would take, now. Memory the host
+    /// cannot read as elements of `T` (device memory, or misaligned) has no borrow to take: its
+    /// host accesses are refused anyway.
+    #[inline]
+    fn borrow_at_import(&self, access: Access) -> Result<(), ImportError> {
+        if self.flags.load(Ordering::Relaxed) & HOST_OK == 0 {
+            return Ok(());
+        }
+        Ok(self.borrow(access)?)
+    }
 }
 
 impl<T: Element> ImportedData<T> {

@@ -25,6 +25,7 @@ pub use error::ImportError;
 pub use iter::Elements;
 
 use crate::abi::words::load;
+use crate::borrow::Access;
 use crate::export::DlpackExport;
 use crate::tensor::dtype::DataType;
 use crate::tensor::layout::TensorLayout;
@@ -95,6 +96,30 @@ pub trait ImportBuffer: Sized {
     /// The error `from_managed` would return.
     fn accepts(managed: &ManagedTensor) -> Result<(), ImportError> {
         let _ = managed;
+        Ok(())
+    }
+
+    /// Whether [`borrow_at_import`](Self::borrow_at_import) takes a borrow: `true` for
+    /// [`ImportedData<T>`](ImportedData) and for storage enums whose variants all do; `false`
+    /// (the default) for buffers that do not borrow, such as [`ManagedTensor`]. The derive
+    /// refuses at compile time `#[dlpack(borrow = "...")]` on a consumer whose data field's
+    /// buffer does not borrow, which would promise a borrow nothing takes.
+    const BORROWS_AT_IMPORT: bool = false;
+
+    /// Takes the borrow of the bytes this buffer's layout reaches as `access`, at import: the
+    /// generated import of a consumer marked `#[dlpack(borrow = "shared")]` or
+    /// `#[dlpack(borrow = "exclusive")]` calls it right after building its data field, so that
+    /// a conflicting borrow refuses the import itself (in Python, the extraction of the
+    /// argument, which names it). The borrow is the one the buffer's accesses would take, held
+    /// until the buffer is dropped or gives it back (see the [`borrow`](crate::borrow)
+    /// module). The default takes none.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Layout`] holding [`LayoutError::Borrow`](crate::LayoutError::Borrow) when
+    /// another borrow of the same memory conflicts; the buffer is dropped by the caller.
+    fn borrow_at_import(&self, access: Access) -> Result<(), ImportError> {
+        let _ = access;
         Ok(())
     }
 }

@@ -177,7 +177,8 @@
 //! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
 //! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`] | `BufferError` |
 //! | [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`] (typed access: `get`, `set`) | `IndexError` |
-//! | [`LayoutError::Borrow`] (another import of the same memory holds a conflicting borrow) | `BufferError` |
+//! | [`LayoutError::Borrow`] (another import of the same memory holds a conflicting borrow, in this crate's registry or in rust-numpy's: [`BorrowError`](crate::BorrowError)), at an access or, for a consumer marked `#[dlpack(borrow = "...")]`, at import, where pyo3 adds a note naming the argument (`while processing 'b'`) | `BufferError` |
+//! | rust-numpy's own refusal of its `PyReadonlyArray`/`PyReadwriteArray` argument that conflicts with a borrow of this crate (not this crate's error) | `TypeError` "The given array is already borrowed" (rust-numpy's `BorrowError`) |
 //! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
 //! | [`CaiError`](crate::CaiError) (a `__cuda_array_interface__` that cannot be read): a missing or mistyped field | `TypeError` |

@@ -191,10 +191,23 @@ fn consume(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     Ok(view.shape.len())
 }
 
-/// A writable float32 view of host memory: what `alias` takes twice.
+/// A writable float32 view of host memory that borrows it exclusively at import: what `alias`
+/// takes twice. As an argument, a conflicting borrow refuses the extraction of the argument,
+/// whose `BufferError` then carries pyo3's note naming it (`while processing 'b'`).
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu", borrow = "exclusive")]
+struct ViewMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A writable float32 view of host memory that borrows it at its first access only: what
+/// `hold` and `relay` import, to borrow shared or exclusively, or not at all, as asked.
 #[derive(DlpackImport)]
 #[dlpack(writable, device = "cpu")]
-struct ViewMut {
+struct HostMut {
     #[dlpack(data)]
     data: ImportedData<f32>,
     #[dlpack(shape)]
@@ -212,7 +225,7 @@ fn write_both(a: &mut [f32], b: &mut [f32]) -> f32 {
 }
 
 /// `alias(a, b)`: both tensors' slices at once, mutably; `BufferError` when they share memory
-/// (`alias(x, x)`, `alias(x, x[1:])`).
+/// (`alias(x, x)`, `alias(x, x[1:])`), raised while extracting `b` (`ViewMut` borrows at import).
 #[pyfunction]
 fn alias(mut a: ViewMut, mut b: ViewMut) -> PyResult<f32> {
     debug_assert!(!a.shape.is_empty() && !b.shape.is_empty());
@@ -257,6 +270,69 @@ fn write_interleaved(mut a: StridedMut, mut b: StridedMut, va: f32, vb: f32) -> 
     Ok(())
 }
 
+/// A writable float32 vector with any strides that borrows its memory exclusively at import:
+/// what `set_both` takes twice and `scale_into` writes.
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu", borrow = "exclusive")]
+struct VecMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    /// In elements.
+    #[dlpack(strides)]
+    strides: [isize; 1],
+}
+
+/// A float32 vector with any strides that borrows its memory shared at import: what
+/// `scale_into` reads.
+#[derive(DlpackImport)]
+#[dlpack(device = "cpu", borrow = "shared")]
+struct VecRef {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    /// In elements.
+    #[dlpack(strides)]
+    strides: [isize; 1],
+}
+
+/// `set_both(a, b, va, vb)`: writes `va` into every element of the vector `a` and `vb` into
+/// every element of `b`. Both borrow exclusively at extraction: `BufferError` naming `b` when
+/// they share an element (`set_both(x, x, 1, 2)`), while `x[::2]` and `x[1::2]` are written.
+#[pyfunction]
+fn set_both(mut a: VecMut, mut b: VecMut, va: f32, vb: f32) -> PyResult<()> {
+    debug_assert!(a.strides[0] != 0 || a.shape[0] <= 1);
+    debug_assert!(b.strides[0] != 0 || b.shape[0] <= 1);
+    for i in 0..a.shape[0] {
+        a.data.set(&[i], va)?;
+    }
+    for i in 0..b.shape[0] {
+        b.data.set(&[i], vb)?;
+    }
+    Ok(())
+}
+
+/// `scale_into(src, dst, factor=2.0)`: `dst[i] = factor * src[i]` for vectors of one length.
+/// `src` borrows shared and `dst` exclusively at extraction: `BufferError` naming `dst` when
+/// they share an element (`scale_into(x, x)`); `ValueError` for different lengths.
+#[pyfunction]
+#[pyo3(signature = (src, dst, factor=2.0))]
+fn scale_into(src: VecRef, mut dst: VecMut, factor: f32) -> PyResult<()> {
+    if src.shape != dst.shape {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "src has shape {:?} and dst {:?}, expected the same",
+            src.shape, dst.shape
+        )));
+    }
+    debug_assert!(src.strides[0] != 0 || src.shape[0] <= 1);
+    for i in 0..src.shape[0] {
+        dst.data.set(&[i], factor * src.data.get(&[i])?)?;
+    }
+    Ok(())
+}
+
 /// A tensor's memory held borrowed from Python: `hold(x, mutable)`. The borrow lasts until
 /// `release()` (or until the holder is collected).
 #[pyclass(frozen, module = "dlpack_example")]
@@ -277,7 +353,7 @@ impl Held {
 /// `mutable`; `BufferError` when another import holds a conflicting borrow.
 #[pyfunction]
 fn hold(x: &Bound<'_, PyAny>, mutable: bool) -> PyResult<Held> {
-    let mut view: ViewMut = python::from_dlpack(x)?;
+    let mut view: HostMut = python::from_dlpack(x)?;
     if mutable {
         view.data.as_slice_mut()?;
     } else {
@@ -302,7 +378,7 @@ struct Relay {
 #[pyfunction]
 #[pyo3(signature = (x, access=None))]
 fn relay(x: &Bound<'_, PyAny>, access: Option<&str>) -> PyResult<Relay> {
-    let mut view: ViewMut = python::from_dlpack(x)?;
+    let mut view: HostMut = python::from_dlpack(x)?;
     match access {
         Some("read") => drop(view.data.as_slice()?),
         Some("write") => view.data.as_slice_mut()?.fill(5.0),
@@ -1007,6 +1083,8 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(alias, m)?)?;
     m.add_function(wrap_pyfunction!(alias_in_one, m)?)?;
     m.add_function(wrap_pyfunction!(write_interleaved, m)?)?;
+    m.add_function(wrap_pyfunction!(set_both, m)?)?;
+    m.add_function(wrap_pyfunction!(scale_into, m)?)?;
     m.add_class::<Held>()?;
     m.add_class::<Relay>()?;
     // A shared, read-only export of the imported memory it holds.
