@@ -101,7 +101,12 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 ///
 /// Protocol (the [DLPack Python specification](https://dmlc.github.io/dlpack/latest/python_spec.html),
 /// the array API's `from_dlpack` and the `max_version` Notes of its `__dlpack__`, and
-/// `DLPackExchangeAPI` in `dlpack.h`): when the producer's type publishes the C exchange API
+/// `DLPackExchangeAPI` in `dlpack.h`): an object whose type is exactly NumPy's `ndarray`, with
+/// no `device`, `copy` or `stream` asked, is read from its fields as its `__dlpack__` would
+/// export it (writeable arrays of the fixed-size boolean, integer, floating-point and complex
+/// dtypes in native byte order, strides a multiple of the item size, up to 8 dimensions; its
+/// `manager_ctx` is the array, kept alive until the import is dropped), without calling it.
+/// Otherwise, when the producer's type publishes the C exchange API
 /// ([`__dlpack_c_exchange_api__`](https://data-apis.org/array-api/draft/API_specification/generated/array_api.array.__dlpack_c_exchange_api__.html),
 /// version 1.x; looked up once per type) and no
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
