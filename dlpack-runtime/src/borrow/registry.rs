@@ -115,9 +115,97 @@ const CLASSES: usize = usize::BITS as usize;
 /// access and class whose spans start in a range of addresses are one range of keys.
 type Key = (u64, u8, u8, usize, u64);
 
-/// A key of [`Registry::by_span`] that no request looks at (no borrow is of space `u64::MAX`,
-/// nor of class 255), standing for no borrow: see [`Registry::index`].
+/// A key of [`SpanIndex::Many`] that no request looks at (no borrow is of space `u64::MAX`,
+/// nor of class 255), standing for no borrow: kept for good, so that the tree's root node is
+/// not freed with its last borrow and allocated again with the next.
 const SENTINEL: Key = (u64::MAX, 1, u8::MAX, usize::MAX, u64::MAX);
+
+/// Borrows a [`SpanIndex`] keeps in a sorted vector before it moves them to a tree.
+const FEW: usize = 32;
+
+/// [`Registry::by_span`]: the live borrows by [`Key`], with one past the highest byte of each
+/// one's span. A sorted vector while there are at most [`FEW`] (an insertion or a removal then
+/// moves a few words, where a tree updates its nodes), a tree from then on.
+enum SpanIndex {
+    Few(Vec<(Key, usize)>),
+    Many(BTreeMap<Key, usize>),
+}
+
+impl SpanIndex {
+    fn insert(&mut self, key: Key, high: usize) {
+        match self {
+            SpanIndex::Few(few) => match few.binary_search_by(|(k, _)| k.cmp(&key)) {
+                Ok(at) => few[at].1 = high,
+                Err(at) if few.len() < FEW => few.insert(at, (key, high)),
+                Err(_) => {
+                    let mut many: BTreeMap<Key, usize> = few.drain(..).collect();
+                    many.insert(SENTINEL, 0);
+                    many.insert(key, high);
+                    *self = SpanIndex::Many(many);
+                }
+            },
+            SpanIndex::Many(many) => {
+                many.insert(key, high);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<usize> {
+        match self {
+            SpanIndex::Few(few) => {
+                let at = few.binary_search_by(|(k, _)| k.cmp(key)).ok()?;
+                Some(few.remove(at).1)
+            }
+            SpanIndex::Many(many) => many.remove(key),
+        }
+    }
+
+    /// The borrows whose keys are in `[from, to)`, in order.
+    fn range(&self, from: Key, to: Key) -> SpanRange<'_> {
+        match self {
+            SpanIndex::Few(few) => {
+                let start = few.partition_point(|(k, _)| *k < from);
+                let end = start + few[start..].partition_point(|(k, _)| *k < to);
+                SpanRange::Few(few[start..end].iter())
+            }
+            SpanIndex::Many(many) => SpanRange::Many(many.range(from..to)),
+        }
+    }
+
+    #[cfg(test)]
+    fn get(&self, key: &Key) -> Option<usize> {
+        self.range(*key, (key.0, key.1, key.2, key.3, key.4.wrapping_add(1)))
+            .next()
+            .filter(|(k, _)| k == key)
+            .map(|(_, high)| high)
+    }
+
+    /// Borrows kept, [`SENTINEL`] not counted.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            SpanIndex::Few(few) => few.len(),
+            SpanIndex::Many(many) => many.len() - usize::from(many.contains_key(&SENTINEL)),
+        }
+    }
+}
+
+/// [`SpanIndex::range`]'s borrows.
+enum SpanRange<'a> {
+    Few(core::slice::Iter<'a, (Key, usize)>),
+    Many(std::collections::btree_map::Range<'a, Key, usize>),
+}
+
+impl Iterator for SpanRange<'_> {
+    type Item = (Key, usize);
+
+    fn next(&mut self) -> Option<(Key, usize)> {
+        match self {
+            SpanRange::Few(few) => few.next().copied(),
+            SpanRange::Many(many) => many.next().map(|(&k, &high)| (k, high)),
+        }
+    }
+}
 
 /// The live borrows.
 ///
@@ -133,7 +221,7 @@ const SENTINEL: Key = (u64::MAX, 1, u8::MAX, usize::MAX, u64::MAX);
 /// with the exact footprint test run on each candidate whose span meets the request's.
 pub(super) struct Registry {
     /// The borrows, by [`Key`]: one past the highest byte of each one's span.
-    by_span: BTreeMap<Key, usize>,
+    by_span: SpanIndex,
     /// Each owner's key in `by_span`, and its footprint.
     by_owner: HashMap<u64, (Key, Footprint), BuildHasherDefault<OwnerHasher>>,
     /// Borrows per (exclusive, class), of every space.
@@ -187,7 +275,7 @@ fn longest(class: usize) -> usize {
 impl Registry {
     pub(super) const fn new() -> Self {
         Self {
-            by_span: BTreeMap::new(),
+            by_span: SpanIndex::Few(Vec::new()),
             by_owner: HashMap::with_hasher(BuildHasherDefault::new()),
             per_class: [[0; CLASSES]; 2],
             in_use: [0; 2],
@@ -217,8 +305,11 @@ impl Registry {
                 let tag = class as u8;
                 let found = self
                     .by_span
-                    .range((space, exclusive, tag, from, 0)..(space, exclusive, tag, b, 0))
-                    .find(|&(key, &high)| {
+                    .range(
+                        (space, exclusive, tag, from, 0),
+                        (space, exclusive, tag, b, 0),
+                    )
+                    .find(|&(key, high)| {
                         // A key without its owner's footprint (never) counts as overlapping.
                         key.4 != owner
                             && high > a
@@ -227,8 +318,8 @@ impl Registry {
                                 .get(&key.4)
                                 .is_none_or(|(_, held)| held.overlaps(footprint))
                     });
-                if let Some((&key, &high)) = found {
-                    return Some((key, high));
+                if found.is_some() {
+                    return found;
                 }
             }
         }
@@ -237,12 +328,6 @@ impl Registry {
 
     /// Puts `key` (with one past its highest byte, `high`) in `by_span`.
     fn index(&mut self, key: Key, high: usize) {
-        if self.by_span.is_empty() {
-            // Kept for good, so that the tree's root node is not freed with the last borrow and
-            // allocated again with the next (a process with one borrow at a time would pay
-            // both on each).
-            self.by_span.insert(SENTINEL, 0);
-        }
         let (kind, class) = (usize::from(key.1), usize::from(key.2));
         self.per_class[kind][class] += 1;
         self.in_use[kind] |= 1 << class;
@@ -687,12 +772,14 @@ mod tests {
             .iter()
             .map(|(&owner, (key, footprint))| {
                 assert_eq!(key.4, owner);
-                assert_eq!((key.3, registry.by_span[key]), footprint.span());
+                assert_eq!(
+                    (key.3, registry.by_span.get(key).unwrap()),
+                    footprint.span()
+                );
                 (owner, key.0, key.1 == 1, footprint.clone())
             })
             .collect();
-        let sentinel = usize::from(registry.by_span.contains_key(&SENTINEL));
-        assert_eq!(all.len() + sentinel, registry.by_span.len());
+        assert_eq!(all.len(), registry.by_span.len());
         let counted: usize = registry.per_class.iter().flatten().sum();
         assert_eq!(counted, all.len());
         for (counts, in_use) in registry.per_class.iter().zip(registry.in_use) {

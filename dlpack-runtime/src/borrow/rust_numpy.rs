@@ -774,10 +774,25 @@ fn probe(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<[usize; 2]> {
 /// rust-numpy's table, when an extension built on the `numpy` crate published it.
 fn rust_numpy_table(py: Python<'_>, np: &Numpy) -> Option<*const RustNumpyApi> {
     let multiarray = np.multiarray.as_ref()?.bind(py);
-    let capsule = multiarray
-        .get_item(intern!(py, "_RUST_NUMPY_BORROW_CHECKING_API"))
-        .ok()
-        .flatten()?;
+    let key = intern!(py, "_RUST_NUMPY_BORROW_CHECKING_API");
+    // Every borrow of NumPy memory asks: the dictionary's own lookup, and a comparison with the
+    // capsule found first, where the GIL keeps the entry from changing meanwhile.
+    #[cfg(not(Py_GIL_DISABLED))]
+    {
+        // SAFETY: GIL held; a live dict and a str key (hashable: no error is set). The result
+        // is a borrowed reference, compared by address only while the GIL is held.
+        let found =
+            unsafe { pyo3::ffi::PyDict_GetItemWithError(multiarray.as_ptr(), key.as_ptr()) };
+        if found.is_null() {
+            return None;
+        }
+        if let Some((known, table)) = RUST_NUMPY_TABLE.get() {
+            if core::ptr::eq(found, known.as_ptr()) {
+                return Some(table.0);
+            }
+        }
+    }
+    let capsule = multiarray.get_item(key).ok().flatten()?;
     if let Some((known, table)) = RUST_NUMPY_TABLE.get() {
         if capsule.is(known) {
             return Some(table.0);

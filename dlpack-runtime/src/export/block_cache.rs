@@ -82,7 +82,7 @@ fn class_of(layout: Layout) -> Option<usize> {
 /// The layout to allocate a block of `layout` with: its class's, or `layout` itself for a block
 /// that is not cached. Applied to its own result, it returns it unchanged.
 #[inline(always)]
-pub(super) fn allocation_layout(layout: Layout) -> Layout {
+pub(crate) fn allocation_layout(layout: Layout) -> Layout {
     match class_of(layout) {
         Some(class) => class_layout(class),
         None => layout,
@@ -96,7 +96,7 @@ pub(super) fn allocation_layout(layout: Layout) -> Layout {
 ///
 /// `layout` was returned by [`allocation_layout`], and its size is not zero.
 #[inline(always)]
-pub(super) unsafe fn allocate(layout: Layout) -> *mut u8 {
+pub(crate) unsafe fn allocate(layout: Layout) -> *mut u8 {
     debug_assert_eq!(
         layout,
         allocation_layout(layout),
@@ -128,7 +128,7 @@ pub(super) unsafe fn allocate(layout: Layout) -> *mut u8 {
 ///
 /// `block` was returned by [`allocate`] with `layout`, and nothing uses it afterwards.
 #[inline(always)]
-pub(super) unsafe fn free(block: *mut u8, layout: Layout) {
+pub(crate) unsafe fn free(block: *mut u8, layout: Layout) {
     debug_assert_eq!(
         layout,
         allocation_layout(layout),

@@ -28,7 +28,7 @@
 use std::sync::Arc;
 
 mod block;
-mod block_cache;
+pub(crate) mod block_cache;
 mod buffer;
 // The device work (CUDA streams and copies), or its no-op twin without the `cuda` feature.
 mod copied;

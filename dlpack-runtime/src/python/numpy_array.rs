@@ -22,8 +22,11 @@ use core::ptr::NonNull;
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 
+use std::alloc::Layout;
+
 use super::producer::PyOwner;
 use crate::abi::ffi::{self, DLDataType, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::export::block_cache;
 use crate::tensor::managed::ManagedTensor;
 
 /// Dimensions kept in the managed tensor's allocation; arrays with more take `__dlpack__`.
@@ -100,17 +103,28 @@ struct Holder {
     array: PyOwner<PyAny>,
 }
 
+/// The layout of a [`Holder`]'s block: one of the export blocks' cache (a thread that imports
+/// and drops arrays in turn reuses one block rather than asking the allocator each time).
+fn holder_layout() -> Layout {
+    block_cache::allocation_layout(Layout::new::<Holder>())
+}
+
 /// The deleter of tensors made here: frees the holder, releasing the array (attached to the
 /// interpreter, see [`PyOwner`]'s drop).
 unsafe extern "C" fn delete(tensor: *mut DLManagedTensorVersioned) {
     if tensor.is_null() {
         return;
     }
-    // A panic must not unwind into the caller (C); none is expected (a free and a decref).
+    // A panic must not unwind into the caller (C); none is expected (a decref and a free).
     let _ = std::panic::catch_unwind(|| {
+        let holder = tensor.cast::<Holder>();
         // SAFETY: `tensor` is the header of a `Holder` made by `import` (its first field, the
-        // struct `repr(C)`), boxed there and freed only here: the deleter runs once (DLPack).
-        drop(unsafe { Box::from_raw(tensor.cast::<Holder>()) });
+        // struct `repr(C)`) in a block of `holder_layout()` from the export blocks' cache,
+        // dropped and freed only here: the deleter runs once (DLPack).
+        unsafe {
+            core::ptr::drop_in_place(holder);
+            block_cache::free(holder.cast(), holder_layout());
+        }
     });
 }
 
@@ -157,7 +171,13 @@ pub(super) fn import(
         shape[axis] = extent as i64;
         element_strides[axis] = (stride / itemsize) as i64;
     }
-    let holder = Box::into_raw(Box::new(Holder {
+    let layout = holder_layout();
+    // SAFETY: a layout of the cache's, of non-zero size.
+    let holder = unsafe { block_cache::allocate(layout) }.cast::<Holder>();
+    if holder.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    let value = Holder {
         tensor: DLManagedTensorVersioned {
             version: DLPackVersion {
                 major: ffi::DLPACK_MAJOR_VERSION,
@@ -182,10 +202,12 @@ pub(super) fn import(
         shape,
         strides: element_strides,
         array: PyOwner(Some(obj.clone().unbind())),
-    }));
-    // SAFETY: `holder` was just boxed; the header points into its own allocation, which does
-    // not move until the deleter frees it.
+    };
+    // SAFETY: `holder` is a fresh block of `layout`, large and aligned enough for a `Holder`
+    // (`holder_layout`); the header points into its own block, which does not move until the
+    // deleter frees it.
     unsafe {
+        holder.write(value);
         (*holder).tensor.dl_tensor.shape = (*holder).shape.as_mut_ptr();
         (*holder).tensor.dl_tensor.strides = (*holder).strides.as_mut_ptr();
     }
