@@ -117,7 +117,7 @@ echo "==> leak and memory-error check: Rust-only tests under valgrind"
 if command -v valgrind >/dev/null 2>&1; then
     PROPTEST_CASES=256 \
     CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect" \
-        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges --test borrows --test borrow_at_import \
+        cargo test --locked -p dlpack-runtime --lib -p dlpack-tests --test exchange --test properties --test derive_roles --test imported_data_edges --test borrows --test borrow_at_import --test borrow_guards \
             -- --skip the_index_decides_as_a_scan_of_every_borrow
 else
     echo "SKIPPED: valgrind is not installed, so the leak check did not run (apt-get install valgrind)"
@@ -135,7 +135,7 @@ elif ! rustup toolchain install "$miri_toolchain" --profile minimal --component 
 else
     PROPTEST_CASES=4 MIRIFLAGS="${MIRIFLAGS:+$MIRIFLAGS }-Zmiri-disable-isolation" \
         cargo +"$miri_toolchain" miri test --locked -p dlpack-runtime --lib \
-            -p dlpack-tests --test exchange --test derive_roles --test ndarray_views --test properties --test imported_data_edges --test borrows --test borrow_at_import \
+            -p dlpack-tests --test exchange --test derive_roles --test ndarray_views --test properties --test imported_data_edges --test borrows --test borrow_at_import --test borrow_guards \
             -- --skip i64_span_agrees_with_exact_span --skip huge_broadcasts_give_errors_not_aborts
 fi
 echo "==> cargo test (no default features)"

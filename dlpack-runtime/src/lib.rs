@@ -124,7 +124,7 @@ pub use export::{
 };
 pub use import::{
     DlpackImport, Elements, FromShape, FromStrides, ImportBuffer, ImportConstraints, ImportError,
-    ImportedData,
+    ImportedData, ReadonlyData, ReadwriteData,
 };
 #[cfg(feature = "candle")]
 pub mod candle {

@@ -19,9 +19,15 @@
 //!   ...) is one address space: a pinned buffer can be seen under more than one device type.
 //! - **Held by the import**: the first access of an import takes its borrow, which lasts until
 //!   the import is dropped or its borrow released
-//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)). A consumer marked
-//!   `#[dlpack(borrow = "shared")]` or `#[dlpack(borrow = "exclusive")]` takes it at import
-//!   instead ([`ImportBuffer::borrow_at_import`](crate::ImportBuffer::borrow_at_import)), so
+//!   ([`ImportedData::release_borrow`](crate::ImportedData::release_borrow)); or **held by a
+//!   guard** ([`ImportedData::readonly`](crate::ImportedData::readonly),
+//!   [`ImportedData::readwrite`](crate::ImportedData::readwrite), and the per-call reads
+//!   [`ImportedData::get_scoped`](crate::ImportedData::get_scoped) and
+//!   [`ImportedData::to_vec_scoped`](crate::ImportedData::to_vec_scoped)), until the guard is
+//!   dropped, under a key of its own (odd numbers: an import's key, the address of its
+//!   managed tensor's header, is even). A consumer marked
+//!   `#[dlpack(borrow = "shared")]` or `#[dlpack(borrow = "exclusive")]` takes the import's
+//!   borrow at import instead ([`ImportBuffer::borrow_at_import`](crate::ImportBuffer::borrow_at_import)), so
 //!   that a `#[pyfunction]` argument is refused while pyo3 extracts it, with a note naming the
 //!   parameter, as rust-numpy's `PyReadonlyArray` and `PyReadwriteArray` are. An import that is
 //!   never accessed (nor borrows at import) never touches the registry, and neither does an import of memory that no
@@ -86,6 +92,7 @@ mod rust_numpy;
 
 use core::ffi::c_void;
 use core::fmt;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) use overlap::Footprint;
 
@@ -358,6 +365,63 @@ impl Drop for ReadBorrow {
     fn drop(&mut self) {
         if let Some(owner) = self.0 {
             release(owner);
+        }
+    }
+}
+
+/// The next guard key: odd numbers from a process-wide counter, `(n << 1) | 1`.
+///
+/// A borrow is kept in the registry under its owner's key. An import's own (sticky) borrow is
+/// keyed by the address of its managed tensor's header, which is at least 4-aligned (8 on
+/// 64-bit targets), so an even number; a borrow held by a guard ([`ScopedBorrow`]) is keyed by
+/// an odd number that no other live borrow has: each is taken once from this counter, which
+/// never wraps (once it has handed out every odd `usize`, after 2^63 guards on a 64-bit target,
+/// guards are refused with [`BorrowError::Unavailable`]).
+fn next_guard_key() -> Result<usize, BorrowError> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            (n < usize::MAX >> 1).then_some(n + 1)
+        })
+        .map_err(|_| BorrowError::Unavailable {
+            reason: "every guard key has been used",
+        })?;
+    Ok((n << 1) | 1)
+}
+
+/// A borrow held by a guard rather than by an import: registered under a key of its own
+/// ([`next_guard_key`]), so that several guards of one import, and the import's own borrow,
+/// are distinct borrows; released when dropped.
+#[must_use = "the borrow ends when the guard is dropped"]
+#[derive(Debug)]
+pub(crate) struct ScopedBorrow(Option<usize>);
+
+impl ScopedBorrow {
+    /// Borrows nothing: for memory that a borrow lasting longer than this value covers, or that
+    /// needs none.
+    pub(crate) const NONE: Self = Self(None);
+
+    /// Borrows `footprint` as `access` under a new guard key.
+    pub(crate) fn new(
+        footprint: &Footprint,
+        access: Access,
+        origin: Origin,
+    ) -> Result<Self, BorrowError> {
+        let key = next_guard_key()?;
+        acquire(key, footprint, access, origin)?;
+        Ok(Self(Some(key)))
+    }
+
+    /// Whether a borrow is registered (not [`ScopedBorrow::NONE`]).
+    pub(crate) fn is_registered(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for ScopedBorrow {
+    fn drop(&mut self) {
+        if let Some(key) = self.0 {
+            release(key);
         }
     }
 }

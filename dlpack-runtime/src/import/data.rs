@@ -4,8 +4,9 @@ use core::marker::PhantomData;
 use core::mem::ManuallyDrop;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+use super::guard::{ReadonlyData, ReadwriteData};
 use super::{ImportBuffer, ImportError};
-use crate::borrow::{self, Access};
+use crate::borrow::{self, Access, ScopedBorrow};
 use crate::tensor::device::Device;
 use crate::tensor::dtype::{DataType, Element};
 use crate::tensor::layout::{self, Contiguity, LayoutError, TensorLayout, raw_host_accessible};
@@ -31,13 +32,95 @@ use crate::tensor::managed::ManagedTensor;
 /// any other, fails with [`LayoutError::Borrow`] (a `BufferError` in Python) naming both byte
 /// ranges; it never panics or blocks. Overlap is exact: `x[::2]` and `x[1::2]` are disjoint.
 ///
-/// The borrow is held by the import from its first access until it is dropped, given back with
-/// [`release_borrow`](Self::release_borrow), turned into its managed tensor, or lent on by
-/// value (as the buffer of an export: its consumers borrow for themselves). Lent on read-only
-/// through `&self` (an import kept in an `Arc` or a frozen `#[pyclass]`), an exclusive borrow
-/// becomes shared. An import that
-/// is never accessed never borrows, and a tensor this crate exported from memory that nothing
-/// else reaches (an owned `Vec` moved into the export, see
+/// A borrow lasts for one of three scopes:
+///
+/// - **Sticky** (the accessors above): the borrow is held by the import from its first access
+///   until it is dropped, given back with [`release_borrow`](Self::release_borrow), turned into
+///   its managed tensor, or lent on by value (as the buffer of an export: its consumers borrow
+///   for themselves). Lent on read-only through `&self` (an import kept in an `Arc` or a frozen
+///   `#[pyclass]`), an exclusive borrow becomes shared. The cheapest after the first access
+///   (one word of flags is read), and what references with the import's lifetime need; but
+///   the bytes stay borrowed for the import's whole life.
+/// - **Guard**: [`readonly`](Self::readonly) and [`readwrite`](Self::readwrite) return a
+///   [`ReadonlyData`] or [`ReadwriteData`] that borrows shared or exclusively until it is
+///   dropped; its accessors borrow nothing more, and what they return lives no longer than the
+///   guard (as rust-numpy's `readonly()` and `readwrite()`). For a function that reads one
+///   argument and then writes another, which may be the same memory: the read's borrow ends
+///   with its block. A guard registers a borrow of its own only when the import holds none
+///   that covers it, and never sets the import's.
+/// - **Per call**: [`get_scoped`](Self::get_scoped) and [`to_vec_scoped`](Self::to_vec_scoped)
+///   borrow shared for the call only (when the import holds no borrow), since what they return
+///   is a copy. For an occasional read; in a loop, one guard is cheaper.
+///
+/// A function that reads `a` and then writes `b`, called with the same memory twice (`f(x, x)`
+/// from Python): with sticky borrows the read of `a` would keep the bytes borrowed shared and
+/// the write through `b` would be refused; with a guard the read's borrow ends before the
+/// write borrows.
+///
+/// ```
+/// use dlpack_runtime::{DlpackImport, ImportedData, LayoutError};
+///
+/// #[derive(DlpackImport)]
+/// #[dlpack(writable)]
+/// struct View {
+///     #[dlpack(data)]
+///     data: ImportedData<f32>,
+///     #[dlpack(shape)]
+///     shape: Vec<usize>,
+/// }
+///
+/// /// Sums `a`, then writes the sum into every element of `b`.
+/// fn read_then_write(a: &View, b: &mut View) -> Result<f32, LayoutError> {
+///     let sum: f32 = {
+///         let a = a.data.readonly()?;
+///         a.iter()?.sum()
+///     }; // `a`'s borrow ends here
+///     let mut b = b.data.readwrite()?;
+///     b.as_slice_mut()?.fill(sum);
+///     Ok(sum)
+/// }
+/// # use dlpack_runtime::ManagedTensor;
+/// # use dlpack_runtime::ffi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion};
+/// # use dlpack_runtime::ffi::{DLTensor, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+/// # // Two managed tensors over one buffer, as two `__dlpack__` calls of one NumPy array.
+/// # unsafe extern "C" fn free(m: *mut DLManagedTensorVersioned) {
+/// #     // SAFETY: made by `Box::into_raw` below, freed once.
+/// #     drop(unsafe { Box::from_raw(m) });
+/// # }
+/// # fn import(data: *mut f32) -> View {
+/// #     let shape: &'static mut [i64; 2] = Box::leak(Box::new([3, 1])); // shape, strides
+/// #     let managed = Box::into_raw(Box::new(DLManagedTensorVersioned {
+/// #         version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+/// #         manager_ctx: std::ptr::null_mut(),
+/// #         deleter: Some(free),
+/// #         flags: 0,
+/// #         dl_tensor: DLTensor {
+/// #             data: data.cast(),
+/// #             device: DLDevice { device_type: 1, device_id: 0 },
+/// #             ndim: 1,
+/// #             dtype: DLDataType { code: 2, bits: 32, lanes: 1 },
+/// #             shape: shape[..1].as_mut_ptr(),
+/// #             strides: shape[1..].as_mut_ptr(),
+/// #             byte_offset: 0,
+/// #         },
+/// #     }));
+/// #     // SAFETY: a valid versioned tensor over three live floats, owned from here on.
+/// #     let managed = unsafe { ManagedTensor::from_raw_versioned(managed) }.unwrap();
+/// #     View::from_managed(managed).unwrap()
+/// # }
+/// # let data = Box::leak(vec![1.0f32, 2.0, 3.0].into_boxed_slice()).as_mut_ptr();
+/// # let (a, mut b) = (import(data), import(data));
+/// // `a` and `b` are two imports of the same three floats 1, 2, 3.
+/// assert_eq!(read_then_write(&a, &mut b)?, 6.0);
+/// assert_eq!(b.data.to_vec_scoped()?, [6.0; 3]);
+/// // With sticky borrows, the read would keep `a`'s bytes borrowed: the write is refused.
+/// assert_eq!(a.data.get(&[0])?, 6.0);
+/// assert!(matches!(b.data.readwrite(), Err(LayoutError::Borrow(_))));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// An import that is never accessed never borrows, and a tensor this crate exported from
+/// memory that nothing else reaches (an owned `Vec` moved into the export, see
 /// [`ExportBuffer::is_unaliased`](crate::ExportBuffer::is_unaliased)) needs no borrow at all:
 /// no other import can describe its bytes.
 ///
@@ -276,6 +359,119 @@ impl<T: Element> ImportedData<T> {
         Ok(())
     }
 
+    /// A borrow of this import's bytes as `access` held by a guard (see [`ReadonlyData`]): none
+    /// when the import holds a borrow that covers it or needs none, otherwise one of its own,
+    /// released when the value drops. Sets none of the import's borrow flags.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::borrow`].
+    #[inline]
+    pub(super) fn scoped(&self, access: Access) -> Result<ScopedBorrow, LayoutError> {
+        let covered = match access {
+            Access::Shared => READ_COVERED,
+            Access::Exclusive => WRITE_COVERED,
+        };
+        if self.flags.load(Ordering::Acquire) & covered != 0 {
+            return Ok(ScopedBorrow::NONE);
+        }
+        self.scoped_now(access)
+    }
+
+    /// [`Self::scoped`] through the registry.
+    #[cold]
+    #[inline(never)]
+    fn scoped_now(&self, access: Access) -> Result<ScopedBorrow, LayoutError> {
+        let layout = self.host_layout()?;
+        let Some(footprint) = layout.footprint(size_of::<T>()) else {
+            // No byte reached: nothing to borrow, now or later.
+            self.flags.fetch_or(UNALIASED, Ordering::Release);
+            return Ok(ScopedBorrow::NONE);
+        };
+        Ok(ScopedBorrow::new(
+            &footprint,
+            access,
+            self.managed.origin(),
+        )?)
+    }
+
+    /// A guard that borrows this import's bytes shared until it is dropped, through which they
+    /// are read without borrowing again (see [Borrows](Self#borrows)). It registers a borrow of
+    /// its own (under a key of its own), unless the import holds one (sticky, taken by an
+    /// earlier access through `&self`) or needs none; it never sets the import's own borrow.
+    /// Several guards of one import can live at once, on several threads.
+    ///
+    /// ```
+    /// use dlpack_runtime::{DlpackExport, DlpackImport, ImportedData};
+    ///
+    /// #[derive(DlpackExport)]
+    /// struct Owned {
+    ///     #[dlpack(data)]
+    ///     data: Vec<f32>,
+    ///     #[dlpack(shape)]
+    ///     shape: Vec<usize>,
+    /// }
+    ///
+    /// #[derive(DlpackImport)]
+    /// struct View {
+    ///     #[dlpack(data)]
+    ///     data: ImportedData<f32>,
+    ///     #[dlpack(shape)]
+    ///     shape: Vec<usize>,
+    /// }
+    ///
+    /// let view = View::from_dlpack(Owned { data: vec![1.0, 2.0, 3.0], shape: vec![3] })?;
+    /// let sum: f32 = {
+    ///     let data = view.data.readonly()?;
+    ///     data.iter()?.sum()
+    /// }; // the borrow ends here
+    /// assert_eq!(sum, 6.0);
+    /// assert_eq!(view.data.borrow_held(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The host-access errors ([`LayoutError::NotHostAccessible`], [`LayoutError::Misaligned`],
+    /// the validation error of an invalid layout); [`LayoutError::Borrow`] when another import
+    /// or guard holds an exclusive borrow of some of the same bytes.
+    pub fn readonly(&self) -> Result<ReadonlyData<'_, T>, LayoutError> {
+        self.host_layout()?;
+        let borrow = self.scoped(Access::Shared)?;
+        Ok(ReadonlyData::new(self, borrow))
+    }
+
+    /// A guard that borrows this import's bytes exclusively until it is dropped, through which
+    /// they are read and written without borrowing again (see [Borrows](Self#borrows)).
+    /// `&mut self` proves that no slice, view or guard of this import is alive: when the import
+    /// holds an exclusive borrow (or needs none) the guard registers nothing; when it holds a
+    /// shared one, that borrow is **given back first** (as by
+    /// [`release_borrow`](Self::release_borrow)), then the guard borrows exclusively under a
+    /// key of its own. After a refusal the import holds no borrow; its next access borrows
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::ReadOnly`] for a read-only or legacy tensor; the host-access errors of
+    /// [`readonly`](Self::readonly); [`LayoutError::Borrow`] when another import or guard holds
+    /// a borrow of some of the same bytes.
+    pub fn readwrite(&mut self) -> Result<ReadwriteData<'_, T>, LayoutError> {
+        if self.managed.is_read_only() {
+            return Err(LayoutError::ReadOnly);
+        }
+        self.host_layout()?;
+        let flags = *self.flags.get_mut();
+        let borrow = if flags & WRITE_COVERED != 0 {
+            ScopedBorrow::NONE
+        } else {
+            // A shared borrow of the import's own would refuse the exclusive one: nothing
+            // relies on it (`&mut self`), so it is given back.
+            self.release_borrow();
+            self.scoped_now(Access::Exclusive)?
+        };
+        Ok(ReadwriteData::new(self, borrow))
+    }
+
     /// The validated layout.
     ///
     /// # Errors
@@ -347,7 +543,7 @@ impl<T: Element> ImportedData<T> {
     }
 
     /// The validated layout, when it is C-contiguous host memory readable as `T`.
-    fn contiguous_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
+    pub(super) fn contiguous_layout(&self) -> Result<TensorLayout<'_>, LayoutError> {
         let layout = self.host_layout()?;
         if !layout.is_contiguous(Contiguity::C) {
             return Err(self.not_contiguous());
@@ -449,12 +645,45 @@ impl<T: Element> ImportedData<T> {
     /// whole tensor shared, see [Borrows](Self#borrows)).
     #[inline]
     pub fn get(&self, index: &[usize]) -> Result<T, LayoutError> {
+        // SAFETY: `borrow` takes (or finds) this import's own borrow, which lasts until `&mut
+        // self` or the drop of `self`: past the read.
+        unsafe { self.get_with(index, || self.borrow(Access::Shared)) }
+    }
+
+    /// [`get`](Self::get) with a shared borrow held for the call only, unless this import
+    /// holds one (see [Borrows](Self#borrows)): the bytes are free for other imports again
+    /// when it returns. Each call borrows and releases (a lock of the registry, twice): in a
+    /// loop, a [`readonly`](Self::readonly) guard taken once is cheaper.
+    ///
+    /// # Errors
+    ///
+    /// As [`get`](Self::get).
+    pub fn get_scoped(&self, index: &[usize]) -> Result<T, LayoutError> {
+        // SAFETY: `scoped` borrows the bytes shared until its value drops, at the end of the
+        // read, or finds them covered by this import's own borrow, which outlives `&self`.
+        unsafe { self.get_with(index, || self.scoped(Access::Shared)) }
+    }
+
+    /// Reads the element at `index`; `borrow` is called once the index is checked, and what
+    /// it returns is kept until the element is read.
+    ///
+    /// # Safety
+    ///
+    /// When `borrow` returns `Ok(scope)`, nothing writes the bytes of this import's layout
+    /// until `scope` is dropped: they are borrowed (shared or exclusively) for at least that
+    /// long, or need no borrow.
+    #[inline(always)]
+    pub(super) unsafe fn get_with<S>(
+        &self,
+        index: &[usize],
+        borrow: impl FnOnce() -> Result<S, LayoutError>,
+    ) -> Result<T, LayoutError> {
         let layout = self.host_layout()?;
         let (offset, linear) = layout.locate(index, size_of::<T>())?;
-        self.borrow(Access::Shared)?;
+        let _scope = borrow()?;
         // SAFETY: `offset` addresses an in-bounds element of the validated layout (checked by
-        // `locate`), aligned and host-accessible (`host_ok`), borrowed shared (no import
-        // writes it).
+        // `locate`), aligned and host-accessible (`host_ok`), and nothing writes it while
+        // `_scope` lives (caller).
         unsafe { read_element::<T>(layout.first_element_ptr().offset(offset), linear) }
     }
 
@@ -466,15 +695,35 @@ impl<T: Element> ImportedData<T> {
     /// borrow of some of the same bytes (a write borrows the whole tensor exclusively);
     /// otherwise as [`ImportedData::get`].
     pub fn set(&mut self, index: &[usize], value: T) -> Result<(), LayoutError> {
+        let this = &*self;
+        // SAFETY: `borrow` takes (or finds) this import's own exclusive borrow, which lasts
+        // until `&mut self` or the drop of `self`: past the write; `&mut self` excludes every
+        // other access from this import.
+        unsafe { self.set_with(index, value, || this.borrow(Access::Exclusive)) }
+    }
+
+    /// Writes the element at `index`; `borrow` is called once the index is checked.
+    ///
+    /// # Safety
+    ///
+    /// When `borrow` returns `Ok(())`, nothing else reads or writes the bytes of this import's
+    /// layout until the write is done: they are borrowed exclusively for at least that long
+    /// (or need no borrow), and no reference of this import to them is alive.
+    #[inline(always)]
+    pub(super) unsafe fn set_with(
+        &self,
+        index: &[usize],
+        value: T,
+        borrow: impl FnOnce() -> Result<(), LayoutError>,
+    ) -> Result<(), LayoutError> {
         if self.managed.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
         let layout = self.host_layout()?;
         let (offset, _) = layout.locate(index, size_of::<T>())?;
-        self.borrow(Access::Exclusive)?;
-        // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor, borrowed
-        // exclusively (no other import reads or writes it); `&mut self` excludes other access
-        // from this import.
+        borrow()?;
+        // SAFETY: in-bounds, aligned, host-accessible element of a writable tensor, and
+        // nothing else reads or writes it during the write (caller).
         unsafe {
             layout
                 .first_element_ptr()
@@ -539,8 +788,35 @@ impl<T: Element> ImportedData<T> {
     /// can describe far more elements than its memory holds), and [`LayoutError::Borrow`] as
     /// for [`ImportedData::get`].
     pub fn to_vec(&self) -> Result<Vec<T>, LayoutError> {
+        // SAFETY: `borrow` takes (or finds) this import's own borrow, which lasts until `&mut
+        // self` or the drop of `self`: past the copy.
+        unsafe { self.to_vec_with(|| self.borrow(Access::Shared)) }
+    }
+
+    /// [`to_vec`](Self::to_vec) with a shared borrow held for the call only, unless this
+    /// import holds one (see [Borrows](Self#borrows)), as [`get_scoped`](Self::get_scoped).
+    ///
+    /// # Errors
+    ///
+    /// As [`to_vec`](Self::to_vec).
+    pub fn to_vec_scoped(&self) -> Result<Vec<T>, LayoutError> {
+        // SAFETY: `scoped` borrows the bytes shared until its value drops, after the copy, or
+        // finds them covered by this import's own borrow, which outlives `&self`.
+        unsafe { self.to_vec_with(|| self.scoped(Access::Shared)) }
+    }
+
+    /// Copies the elements out; `borrow` is called once the layout is checked, and what it
+    /// returns is kept until the copy is done.
+    ///
+    /// # Safety
+    ///
+    /// As for [`get_with`](Self::get_with).
+    pub(super) unsafe fn to_vec_with<S>(
+        &self,
+        borrow: impl FnOnce() -> Result<S, LayoutError>,
+    ) -> Result<Vec<T>, LayoutError> {
         let layout = self.host_layout()?;
-        self.borrow(Access::Shared)?;
+        let _scope = borrow()?;
         let base = layout.first_element_ptr();
         let numel = layout.numel();
         let too_large = || LayoutError::CopyTooLarge {
@@ -555,8 +831,9 @@ impl<T: Element> ImportedData<T> {
         if layout.is_contiguous(Contiguity::C) && T::ALL_BIT_PATTERNS_VALID {
             if numel > 0 {
                 // SAFETY: C-contiguous: `numel` elements of `T` from `base`, aligned and
-                // host-accessible (`host_layout`), every bit pattern valid; `out` has room
-                // for `numel` and does not overlap the producer's memory.
+                // host-accessible (`host_layout`), every bit pattern valid, not written while
+                // `_scope` lives (caller); `out` has room for `numel` and does not overlap the
+                // producer's memory.
                 unsafe {
                     core::ptr::copy_nonoverlapping(base.cast::<T>(), out.as_mut_ptr(), numel);
                     out.set_len(numel);
@@ -570,7 +847,8 @@ impl<T: Element> ImportedData<T> {
                 return;
             }
             // SAFETY: every offset produced by `for_each_offset` addresses an element of the
-            // validated layout, aligned and host-accessible (`host_layout`).
+            // validated layout, aligned and host-accessible (`host_layout`), not written while
+            // `_scope` lives (caller).
             match unsafe { read_element::<T>(base.offset(offset), out.len()) } {
                 Ok(v) => out.push(v),
                 Err(e) => failure = Some(e),

@@ -30,8 +30,21 @@ pub struct Elements<'a, T: Element> {
 impl<'a, T: Element> Elements<'a, T> {
     /// The iterator over `data`'s elements, whose bit patterns have all been checked.
     pub(super) fn new(data: &'a ImportedData<T>) -> Result<Self, LayoutError> {
-        let layout = data.host_layout()?;
+        data.host_layout()?;
         data.borrow(crate::borrow::Access::Shared)?;
+        // SAFETY: `data` holds a borrow of its bytes (or needs none), which lasts until `&mut`
+        // of it or its drop: for `'a` at least.
+        unsafe { Self::covered(data) }
+    }
+
+    /// The iterator over `data`'s elements, without borrowing them.
+    ///
+    /// # Safety
+    ///
+    /// Nothing writes `data`'s bytes during `'a`: they are borrowed (shared or exclusively)
+    /// for at least that long, or need no borrow.
+    pub(super) unsafe fn covered(data: &'a ImportedData<T>) -> Result<Self, LayoutError> {
+        let layout = data.host_layout()?;
         data.check_all_elements(&layout)?;
         let size = core::mem::size_of::<T>() as isize;
         let axes = (0..layout.ndim())
@@ -102,8 +115,8 @@ impl<T: Element> Iterator for Elements<'_, T> {
         self.remaining -= 1;
         // SAFETY: `offset` addresses an element of the validated layout (the odometer below
         // visits exactly its elements), host-accessible and aligned for `T` (`host_layout`),
-        // whose bit pattern was checked at construction; the import stays borrowed, so the
-        // memory stays alive.
+        // whose bit pattern was checked at construction; the import (or a guard of it) stays
+        // borrowed, so the memory stays alive and unwritten.
         let value = unsafe { self.first.offset(self.offset).cast::<T>().read() };
         // Odometer step, the last axis fastest.
         for axis in self.axes.as_mut_slice().iter_mut().rev() {

@@ -14,6 +14,7 @@
 mod constraints;
 mod data;
 mod error;
+mod guard;
 mod iter;
 mod lend;
 
@@ -22,6 +23,7 @@ pub(crate) use lend::lent_byte_offset;
 pub use constraints::ImportConstraints;
 pub use data::ImportedData;
 pub use error::ImportError;
+pub use guard::{ReadonlyData, ReadwriteData};
 pub use iter::Elements;
 
 use crate::abi::words::load;

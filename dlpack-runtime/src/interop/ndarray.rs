@@ -129,28 +129,24 @@ impl<T: Element> ImportedData<T> {
     /// exclusive borrow of some of the same bytes.
     pub fn as_array(&self) -> Result<ArrayViewD<'_, T>, LayoutError> {
         let layout = self.checked_for_array(Access::Shared)?;
-        let n = normalize::<T>(&layout);
-        if layout.numel() == 0 {
-            return Ok(ArrayViewD::from_shape(IxDyn(&n.shape), &[])
-                .unwrap_or_else(|_| unreachable!("zero-size shape")));
-        }
-        // SAFETY: the layout is validated (every element lies in the producer's buffer, kept
-        // alive while `self` is borrowed), host-accessible and aligned for `T` (`check_typed`),
-        // every element is a valid `T` (checked for types with invalid patterns); `low` is the
-        // lowest element address and the strides are non-negative, so every offset ndarray
-        // forms stays within that span; the element count fits in `isize`. Shared view: no
-        // mutable alias exists while `&self` is borrowed, and the memory is borrowed shared (no
-        // other import writes it).
-        let mut view = unsafe {
-            ArrayViewD::from_shape_ptr(
-                IxDyn(&n.shape).strides(IxDyn(&n.strides)),
-                n.low.cast::<T>(),
-            )
-        };
-        for axis in n.inverted {
-            view.invert_axis(Axis(axis));
-        }
-        Ok(view)
+        // SAFETY: `layout` is this import's, checked for a view of `T` (every element too), and
+        // borrowed shared by the import until `&mut self` or its drop: past `'_`.
+        Ok(unsafe { array_of(&layout) })
+    }
+
+    /// [`as_array`](Self::as_array) without borrowing, for a guard.
+    ///
+    /// # Safety
+    ///
+    /// Nothing writes the import's bytes while the view lives: they are borrowed (shared or
+    /// exclusively) for at least that long, or need no borrow.
+    pub(crate) unsafe fn as_array_covered(&self) -> Result<ArrayViewD<'_, T>, LayoutError> {
+        let layout = self.layout()?;
+        layout.check_typed::<T>()?;
+        self.check_all_elements(&layout)?;
+        // SAFETY: `layout` is this import's, checked for a view of `T` (every element too), and
+        // not written while the view lives (caller).
+        Ok(unsafe { array_of(&layout) })
     }
 
     /// A zero-copy mutable `ndarray` view of a writable host tensor whose elements do not
@@ -162,6 +158,24 @@ impl<T: Element> ImportedData<T> {
     /// reach the same element (stride 0, say); [`LayoutError::Borrow`] when another import holds
     /// any borrow of some of the same bytes; otherwise as [`ImportedData::as_array`].
     pub fn as_array_mut(&mut self) -> Result<ArrayViewMutD<'_, T>, LayoutError> {
+        // SAFETY: `borrow` takes (or finds) this import's own exclusive borrow, which lasts until
+        // `&mut self` or the drop of `self`: past `'_`; `&mut self` excludes every other access
+        // from this import while the view lives.
+        unsafe { self.as_array_mut_with(|this| this.borrow(Access::Exclusive)) }
+    }
+
+    /// [`as_array_mut`](Self::as_array_mut); `borrow` is called once the view can be made (a
+    /// refused view takes no borrow) and before any element is read.
+    ///
+    /// # Safety
+    ///
+    /// When `borrow` returns `Ok(())`, nothing else reads or writes the import's bytes while the
+    /// view lives: they are borrowed exclusively for at least that long (or need no borrow),
+    /// and no other reference of this import to them is alive.
+    pub(crate) unsafe fn as_array_mut_with(
+        &mut self,
+        borrow: impl FnOnce(&Self) -> Result<(), LayoutError>,
+    ) -> Result<ArrayViewMutD<'_, T>, LayoutError> {
         if self.is_read_only() {
             return Err(LayoutError::ReadOnly);
         }
@@ -174,15 +188,15 @@ impl<T: Element> ImportedData<T> {
                 strides: layout.strides_vec(),
             });
         }
-        // Borrowed only once the view can be made: a refused view takes no borrow.
-        let layout = self.checked_for_array(Access::Exclusive)?;
+        borrow(self)?;
+        self.check_all_elements(&layout)?;
         if layout.numel() == 0 {
             return Ok(ArrayViewMutD::from_shape(IxDyn(&n.shape), &mut [])
                 .unwrap_or_else(|_| unreachable!("zero-size shape")));
         }
-        // SAFETY: as in `as_array`; in addition the tensor is writable (flag checked), its
-        // elements do not overlap (checked), it is borrowed exclusively (no other import reads
-        // or writes it), and `&mut self` excludes other access from this import.
+        // SAFETY: as in `array_of`; in addition the tensor is writable (flag checked), its
+        // elements do not overlap (checked), nothing else reads or writes them while the view
+        // lives (caller), which `&mut self` extends to this import's own references.
         let mut view = unsafe {
             ArrayViewMutD::from_shape_ptr(
                 IxDyn(&n.shape).strides(IxDyn(&n.strides)),
@@ -194,6 +208,36 @@ impl<T: Element> ImportedData<T> {
         }
         Ok(view)
     }
+}
+
+/// A zero-copy view of the elements of `layout`.
+///
+/// # Safety
+///
+/// `layout` is an import's validated layout, checked for a view of `T`
+/// ([`TensorLayout::check_typed`]) and, for types with invalid bit patterns, every element
+/// checked; its memory lives for `'a` and nothing writes it during `'a`.
+unsafe fn array_of<'a, T: Element>(layout: &TensorLayout<'a>) -> ArrayViewD<'a, T> {
+    let n = normalize::<T>(layout);
+    if layout.numel() == 0 {
+        return ArrayViewD::from_shape(IxDyn(&n.shape), &[])
+            .unwrap_or_else(|_| unreachable!("zero-size shape"));
+    }
+    // SAFETY: the layout is validated (every element lies in the producer's buffer, alive for
+    // `'a`), host-accessible and aligned for `T` (`check_typed`), every element is a valid `T`
+    // (caller); `low` is the lowest element address and the strides are non-negative, so every
+    // offset ndarray forms stays within that span; the element count fits in `isize`. Nothing
+    // writes the elements during `'a` (caller).
+    let mut view = unsafe {
+        ArrayViewD::from_shape_ptr(
+            IxDyn(&n.shape).strides(IxDyn(&n.strides)),
+            n.low.cast::<T>(),
+        )
+    };
+    for axis in n.inverted {
+        view.invert_axis(Axis(axis));
+    }
+    view
 }
 
 /// Byte offset of logical element 0 from the lowest-address element, and the byte length of the

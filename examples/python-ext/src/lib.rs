@@ -333,6 +333,39 @@ fn scale_into(src: VecRef, mut dst: VecMut, factor: f32) -> PyResult<()> {
     Ok(())
 }
 
+/// `read_then_write(a, b)`: sums the float32 vector `a` under a guard that ends before `b` is
+/// written (every element set to the sum) under a guard of its own; returns the sum. `a` and `b`
+/// may share memory (`read_then_write(x, x)`): the read's borrow has ended when the write
+/// borrows.
+#[pyfunction]
+fn read_then_write(a: StridedMut, mut b: StridedMut) -> PyResult<f32> {
+    let sum: f32 = {
+        let a = a.data.readonly()?;
+        a.iter()?.sum()
+    };
+    let mut b_data = b.data.readwrite()?;
+    for i in 0..b.shape[0] {
+        b_data.set(&[i], sum)?;
+    }
+    Ok(sum)
+}
+
+/// `read_while_write(a, b)`: as `read_then_write`, with `a`'s guard alive while `b` is written:
+/// `BufferError` when `a` and `b` share memory; disjoint views (`x[::2]`, `x[1::2]`) are fine.
+#[pyfunction]
+fn read_while_write(a: StridedMut, mut b: StridedMut) -> PyResult<f32> {
+    let a_data = a.data.readonly()?;
+    let sum: f32 = a_data.iter()?.sum();
+    let mut b_data = b.data.readwrite()?;
+    for i in 0..b.shape[0] {
+        b_data.set(&[i], sum)?;
+    }
+    // The read guard is still alive here: `a` is read again after the writes.
+    let again: f32 = a_data.iter()?.sum();
+    debug_assert_eq!(again, sum);
+    Ok(again)
+}
+
 /// A tensor's memory held borrowed from Python: `hold(x, mutable)`. The borrow lasts until
 /// `release()` (or until the holder is collected).
 #[pyclass(frozen, module = "dlpack_example")]
@@ -1085,6 +1118,8 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(write_interleaved, m)?)?;
     m.add_function(wrap_pyfunction!(set_both, m)?)?;
     m.add_function(wrap_pyfunction!(scale_into, m)?)?;
+    m.add_function(wrap_pyfunction!(read_then_write, m)?)?;
+    m.add_function(wrap_pyfunction!(read_while_write, m)?)?;
     m.add_class::<Held>()?;
     m.add_class::<Relay>()?;
     // A shared, read-only export of the imported memory it holds.
