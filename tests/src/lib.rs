@@ -341,6 +341,27 @@ impl SharedBuffer {
         Box::into_raw(block).cast()
     }
 
+    /// A float32 buffer holding 0, 1, ..., `n - 1`: the memory of the borrow tests' imports.
+    pub fn counting_f32(n: usize) -> SharedBuffer {
+        let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        SharedBuffer::new(&bytes_of(&values))
+    }
+
+    /// An import of the buffer's float32 elements: `shape`, `strides` in elements, from element
+    /// `first`, validated as a derived consumer's import validates it.
+    pub fn import_f32(
+        &self,
+        shape: &[i64],
+        strides: &[i64],
+        first: u64,
+        counter: &Counter,
+    ) -> dlpack_runtime::ImportedData<f32> {
+        use dlpack_runtime::ImportBuffer;
+        let managed = self.managed(DataType::F32, shape, strides, 4 * first, counter);
+        managed.layout().expect("a valid layout");
+        dlpack_runtime::ImportedData::from_managed(managed).expect("float32")
+    }
+
     /// [`SharedBuffer::view`] taken as a [`dlpack_runtime::ManagedTensor`].
     pub fn managed(
         &self,

@@ -11,7 +11,7 @@ use dlpack_runtime::{
     BorrowError, DataType, DlpackImport, DlpackImportStorage, ImportError, ImportedData,
     LayoutError, ManagedTensor,
 };
-use dlpack_tests::{Counter, READ_ONLY, SharedBuffer, bytes_of};
+use dlpack_tests::{Counter, READ_ONLY, SharedBuffer};
 
 /// A writable view that borrows its memory exclusively at import.
 #[derive(DlpackImport)]
@@ -64,12 +64,6 @@ struct AnyMut {
     shape: Vec<usize>,
 }
 
-/// A float32 buffer holding 0, 1, ..., `n - 1`.
-fn buffer(n: usize) -> SharedBuffer {
-    let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
-    SharedBuffer::new(&bytes_of(&values))
-}
-
 /// A float32 tensor over `buffer`: `len` elements of stride `step`, from element `first`.
 fn tensor(
     buffer: &SharedBuffer,
@@ -93,7 +87,7 @@ fn conflict(err: ImportError) -> (BorrowedRange, BorrowedRange) {
 #[test]
 fn a_second_exclusive_import_of_the_same_memory_is_refused_at_import() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = ViewMut::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("first import");
     assert_eq!(a.data.borrow_held(), Some(Access::Exclusive));
     assert_eq!(
@@ -136,7 +130,7 @@ fn a_second_exclusive_import_of_the_same_memory_is_refused_at_import() {
 #[test]
 fn shared_imports_coexist_and_refuse_an_exclusive_one() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = View::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("shared");
     let b = View::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("shared beside shared");
     assert_eq!(a.data.borrow_held(), Some(Access::Shared));
@@ -169,7 +163,7 @@ fn shared_imports_coexist_and_refuse_an_exclusive_one() {
 #[test]
 fn disjoint_views_borrow_at_import_side_by_side() {
     let counter = Counter::new();
-    let x = buffer(8);
+    let x = SharedBuffer::counting_f32(8);
     // Interleaved (`x[::2]`, `x[1::2]`) and halves (`x[:4]`, `x[4:]`).
     let mut even = ViewMut::from_managed(tensor(&x, 4, 2, 0, &counter)).expect("x[::2]");
     let mut odd = ViewMut::from_managed(tensor(&x, 4, 2, 1, &counter)).expect("x[1::2]");
@@ -188,7 +182,7 @@ fn disjoint_views_borrow_at_import_side_by_side() {
 #[test]
 fn without_the_option_the_conflict_waits_for_the_first_access() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let _a = ViewMut::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("exclusive");
     let lazy = Lazy::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("no borrow yet");
     assert_eq!(lazy.data.borrow_held(), None);
@@ -202,7 +196,7 @@ fn without_the_option_the_conflict_waits_for_the_first_access() {
 #[test]
 fn storage_enums_borrow_the_variant_they_hold() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = AnyMut::from_managed(tensor(&x, 4, 1, 0, &counter)).expect("first");
     match &a.data {
         Numbers::F32(data) => assert_eq!(data.borrow_held(), Some(Access::Exclusive)),
@@ -219,7 +213,7 @@ fn storage_enums_borrow_the_variant_they_hold() {
 #[test]
 fn read_only_memory_is_refused_by_writable_before_any_borrow() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let p = x.view(DataType::F32, &[4], &[1], 0, READ_ONLY, &counter);
     // SAFETY: `view` returns a valid, owned managed tensor.
     let managed = unsafe { ManagedTensor::from_raw_versioned(p) }.expect("version 1.3");

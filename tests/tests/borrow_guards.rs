@@ -12,46 +12,14 @@ use std::thread;
 
 use dlpack_runtime::borrow::Access;
 use dlpack_runtime::{
-    BorrowError, DataType, DlpackImport, ImportedData, LayoutError, ManagedTensor,
+    BorrowError, DataType, ImportBuffer, ImportedData, LayoutError, ManagedTensor,
 };
-use dlpack_tests::{Counter, READ_ONLY, SharedBuffer, bytes_of};
+use dlpack_tests::{Counter, READ_ONLY, SharedBuffer};
 use proptest::prelude::*;
-
-/// A consumer of any strided float32 layout.
-#[derive(DlpackImport)]
-struct Strided {
-    #[dlpack(data)]
-    data: ImportedData<f32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Vec<isize>,
-}
-
-/// A float32 buffer holding 0, 1, ..., `n - 1`.
-fn buffer(n: usize) -> SharedBuffer {
-    let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
-    SharedBuffer::new(&bytes_of(&values))
-}
-
-/// An import of float32 elements of `buffer`: `shape`, `strides` in elements, from element
-/// `first`.
-fn import(
-    buffer: &SharedBuffer,
-    shape: &[i64],
-    strides: &[i64],
-    first: u64,
-    counter: &Counter,
-) -> ImportedData<f32> {
-    let managed = buffer.managed(DataType::F32, shape, strides, 4 * first, counter);
-    let view = Strided::from_managed(managed).expect("import");
-    assert_eq!(view.shape.len(), view.strides.len());
-    view.data
-}
 
 /// The whole buffer of `n` elements.
 fn whole(buffer: &SharedBuffer, n: i64, counter: &Counter) -> ImportedData<f32> {
-    import(buffer, &[n], &[1], 0, counter)
+    buffer.import_f32(&[n], &[1], 0, counter)
 }
 
 fn is_conflict<T: std::fmt::Debug>(result: Result<T, LayoutError>) -> bool {
@@ -65,7 +33,7 @@ fn is_conflict<T: std::fmt::Debug>(result: Result<T, LayoutError>) -> bool {
 #[test]
 fn a_readonly_guard_borrows_until_it_is_dropped() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = whole(&x, 4, &counter);
     let mut b = whole(&x, 4, &counter);
     {
@@ -132,7 +100,7 @@ fn one_buffer_is_read_then_written_through_two_imports() {
         Ok(sum)
     }
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = whole(&x, 4, &counter);
     let mut b = whole(&x, 4, &counter);
     assert_eq!(read_then_write(&a, &mut b).unwrap(), 6.0);
@@ -147,7 +115,7 @@ fn one_buffer_is_read_then_written_through_two_imports() {
 #[test]
 fn guards_inside_a_sticky_borrow_register_nothing() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let mut a = whole(&x, 4, &counter);
     let mut b = whole(&x, 4, &counter);
     assert_eq!(a.as_slice().unwrap()[1], 1.0);
@@ -186,7 +154,7 @@ fn guards_inside_a_sticky_borrow_register_nothing() {
 #[test]
 fn readwrite_gives_back_a_sticky_shared_borrow() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let mut a = whole(&x, 4, &counter);
     let b = whole(&x, 4, &counter);
     assert_eq!(a.get(&[0]).unwrap(), 0.0);
@@ -214,7 +182,7 @@ fn readwrite_gives_back_a_sticky_shared_borrow() {
 fn several_readonly_guards_live_on_several_threads() {
     let threads = 4;
     let counter = Counter::new();
-    let x = buffer(8);
+    let x = SharedBuffer::counting_f32(8);
     let a = whole(&x, 8, &counter);
     let mut b = whole(&x, 8, &counter);
     let taken = Barrier::new(threads + 1);
@@ -251,7 +219,7 @@ fn several_readonly_guards_live_on_several_threads() {
 #[test]
 fn guards_dropped_on_other_threads_end_their_borrows() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let mut a = whole(&x, 4, &counter);
     let mut b = whole(&x, 4, &counter);
     thread::scope(|s| {
@@ -273,9 +241,9 @@ fn guards_dropped_on_other_threads_end_their_borrows() {
 #[test]
 fn interleaved_views_are_guarded_apart() {
     let counter = Counter::new();
-    let x = buffer(8);
-    let evens = import(&x, &[4], &[2], 0, &counter);
-    let mut odds = import(&x, &[4], &[2], 1, &counter);
+    let x = SharedBuffer::counting_f32(8);
+    let evens = x.import_f32(&[4], &[2], 0, &counter);
+    let mut odds = x.import_f32(&[4], &[2], 1, &counter);
     let read = evens.readonly().unwrap();
     {
         let mut write = odds.readwrite().unwrap();
@@ -299,11 +267,11 @@ fn interleaved_views_are_guarded_apart() {
 #[test]
 fn read_only_tensors_are_read_through_guards_only() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let read_only = x.view(DataType::F32, &[4], &[1], 0, READ_ONLY, &counter);
     // SAFETY: `view` returns a valid, owned managed tensor.
     let managed = unsafe { ManagedTensor::from_raw_versioned(read_only) }.unwrap();
-    let mut a = Strided::from_managed(managed).unwrap().data;
+    let mut a = <ImportedData<f32> as ImportBuffer>::from_managed(managed).unwrap();
     assert!(matches!(a.readwrite(), Err(LayoutError::ReadOnly)));
     assert_eq!(a.readonly().unwrap().get(&[3]).unwrap(), 3.0);
     assert_eq!(a.borrow_held(), None);
@@ -314,7 +282,7 @@ fn read_only_tensors_are_read_through_guards_only() {
 #[test]
 fn per_call_reads_borrow_for_the_call_only() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let a = whole(&x, 4, &counter);
     let mut b = whole(&x, 4, &counter);
     assert_eq!(a.get_scoped(&[1]).unwrap(), 1.0);
@@ -337,8 +305,8 @@ fn per_call_reads_borrow_for_the_call_only() {
 #[test]
 fn empty_tensors_need_no_guard_borrow() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut a = import(&x, &[0], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut a = x.import_f32(&[0], &[1], 0, &counter);
     let mut b = whole(&x, 4, &counter);
     let mut write = b.readwrite().unwrap();
     assert!(!a.readonly().unwrap().holds_own_borrow());
@@ -484,12 +452,12 @@ enum Slot {
 /// Runs `ops` over imports of `views` of one buffer, checking every result against the model.
 fn run(views: &[usize], ops: &[Op]) -> Result<(), TestCaseError> {
     let counter = Counter::new();
-    let x = buffer(8);
+    let x = SharedBuffer::counting_f32(8);
     let created = std::cell::Cell::new(0);
     let new_import = |v: usize| {
         created.set(created.get() + 1);
         let (n, stride, first) = VIEWS[v];
-        Arc::new(import(&x, &[n], &[stride], first, &counter))
+        Arc::new(x.import_f32(&[n], &[stride], first, &counter))
     };
     let mut slots: Vec<Slot> = views.iter().map(|&v| Slot::Here(new_import(v))).collect();
     let mut readonly: Vec<(usize, Held<()>)> = Vec::new();

@@ -11,7 +11,7 @@ use dlpack_runtime::borrow::{Access, BorrowedRange};
 use dlpack_runtime::{
     BorrowError, DataType, DlpackExport, DlpackImport, ImportedData, LayoutError, ManagedTensor,
 };
-use dlpack_tests::{Counter, READ_ONLY, SharedBuffer, bytes_of};
+use dlpack_tests::{Counter, READ_ONLY, SharedBuffer};
 
 #[derive(DlpackImport)]
 struct View {
@@ -19,41 +19,6 @@ struct View {
     data: ImportedData<f32>,
     #[dlpack(shape)]
     shape: Vec<usize>,
-}
-
-/// A consumer of any strided float32 layout.
-#[derive(DlpackImport)]
-struct Strided {
-    #[dlpack(data)]
-    data: ImportedData<f32>,
-    #[dlpack(shape)]
-    shape: Vec<usize>,
-    #[dlpack(strides)]
-    strides: Vec<isize>,
-}
-
-/// A float32 buffer holding 0, 1, ..., `n - 1`.
-fn buffer(n: usize) -> SharedBuffer {
-    let values: Vec<f32> = (0..n).map(|v| v as f32).collect();
-    SharedBuffer::new(&bytes_of(&values))
-}
-
-/// An import of float32 elements of `buffer`: `shape`, `strides` in elements, from element
-/// `first`.
-fn import(
-    buffer: &SharedBuffer,
-    shape: &[i64],
-    strides: &[i64],
-    first: u64,
-    counter: &Counter,
-) -> ImportedData<f32> {
-    let managed = buffer.managed(DataType::F32, shape, strides, 4 * first, counter);
-    let view = Strided::from_managed(managed).expect("import");
-    assert_eq!(
-        (view.shape.len(), view.strides.len()),
-        (shape.len(), strides.len())
-    );
-    view.data
 }
 
 /// The function of the release-mode miscompile: with `a` and `b` aliasing, an optimizer that
@@ -75,9 +40,9 @@ fn conflict(err: LayoutError) -> (BorrowedRange, BorrowedRange) {
 #[test]
 fn one_buffer_imported_twice_is_never_written_through_two_slices() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut a = import(&x, &[4], &[1], 0, &counter);
-    let mut b = import(&x, &[4], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut a = x.import_f32(&[4], &[1], 0, &counter);
+    let mut b = x.import_f32(&[4], &[1], 0, &counter);
     let first = a.as_slice_mut().expect("the first exclusive borrow");
     let (requested, held) = conflict(b.as_slice_mut().expect_err("the second"));
     let range = |access| BorrowedRange {
@@ -100,8 +65,8 @@ fn one_buffer_imported_twice_is_never_written_through_two_slices() {
     assert_eq!(a.borrow_held(), Some(Access::Exclusive));
     drop(a);
     // Once `a` is gone, `b` borrows; with two distinct buffers both slices are fine.
-    let y = buffer(4);
-    let mut c = import(&y, &[4], &[1], 0, &counter);
+    let y = SharedBuffer::counting_f32(4);
+    let mut c = y.import_f32(&[4], &[1], 0, &counter);
     let read = write_both(b.as_slice_mut().unwrap(), c.as_slice_mut().unwrap());
     assert_eq!(read, 1.0);
     assert_eq!((x.read::<f32>(0), y.read::<f32>(0)), (1.0, 2.0));
@@ -128,9 +93,9 @@ fn conflicts_are_decided_by_the_bytes_each_layout_reaches() {
     ];
     for ((sa, ta, fa), (sb, tb, fb), overlap) in cases {
         let counter = Counter::new();
-        let x = buffer(8);
-        let mut a = import(&x, sa, ta, fa, &counter);
-        let mut b = import(&x, sb, tb, fb, &counter);
+        let x = SharedBuffer::counting_f32(8);
+        let mut a = x.import_f32(sa, ta, fa, &counter);
+        let mut b = x.import_f32(sb, tb, fb, &counter);
         let last = |shape: &[i64]| shape.iter().map(|&e| e as usize - 1).collect::<Vec<_>>();
         // Exclusive borrows through the strided writer `set`, then a shared one through `get`.
         a.set(&last(sa), -1.0).expect("the first write");
@@ -154,9 +119,9 @@ fn conflicts_are_decided_by_the_bytes_each_layout_reaches() {
 #[test]
 fn shared_borrows_coexist_and_upgrade_only_alone() {
     let counter = Counter::new();
-    let x = buffer(6);
-    let mut a = import(&x, &[6], &[1], 0, &counter);
-    let mut b = import(&x, &[2, 3], &[3, 1], 0, &counter);
+    let x = SharedBuffer::counting_f32(6);
+    let mut a = x.import_f32(&[6], &[1], 0, &counter);
+    let mut b = x.import_f32(&[2, 3], &[3, 1], 0, &counter);
     assert_eq!(a.as_slice().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     assert_eq!(b.to_vec().unwrap(), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     assert_eq!(a.borrow_held(), Some(Access::Shared));
@@ -183,12 +148,12 @@ fn shared_borrows_coexist_and_upgrade_only_alone() {
 #[test]
 fn read_only_imports_borrow_shared() {
     let counter = Counter::new();
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let read_only = x.view(DataType::F32, &[4], &[1], 0, READ_ONLY, &counter);
     // SAFETY: `view` returns a valid, owned managed tensor.
     let managed = unsafe { ManagedTensor::from_raw_versioned(read_only) }.unwrap();
     let a = View::from_managed(managed).unwrap().data;
-    let mut b = import(&x, &[4], &[1], 0, &counter);
+    let mut b = x.import_f32(&[4], &[1], 0, &counter);
     assert_eq!(a.as_slice().unwrap()[3], 3.0);
     assert_eq!(a.borrow_held(), Some(Access::Shared));
     assert!(matches!(b.as_slice_mut(), Err(LayoutError::Borrow(_))));
@@ -202,9 +167,9 @@ fn read_only_imports_borrow_shared() {
 #[test]
 fn borrows_end_when_the_import_is_dropped_on_another_thread() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut a = import(&x, &[4], &[1], 0, &counter);
-    let mut b = import(&x, &[4], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut a = x.import_f32(&[4], &[1], 0, &counter);
+    let mut b = x.import_f32(&[4], &[1], 0, &counter);
     a.as_slice_mut().unwrap()[1] = 10.0;
     std::thread::spawn(move || drop(a)).join().unwrap();
     assert_eq!(b.as_slice_mut().unwrap()[1], 10.0);
@@ -215,14 +180,14 @@ fn borrows_end_when_the_import_is_dropped_on_another_thread() {
 #[test]
 fn one_of_several_threads_wins_an_exclusive_borrow() {
     let threads = 4;
-    let x = buffer(4);
+    let x = SharedBuffer::counting_f32(4);
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let (x, barrier) = (x.clone(), Arc::clone(&barrier));
             std::thread::spawn(move || {
                 let counter = Counter::new();
-                let mut a = import(&x, &[4], &[1], 0, &counter);
+                let mut a = x.import_f32(&[4], &[1], 0, &counter);
                 let won = a.as_slice_mut().is_ok();
                 // Everyone has tried before anyone lets go.
                 barrier.wait();
@@ -243,14 +208,14 @@ fn one_of_several_threads_wins_an_exclusive_borrow() {
 #[test]
 fn empty_tensors_borrow_nothing() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut a = import(&x, &[0], &[1], 0, &counter);
-    let mut b = import(&x, &[0], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut a = x.import_f32(&[0], &[1], 0, &counter);
+    let mut b = x.import_f32(&[0], &[1], 0, &counter);
     assert!(a.as_slice_mut().unwrap().is_empty());
     assert!(b.as_slice_mut().unwrap().is_empty());
     assert_eq!((a.borrow_held(), b.borrow_held()), (None, None));
     // Nor does an empty import stand in the way of a full one.
-    let mut c = import(&x, &[4], &[1], 0, &counter);
+    let mut c = x.import_f32(&[4], &[1], 0, &counter);
     c.as_slice_mut().unwrap()[0] = 1.0;
     drop((a, b, c));
     assert_eq!(counter.get(), 3);
@@ -259,9 +224,9 @@ fn empty_tensors_borrow_nothing() {
 #[test]
 fn unchecked_slices_take_no_borrow() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let a = import(&x, &[4], &[1], 0, &counter);
-    let mut b = import(&x, &[4], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let a = x.import_f32(&[4], &[1], 0, &counter);
+    let mut b = x.import_f32(&[4], &[1], 0, &counter);
     // SAFETY: nothing writes the buffer while `read` lives.
     let read = unsafe { a.as_slice_unchecked() }.unwrap().to_vec();
     assert_eq!(read, [0.0, 1.0, 2.0, 3.0]);
@@ -320,10 +285,10 @@ fn memory_no_other_import_reaches_needs_no_borrow() {
 
     // A relay of memory other imports reach borrows like any import.
     let counter = Counter::new();
-    let x = buffer(3);
-    let held = import(&x, &[3], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(3);
+    let held = x.import_f32(&[3], &[1], 0, &counter);
     assert_eq!(held.get(&[0]).unwrap(), 0.0);
-    let lent = import(&x, &[3], &[1], 0, &counter);
+    let lent = x.import_f32(&[3], &[1], 0, &counter);
     let mut relayed = View::from_dlpack(Relay {
         data: lent,
         shape: [3],
@@ -345,9 +310,9 @@ fn memory_no_other_import_reaches_needs_no_borrow() {
 #[test]
 fn conflicts_name_both_byte_ranges() {
     let counter = Counter::new();
-    let x = buffer(8);
-    let a = import(&x, &[4], &[1], 0, &counter);
-    let mut b = import(&x, &[4], &[1], 2, &counter);
+    let x = SharedBuffer::counting_f32(8);
+    let a = x.import_f32(&[4], &[1], 0, &counter);
+    let mut b = x.import_f32(&[4], &[1], 2, &counter);
     a.as_slice().unwrap();
     let message = b.as_slice_mut().unwrap_err().to_string();
     let base = x.address();
@@ -366,9 +331,9 @@ fn copies_of_a_relay_borrow_its_memory_while_they_read_it() {
     use dlpack_runtime::ExportRequest;
 
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut writer = import(&x, &[4], &[1], 0, &counter);
-    let lent = import(&x, &[4], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut writer = x.import_f32(&[4], &[1], 0, &counter);
+    let lent = x.import_f32(&[4], &[1], 0, &counter);
     let mut request = ExportRequest::versioned();
     request.copy = Some(true);
     writer.as_slice_mut().unwrap()[0] = 9.0;
@@ -384,7 +349,7 @@ fn copies_of_a_relay_borrow_its_memory_while_they_read_it() {
         "a borrow error: {err}"
     );
     drop(writer);
-    let lent = import(&x, &[4], &[1], 0, &counter);
+    let lent = x.import_f32(&[4], &[1], 0, &counter);
     let copy = Relay {
         data: lent,
         shape: [4],
@@ -395,7 +360,7 @@ fn copies_of_a_relay_borrow_its_memory_while_they_read_it() {
     let copied = View::from_managed(copy).unwrap();
     assert_eq!(copied.data.to_vec().unwrap(), [9.0, 1.0, 2.0, 3.0]);
     // The copy's borrow ended with it: the buffer can be written again.
-    let mut again = import(&x, &[4], &[1], 0, &counter);
+    let mut again = x.import_f32(&[4], &[1], 0, &counter);
     again.as_slice_mut().unwrap()[1] = 10.0;
     drop((copied, again));
     assert_eq!(counter.get(), 4);
@@ -413,12 +378,12 @@ struct SharedRelay {
 #[test]
 fn an_import_lent_on_read_only_keeps_a_shared_borrow_only() {
     let counter = Counter::new();
-    let x = buffer(4);
-    let mut a = import(&x, &[4], &[1], 0, &counter);
+    let x = SharedBuffer::counting_f32(4);
+    let mut a = x.import_f32(&[4], &[1], 0, &counter);
     a.as_slice_mut().unwrap()[0] = 8.0;
     assert_eq!(a.borrow_held(), Some(Access::Exclusive));
     let a = Arc::new(a);
-    let reader = import(&x, &[4], &[1], 0, &counter);
+    let reader = x.import_f32(&[4], &[1], 0, &counter);
     assert!(reader.get(&[0]).is_err(), "exclusive before the loan");
     let lent = View::from_dlpack(SharedRelay {
         data: Arc::clone(&a),
@@ -433,7 +398,7 @@ fn an_import_lent_on_read_only_keeps_a_shared_borrow_only() {
     );
     assert_eq!(lent.data.get(&[0]).unwrap(), 8.0);
     assert_eq!(reader.get(&[0]).unwrap(), 8.0);
-    let mut writer = import(&x, &[4], &[1], 0, &counter);
+    let mut writer = x.import_f32(&[4], &[1], 0, &counter);
     assert!(writer.as_slice_mut().is_err(), "still shared");
     drop((lent, reader, a));
     writer.as_slice_mut().unwrap()[3] = 1.0;
