@@ -334,6 +334,13 @@ pub(crate) fn prepare(py: pyo3::Python<'_>) {
     rust_numpy::prepare(py);
 }
 
+/// The deleter of the NumPy imports that the Python consumer reads from the arrays' fields,
+/// stored by it before its first such import (0 until then): their `manager_ctx` is the array,
+/// as in NumPy's own export, so their memory is NumPy's to the rust-numpy bridge.
+#[cfg(feature = "python")]
+pub(crate) static NUMPY_FIELDS_DELETER: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(0);
+
 /// NumPy's `ndarray` type, when NumPy has been imported (and recognized, [`prepare`]).
 #[cfg(feature = "python")]
 pub(crate) fn numpy_ndarray_type(py: pyo3::Python<'_>) -> Option<*mut pyo3::ffi::PyTypeObject> {

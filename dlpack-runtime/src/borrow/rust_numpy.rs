@@ -60,7 +60,7 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyModule, PyString, PyTup
 
 use super::registry::OwnerHasher;
 use super::{Access, BorrowError, BorrowedRange, Origin};
-use crate::python::ArrayFields;
+use crate::abi::numpy::ArrayFields;
 
 /// rust-numpy's table, version 1 (`numpy` crate, `borrow/shared.rs`).
 #[repr(C)]
@@ -364,7 +364,7 @@ pub(crate) fn is_numpy(origin: Origin) -> bool {
         && NUMPY.get().is_some_and(|found| {
             found.as_ref().is_some_and(|np| {
                 np.deleters.contains(&origin.deleter)
-                    || origin.deleter == crate::python::numpy_array_deleter()
+                    || origin.deleter == super::NUMPY_FIELDS_DELETER.load(Ordering::Acquire)
             })
         })
 }

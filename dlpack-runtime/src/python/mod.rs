@@ -217,7 +217,6 @@ mod installed;
 #[cfg(any(Py_3_10, not(Py_LIMITED_API)))]
 mod methods;
 mod numpy_array;
-pub(crate) use numpy_array::ArrayFields;
 mod parameters;
 mod producer;
 mod torch;
@@ -313,10 +312,4 @@ impl From<crate::interop::cuda::CudaError> for PyErr {
     fn from(err: crate::interop::cuda::CudaError) -> Self {
         PyBufferError::new_err(err.to_string())
     }
-}
-
-/// The deleter of NumPy arrays imported from their fields (`numpy_array`): their
-/// `manager_ctx` is the array, as in NumPy's own export.
-pub(crate) fn numpy_array_deleter() -> usize {
-    numpy_array::deleter_address()
 }

@@ -16,8 +16,9 @@
 //! Everything else (subclasses, `np.memmap`, other dtypes) asks `__dlpack__`, which
 //! exports it or raises its own error.
 
-use core::ffi::{c_char, c_int, c_void};
+use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
+use core::sync::atomic::Ordering;
 
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
@@ -26,38 +27,12 @@ use std::alloc::Layout;
 
 use super::producer::PyOwner;
 use crate::abi::ffi::{self, DLDataType, DLManagedTensorVersioned, DLPackVersion, DLTensor};
+use crate::abi::numpy::ArrayFields;
 use crate::export::block_cache;
 use crate::tensor::managed::ManagedTensor;
 
 /// Dimensions kept in the managed tensor's allocation; arrays with more take `__dlpack__`.
 pub(crate) const INLINE_DIMS: usize = 8;
-
-/// The first fields of NumPy's `PyArrayObject_fields` (`ndarraytypes.h`), the same from NumPy
-/// 1.0 to 2.x. The object header is the interpreter's, as pyo3 declares it for this build.
-#[repr(C)]
-pub(crate) struct ArrayFields {
-    ob_base: pyffi::PyObject,
-    pub(crate) data: *mut c_char,
-    pub(crate) nd: c_int,
-    pub(crate) dimensions: *const isize,
-    pub(crate) strides: *const isize,
-    pub(crate) base: *mut pyffi::PyObject,
-    pub(crate) descr: *const DescrFields,
-    pub(crate) flags: c_int,
-}
-
-/// The first fields of NumPy's `PyArray_Descr` (`ndarraytypes.h`), the same from NumPy 1.0 to
-/// 2.x (2.0 renamed the char `flags` to `_former_flags`; `type_num` keeps its place).
-#[repr(C)]
-pub(crate) struct DescrFields {
-    ob_base: pyffi::PyObject,
-    typeobj: *mut pyffi::PyTypeObject,
-    kind: c_char,
-    type_: c_char,
-    byteorder: c_char,
-    former_flags: c_char,
-    type_num: c_int,
-}
 
 /// `NPY_ARRAY_WRITEABLE` (`ndarraytypes.h`).
 const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
@@ -130,7 +105,7 @@ unsafe extern "C" fn delete(tensor: *mut DLManagedTensorVersioned) {
 
 /// The address of [`delete`]: NumPy memory to the borrow bridge (`borrow::rust_numpy`), whose
 /// `manager_ctx` is the array, as in NumPy's own export.
-pub(crate) fn deleter_address() -> usize {
+fn deleter_address() -> usize {
     delete as unsafe extern "C" fn(*mut DLManagedTensorVersioned) as usize
 }
 
@@ -158,6 +133,8 @@ pub(super) fn import(
         return None;
     }
     let dtype = dtype_of(descr.type_num)?;
+    // Before the first tensor with this deleter exists: its memory is then known as NumPy's.
+    crate::borrow::NUMPY_FIELDS_DELETER.store(deleter_address(), Ordering::Release);
     let ndim = usize::try_from(nd).ok().filter(|&nd| nd <= INLINE_DIMS)?;
     let itemsize = isize::from(dtype.bits / 8);
     let mut shape = [0i64; INLINE_DIMS];
