@@ -1,7 +1,6 @@
 //! NumPy's C ABI, as far as this crate reads it (feature `python`): the first fields of an
 //! `ndarray` object and of its dtype descriptor, as `ndarraytypes.h` declares them. Read by the
-//! Python consumer (NumPy arrays imported from their fields) and the rust-numpy bridge (the
-//! geometry rust-numpy computes its keys from).
+//! Python consumer, which imports NumPy arrays from their fields.
 
 use core::ffi::{c_char, c_int};
 

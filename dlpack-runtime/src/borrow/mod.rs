@@ -55,12 +55,10 @@
 //! rust-numpy's registry (the `numpy` crate's `PyReadonlyArray` and `PyReadwriteArray`), when an
 //! extension built on it has published one: a `PyReadwriteArray` held elsewhere refuses this
 //! crate's borrows of the same array, and this crate's exclusive borrow refuses its
-//! `readwrite()`. It is taken on the exporting array (found through NumPy's `manager_ctx`, once
-//! a probe export confirmed that NumPy keeps the array there), whose shape, strides, dtype and
-//! data address are checked again before the release, since rust-numpy reads them again then:
-//! an array reshaped in place while borrowed keeps its borrow in rust-numpy's registry (on
-//! free-threaded builds the borrow is taken on a private view, which nothing can reshape). An
-//! import
+//! `readwrite()`. It is taken on a private view of the exporting array (found through NumPy's
+//! `manager_ctx`, once a probe export confirmed that NumPy keeps the array there), since
+//! rust-numpy reads the array's shape and strides again when the borrow is released: Python
+//! code may reshape or retype the array itself meanwhile, never the view. An import
 //! lent on by an export (kept in a tensor type of one's own) records the loan there too, for as
 //! long as it lives.
 //!

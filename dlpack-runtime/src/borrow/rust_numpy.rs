@@ -14,24 +14,16 @@
 //! - the import's memory is NumPy's: its deleter is NumPy's (found by exporting a probe array
 //!   and reading its deleter, when this crate's Python consumer first runs with NumPy loaded),
 //!   and NumPy keeps the exporting array in `manager_ctx` (checked on the same probe), or the
-//!   import was read from the array's fields by this crate's consumer (`python::numpy_array`,
-//!   which keeps the array there too); `manager_ctx` is checked to be an `ndarray`;
+//!   import was read from the array's fields by this crate's consumer (which keeps the array
+//!   there too, and stores its deleter in `borrow::NUMPY_FIELDS_DELETER`); `manager_ctx` is
+//!   checked to be an `ndarray`;
 //! - rust-numpy's table is published, of version 1 or later;
-//! - the borrow is taken on an array from which rust-numpy computes the same key at release:
-//!   - on builds with the GIL, the exporting array itself, whose geometry (data address,
-//!     extents, strides, dtype descriptor, and the object its chain of array bases ends at:
-//!     what rust-numpy's key is computed from) is kept, and compared again before each release
-//!     with the GIL held, so that no Python code runs between the comparison and rust-numpy's
-//!     reading. Python code can reshape an array in place (`a.shape = ...`) while it is
-//!     borrowed: an array whose geometry changed keeps its borrow in rust-numpy's registry for
-//!     good (later mutable borrows of it through rust-numpy are refused, never wrongly
-//!     granted), and an upgrade of its borrow is refused;
-//!   - on free-threaded builds, a private view of
-//!     that array, made by `numpy.ndarray.view` itself (never a subclass's override), or by the
-//!     C function `PyArray_View` that it calls, from NumPy's C API table once that table and a
-//!     probe view through it were checked, and checked to be exactly an `ndarray`: nothing
-//!     else references it, so nothing can reshape or retype it before the release, and it
-//!     keeps the array alive.
+//! - the borrow is taken on a private view of that array, made by `numpy.ndarray.view` itself
+//!   (never a subclass's override), or by the C function `PyArray_View` that it calls, from
+//!   NumPy's C API table once that table and a probe view through it were checked, and
+//!   checked to be exactly an `ndarray`: nothing else
+//!   references it, so nothing can reshape or retype it before the release, and it keeps the
+//!   array alive.
 //!
 //! What a borrow needs of NumPy (its deleters, `numpy.ndarray`, `ndarray.view`, the namespace of
 //! `numpy._core.multiarray`) is looked up once, when the probe runs: a borrow then finds
@@ -60,7 +52,6 @@ use pyo3::types::{PyCapsule, PyCapsuleMethods, PyDict, PyModule, PyString, PyTup
 
 use super::registry::OwnerHasher;
 use super::{Access, BorrowError, BorrowedRange, Origin};
-use crate::abi::numpy::ArrayFields;
 
 /// rust-numpy's table, version 1 (`numpy` crate, `borrow/shared.rs`).
 #[repr(C)]
@@ -94,11 +85,6 @@ struct Numpy {
     /// The namespace of `numpy._core.multiarray` (`numpy.core.multiarray` before NumPy 2), where
     /// rust-numpy publishes its table; `None` when neither module is loaded.
     multiarray: Option<Py<PyDict>>,
-    /// Whether borrows are mirrored on private views rather than on the arrays themselves
-    /// (see [`target`]): on free-threaded builds, or when the environment variable
-    /// `DLPACK_RUNTIME_NUMPY_MIRROR` is `view` (read once, when NumPy is recognized), as the
-    /// test suite asks to run the borrow tests on builds with the GIL that way too.
-    views: bool,
 }
 
 /// NumPy's `PyArray_View(array, dtype, subtype)`: a new view of `array`, of `subtype`, with
@@ -130,101 +116,11 @@ unsafe impl Send for TablePtr {}
 // SAFETY: as above; the pointer itself is never written after it is stored.
 unsafe impl Sync for TablePtr {}
 
-/// One mirrored borrow: the array it was taken on, and how.
+/// One mirrored borrow: the private view it was taken on, and how.
 struct Mirrored {
-    /// The exporting array itself (`geometry` is then what rust-numpy's key was computed
-    /// from), or a private view of it (`geometry` is `None`: nothing can change the view).
     view: Py<PyAny>,
-    geometry: Option<Geometry>,
     access: Access,
     table: *const RustNumpyApi,
-}
-
-impl Mirrored {
-    /// Whether rust-numpy, reading `view` again, computes the key it registered: always for a
-    /// private view; for the array itself, while its geometry is unchanged. GIL held.
-    fn unchanged(&self) -> bool {
-        self.geometry.is_none_or(|geometry| {
-            NUMPY
-                .get()
-                .and_then(Option::as_ref)
-                .map(|np| Geometry::of(self.view.as_ptr(), np.ndarray.as_ptr().cast()))
-                == Some(geometry)
-        })
-    }
-}
-
-/// What rust-numpy computes a borrow's key from, as read from an `ndarray`'s fields: the
-/// object its chain of array bases ends at (`base_address`), the data address, the byte range
-/// the extents and strides reach from it (whether some extent is 0, and the lowest and highest
-/// offsets), the item size (through the dtype descriptor, which fixes it) and the strides' gcd.
-/// Equal geometries give rust-numpy's key equal parts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Geometry {
-    root: usize,
-    data: usize,
-    descr: usize,
-    empty: bool,
-    low: isize,
-    high: isize,
-    gcd: usize,
-}
-
-impl Geometry {
-    /// The geometry of `array`, a live `ndarray` (or subclass) object, read with the GIL held
-    /// (not checked: the callers' `ndarray` check, and their attachment).
-    fn of(array: *mut pyo3::ffi::PyObject, ndarray: *mut pyo3::ffi::PyTypeObject) -> Self {
-        // SAFETY: `array` is a live `ndarray` (the caller), whose object starts with NumPy's
-        // `PyArrayObject_fields` (`ArrayFields`); read with the GIL held.
-        let a = unsafe { &*array.cast::<ArrayFields>() };
-        let nd = usize::try_from(a.nd).unwrap_or(0);
-        let (mut empty, mut low, mut high, mut gcd) = (false, 0isize, 0isize, 0usize);
-        for axis in 0..nd {
-            // SAFETY: NumPy's `dimensions` and `strides` hold `nd` entries each.
-            let (extent, stride) = unsafe { (*a.dimensions.add(axis), *a.strides.add(axis)) };
-            empty |= extent == 0;
-            let reach = extent.wrapping_sub(1).wrapping_mul(stride);
-            if reach < 0 {
-                low = low.wrapping_add(reach);
-            } else {
-                high = high.wrapping_add(reach);
-            }
-            gcd = gcd_of(gcd, stride.unsigned_abs());
-        }
-        // rust-numpy's `base_address`: along the chain of `ndarray` bases, to the first base
-        // that is not an `ndarray`, or to the last array (which has no base).
-        let mut root = array;
-        loop {
-            // SAFETY: `root` is a live `ndarray` (the caller's, or a base of one, which keeps
-            // it alive), GIL held.
-            let base = unsafe { (*root.cast::<ArrayFields>()).base };
-            if base.is_null() {
-                break;
-            }
-            root = base;
-            // SAFETY: `base` is a live object (held by the array before it), GIL held.
-            if unsafe { pyo3::ffi::PyObject_TypeCheck(base, ndarray) } == 0 {
-                break;
-            }
-        }
-        Geometry {
-            root: root as usize,
-            data: a.data as usize,
-            descr: a.descr as usize,
-            empty,
-            low,
-            high,
-            gcd,
-        }
-    }
-}
-
-/// The greatest common divisor (`gcd(0, n) = n`).
-fn gcd_of(mut a: usize, mut b: usize) -> usize {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
 
 // SAFETY: the table pointer is only dereferenced with the GIL held, and points to rust-numpy's
@@ -273,8 +169,6 @@ fn numpy(py: Python<'_>, np: &Bound<'_, PyAny>) -> Option<Numpy> {
         view: view.unbind(),
         c_view,
         multiarray,
-        views: cfg!(Py_GIL_DISABLED)
-            || std::env::var_os("DLPACK_RUNTIME_NUMPY_MIRROR").is_some_and(|v| v == "view"),
     })
 }
 
@@ -396,22 +290,13 @@ pub(crate) fn acquire(
         let Some(table) = rust_numpy_table(py, np) else {
             return run();
         };
-        let Some((view, geometry)) = target(py, np, origin) else {
+        let Some(view) = private_view(py, np, origin) else {
             return run();
         };
         let mut guard = lock();
         let before = guard.get(&owner).map(|m| m.access);
         let mut unused = Unused::of(view);
-        let taken = mirror(
-            &mut guard,
-            owner,
-            access,
-            replace,
-            table,
-            geometry,
-            &mut unused,
-        );
-        let result = match taken {
+        let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
             Err(refusal) => Err(refusal),
             Ok(()) => {
                 let result = run();
@@ -470,8 +355,6 @@ enum Refusal {
     NotWriteable,
     /// rust-numpy's registry: anything else.
     Failed,
-    /// The array's geometry changed since its mirrored borrow was taken.
-    Changed,
     /// This crate's registry.
     Registry(BorrowError),
 }
@@ -495,9 +378,6 @@ impl Refusal {
                 "the NumPy array is not writeable (rust-numpy refuses a mutable borrow of it)"
             }
             Refusal::Failed => "rust-numpy's registry gave an unexpected answer",
-            Refusal::Changed => {
-                "the NumPy array's shape, strides, dtype or data changed while its borrow was mirrored into rust-numpy's registry, which keeps that borrow"
-            }
         };
         BorrowError::RustNumpy { requested, reason }
     }
@@ -511,22 +391,12 @@ fn mirror(
     access: Access,
     replace: bool,
     table: *const RustNumpyApi,
-    geometry: Option<Geometry>,
     unused: &mut Unused,
 ) -> Result<(), Refusal> {
     if let Some(m) = guard.get_mut(&owner) {
         let held = m.access;
         if held == access || (held == Access::Exclusive && !replace) {
             return Ok(());
-        }
-        if !m.unchanged() {
-            // rust-numpy would not find the key it registered: its borrow is left there
-            // (refusing more than it should, never less), and the entry given up.
-            if let Some(m) = guard.remove(&owner) {
-                MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
-                unused.push(m.view);
-            }
-            return Err(Refusal::Changed);
         }
         // An upgrade, or a downgrade (`replace`), on the same view: the GIL is held
         // throughout, so nothing can take the array in between.
@@ -550,9 +420,9 @@ fn mirror(
         }
         return Err(Refusal::of(code));
     }
-    let view = unused.pop().expect("the array or its private view");
-    // SAFETY: rust-numpy's table (name and version checked), GIL held, on an `ndarray`: a
-    // private view, or the array whose geometry was just read.
+    let view = unused.pop().expect("the private view");
+    // SAFETY: rust-numpy's table (name and version checked), GIL held, on a private
+    // `ndarray` (exactly that type) that nothing else references.
     let code = unsafe { take_one(table, &view, access) };
     if code != 0 {
         unused.push(view);
@@ -562,7 +432,6 @@ fn mirror(
         owner,
         Mirrored {
             view,
-            geometry,
             access,
             table,
         },
@@ -584,14 +453,6 @@ fn undo(
     };
     let now = m.access;
     if before == Some(now) {
-        return;
-    }
-    if !m.unchanged() {
-        // As in `mirror`: left in rust-numpy's registry.
-        if let Some(m) = guard.remove(&owner) {
-            MIRRORED_COUNT.fetch_sub(1, Ordering::Relaxed);
-            unused.push(m.view);
-        }
         return;
     }
     // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
@@ -634,13 +495,8 @@ pub(crate) fn release(owner: usize) {
     let _ = may_attach.then(|| {
         Python::try_attach(|_| {
             if let Some(m) = taken.take() {
-                // An array whose geometry changed since keeps its borrow in rust-numpy's
-                // registry: released, rust-numpy would look for another key.
-                if m.unchanged() {
-                    // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken
-                    // on, from which rust-numpy computes the key it registered.
-                    unsafe { release_one(m.table, &m.view, m.access) };
-                }
+                // SAFETY: rust-numpy's table, GIL held, on the view the borrow was taken on.
+                unsafe { release_one(m.table, &m.view, m.access) };
                 drop(m);
             }
         })
@@ -681,24 +537,6 @@ unsafe fn release_one(table: *const RustNumpyApi, view: &Py<PyAny>, access: Acce
             Access::Exclusive => ((*table).release_mut)((*table).flags, view.as_ptr()),
         }
     }
-}
-
-/// What a borrow of `origin`'s memory is mirrored on: the exporting array itself with its
-/// geometry, on builds with the GIL (where no Python code runs between a check of the geometry
-/// and rust-numpy's reading of it); a private view on free-threaded builds (or when
-/// `DLPACK_RUNTIME_NUMPY_MIRROR=view` asks for it). `None` when `manager_ctx` is not an array.
-fn target(py: Python<'_>, np: &Numpy, origin: Origin) -> Option<(Py<PyAny>, Option<Geometry>)> {
-    if np.views {
-        return private_view(py, np, origin).map(|view| (view, None));
-    }
-    let ndarray = np.ndarray.bind(py);
-    // SAFETY: as in `private_view`: `manager_ctx` is the exporting array, alive.
-    let array = unsafe { Bound::from_borrowed_ptr(py, origin.manager_ctx.cast()) };
-    if !array.is_instance(ndarray).ok()? {
-        return None;
-    }
-    let geometry = Geometry::of(array.as_ptr(), ndarray.as_type_ptr());
-    Some((array.unbind(), Some(geometry)))
 }
 
 /// A private view of the `ndarray` in `origin`'s `manager_ctx`: `numpy.ndarray.view(array,

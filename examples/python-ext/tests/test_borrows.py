@@ -8,7 +8,6 @@ the process uses one registry.
 """
 
 import gc
-import os
 import sys
 
 import numpy as np
@@ -192,47 +191,31 @@ def test_a_refused_borrow_leaves_nothing_in_rust_numpy(rust_numpy_registry):
     assert x[0] == 1.0
 
 
-def test_an_array_retyped_while_borrowed_keeps_its_rust_numpy_borrow(rust_numpy_registry):
-    # Our borrow is mirrored on the exporting array itself. Given another dtype in place
-    # meanwhile, the array would give rust-numpy another key (item size, strides' gcd) at the
-    # release: the mirrored borrow is then kept (refusing more than it should), never released
-    # under a key it was not taken with. Mirrored on a private view instead
-    # (DLPACK_RUNTIME_NUMPY_MIRROR=view, as on free-threaded builds), nothing can retype it,
-    # and the release gives the borrow back.
+def test_an_array_retyped_while_borrowed_gives_its_rust_numpy_borrow_back(rust_numpy_registry):
+    # rust-numpy computes a borrow's key from the array again at the release. Python code may
+    # give the array another dtype, shape or strides meanwhile: the mirror's private view of it
+    # keeps the geometry the key was computed from, so the borrow is released exactly, and no
+    # borrow is left behind to refuse the array, or a later array at the same address.
+    def borrow_and_retype():
+        x = zeros()
+        held = de.hold(x, False)
+        x.dtype = np.int32
+        held.release()
+
+    borrow_and_retype()
+    # Arrays made afterwards (CPython's allocator usually puts one at the freed array's address,
+    # which a borrow left behind in rust-numpy's registry would refuse) are free.
+    for y in [zeros() for _ in range(4)]:
+        assert peer.readwrite_fill(y, 3.0) == 8
+        assert de.alias(y[:2], y[4:6]) == 1.0
+    # The same with a view retyped while an exclusive borrow of it is held.
     x = zeros()
     v = x[:4]
-    held = de.hold(v, False)
+    held = de.hold(v, True)
     v.dtype = np.int16
     held.release()
-    if os.environ.get("DLPACK_RUNTIME_NUMPY_MIRROR") == "view":
-        peer.readwrite_while(x, lambda: None)
-        assert x[0] == 1.0
-        assert de.alias(x[:2], x[4:6]) == 1.0
-    else:
-        with pytest.raises(TypeError, match="already borrowed"):
-            peer.readwrite_while(x, lambda: None)
-        # Writes of the bytes the kept borrow covers are refused through rust-numpy's
-        # registry, the others granted.
-        with pytest.raises(BufferError, match="rust-numpy holds a conflicting borrow"):
-            de.alias(x[:2], x[4:6])
-        assert de.alias(x[4:6], x[6:]) == 1.0
-        assert x[4] == 1.0 and x[6] == 2.0
-    # Reading is still granted beside the kept shared borrow.
-    assert peer.readonly_sum(x) == float(x.sum())
-    # An in-place reshape that keeps the bytes and strides reached keeps the key: released.
-    y = zeros()
-    w = y.reshape(2, 4)
-    held = de.hold(w, True)
-    w.shape = (8,)
-    held.release()
-    peer.readwrite_while(y, lambda: None)
-    assert y[0] == 1.0
-    # The negative control: unchanged, the release gives rust-numpy's borrow back.
-    z = zeros()
-    held = de.hold(z, True)
-    held.release()
-    peer.readwrite_while(z, lambda: None)
-    assert z[0] == 1.0
+    peer.readwrite_while(x, lambda: None)
+    assert x[0] == 1.0
 
 
 def test_borrows_before_rust_numpy_published_its_registry_are_not_mirrored():
