@@ -12,6 +12,11 @@ use crate::tensor::layout::{LayoutError, TensorLayout};
 /// The guard holds a borrow of its own in the registry, unless the import held one (or needed
 /// none) when it was made: several guards of one import, on several threads, are as many
 /// borrows, and none of them is the import's.
+///
+/// A guard that is never dropped (`core::mem::forget`) keeps its borrow registered for the life
+/// of the process: it stays sound (later borrows of those bytes are refused, never wrongly
+/// granted), but the bytes stay borrowed even once the memory is freed and reused by another
+/// allocation, whose imports are then refused too.
 #[must_use = "the borrow ends when the guard is dropped"]
 pub struct ReadonlyData<'g, T: Element> {
     data: &'g ImportedData<T>,
@@ -113,6 +118,8 @@ impl<T: Element> core::fmt::Debug for ReadonlyData<'_, T> {
 /// An exclusive borrow of an [`ImportedData<T>`]'s bytes that ends when the guard is dropped:
 /// made by [`ImportedData::readwrite`]. Its accessors read and write without borrowing again;
 /// what they return lives no longer than the guard (see [Borrows](ImportedData#borrows)).
+///
+/// As for [`ReadonlyData`], a guard that is never dropped keeps its borrow for good.
 #[must_use = "the borrow ends when the guard is dropped"]
 pub struct ReadwriteData<'g, T: Element> {
     data: &'g mut ImportedData<T>,
