@@ -230,7 +230,10 @@ impl fmt::Display for Adverb {
 /// What to do about a refusal by rust-numpy's registry: for a conflict, who may hold the other
 /// borrow there and how to end it; nothing for the other refusals, whose reason says it all.
 /// Borrows of NumPy memory are taken in rust-numpy's registry first, so while it is published a
-/// conflict between two imports of this crate over one array is found there too.
+/// conflict between two imports of this crate over one array is found there too: it is
+/// reported as this crate's own [`BorrowError::Conflict`] when this crate's registry sees it
+/// (it names both byte ranges), as this refusal when only rust-numpy's does (a
+/// `PyReadwriteArray`, or views that rust-numpy's coarser test cannot tell apart).
 fn rust_numpy_hint(reason: &str) -> &'static str {
     if reason.starts_with("rust-numpy holds") {
         "; the other borrow is held there by another live import of the same array through this crate, which records its borrows there too (an earlier argument of this call, or an import kept elsewhere), or by a PyReadonlyArray or PyReadwriteArray of an extension built on rust-numpy (a caller up the stack that holds one while calling this); pass memory that does not overlap (a copy), take the borrows in turn (drop a readonly() guard before readwrite(), or drop the other import or array first), or give the other back with release_borrow()"
@@ -285,7 +288,10 @@ fn acquire_as(
     if rust_numpy::is_numpy(origin) {
         let (start, end) = footprint.span();
         let requested = BorrowedRange { start, end, access };
-        return rust_numpy::acquire(owner, origin, requested, replace, then);
+        // When rust-numpy's registry refuses first, this crate's own conflict, if it sees one,
+        // is the one to report: it names the bytes the other import holds.
+        let ours = || registry::conflict_in(table, owner, footprint, access);
+        return rust_numpy::acquire(owner, origin, requested, replace, then, ours);
     }
     let _ = origin;
     then()
@@ -305,7 +311,7 @@ pub(crate) fn lend(
     if rust_numpy::is_numpy(origin) {
         let (start, end) = footprint.span();
         let requested = BorrowedRange { start, end, access };
-        return rust_numpy::acquire(owner, origin, requested, true, || Ok(()));
+        return rust_numpy::acquire(owner, origin, requested, true, || Ok(()), || None);
     }
     let _ = (owner, footprint, origin, access);
     Ok(())

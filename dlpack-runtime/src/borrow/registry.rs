@@ -562,6 +562,30 @@ pub(super) fn acquire(
     }
 }
 
+/// The borrow of another owner that a request of `footprint` as `access` by `owner` would
+/// conflict with in `table`, asked without changing anything: the registry's own answer when
+/// another registry (rust-numpy's) refused the request first. Answered for this copy's own
+/// table only (a published table of another copy has no such question): `None` otherwise.
+pub(super) fn conflict_in(
+    table: &BorrowApi,
+    owner: usize,
+    footprint: &Footprint,
+    access: Access,
+) -> Option<BorrowError> {
+    if !core::ptr::eq(table, &LOCAL) {
+        return None;
+    }
+    let registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let (key, high) = registry.conflict(owner as u64, 0, footprint, access)?;
+    let held = RawHeld {
+        size: size_of::<RawHeld>() as u64,
+        exclusive: u64::from(key.1),
+        start: key.3 as u64,
+        end: high as u64,
+    };
+    Some(conflict(footprint, access, &held))
+}
+
 /// The error for a request of `footprint` as `access` that `held` refused.
 #[cold]
 fn conflict(footprint: &Footprint, access: Access, held: &RawHeld) -> BorrowError {

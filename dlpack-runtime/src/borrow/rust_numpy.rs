@@ -271,14 +271,16 @@ pub(crate) fn ndarray_type(py: Python<'_>) -> Option<*mut pyo3::ffi::PyTypeObjec
 
 /// Borrows `access` (replacing a held borrow when `replace`) for `owner`, whose memory is
 /// NumPy's (`origin`), in rust-numpy's registry and then, with `then`, in this crate's; a
-/// refusal by `then` undoes the mirror. Without the interpreter, or without rust-numpy's table,
-/// only `then` runs.
+/// refusal by `then` undoes the mirror. A conflict in rust-numpy's registry is reported as
+/// `ours()`, this crate's registry's own conflict for the request, when it sees one. Without
+/// the interpreter, or without rust-numpy's table, only `then` runs.
 pub(crate) fn acquire(
     owner: usize,
     origin: Origin,
     requested: BorrowedRange,
     replace: bool,
     then: impl FnOnce() -> Result<(), BorrowError>,
+    ours: impl FnOnce() -> Option<BorrowError>,
 ) -> Result<(), BorrowError> {
     let access = requested.access;
     let mut then = Some(then);
@@ -297,6 +299,9 @@ pub(crate) fn acquire(
         let before = guard.get(&owner).map(|m| m.access);
         let mut unused = Unused::of(view);
         let result = match mirror(&mut guard, owner, access, replace, table, &mut unused) {
+            // Refused here, and by this crate's registry too: its conflict names the other
+            // import's bytes, rust-numpy's does not.
+            Err(Refusal::Conflict) => Err(ours().map_or(Refusal::Conflict, Refusal::Registry)),
             Err(refusal) => Err(refusal),
             Ok(()) => {
                 let result = run();
