@@ -61,7 +61,8 @@
 //! [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
 //! recommend), or from a raw capsule; [`from_dlpack_with`] adds `device` and `copy`. Producers
 //! whose type publishes the C exchange API are read through it when no synchronization is
-//! needed.
+//! needed. A NumPy `ndarray` (exactly that type) with nothing asked is read from the array's
+//! fields, as its `__dlpack__` would export it, without calling it.
 //!
 //! PyTorch tensors get one answer on both paths: PyTorch's
 //! [`Tensor.__dlpack__`](https://github.com/pytorch/pytorch/blob/main/torch/_tensor.py) refuses
