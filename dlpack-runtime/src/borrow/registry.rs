@@ -566,6 +566,7 @@ pub(super) fn acquire(
 /// conflict with in `table`, asked without changing anything: the registry's own answer when
 /// another registry (rust-numpy's) refused the request first. Answered for this copy's own
 /// table only (a published table of another copy has no such question): `None` otherwise.
+#[cfg(feature = "python")]
 pub(super) fn conflict_in(
     table: &BorrowApi,
     owner: usize,
