@@ -340,14 +340,21 @@ impl<T: Element> ImportedData<T> {
         borrow::lend(id, &footprint, origin, access)
     }
 
+    /// The bytes this import's host layout reaches, as borrows take them; `None` when it
+    /// reaches none, which is then recorded ([`UNALIASED`]): nothing to borrow, now or later.
+    fn footprint(&self) -> Result<Option<borrow::Footprint>, LayoutError> {
+        let footprint = self.host_layout()?.footprint(size_of::<T>());
+        if footprint.is_none() {
+            self.flags.fetch_or(UNALIASED, Ordering::Release);
+        }
+        Ok(footprint)
+    }
+
     /// [`Self::borrow`] through the registry.
     #[cold]
     #[inline(never)]
     fn borrow_now(&self, access: Access) -> Result<(), LayoutError> {
-        let layout = self.host_layout()?;
-        let Some(footprint) = layout.footprint(size_of::<T>()) else {
-            // No byte reached: nothing to borrow, now or later.
-            self.flags.fetch_or(UNALIASED, Ordering::Release);
+        let Some(footprint) = self.footprint()? else {
             return Ok(());
         };
         borrow::acquire(self.managed.id(), &footprint, access, self.managed.origin())?;
@@ -382,10 +389,7 @@ impl<T: Element> ImportedData<T> {
     #[cold]
     #[inline(never)]
     fn scoped_now(&self, access: Access) -> Result<ScopedBorrow, LayoutError> {
-        let layout = self.host_layout()?;
-        let Some(footprint) = layout.footprint(size_of::<T>()) else {
-            // No byte reached: nothing to borrow, now or later.
-            self.flags.fetch_or(UNALIASED, Ordering::Release);
+        let Some(footprint) = self.footprint()? else {
             return Ok(ScopedBorrow::NONE);
         };
         Ok(ScopedBorrow::new(

@@ -32,7 +32,7 @@ use crate::export::block_cache;
 use crate::tensor::managed::ManagedTensor;
 
 /// Dimensions kept in the managed tensor's allocation; arrays with more take `__dlpack__`.
-pub(crate) const INLINE_DIMS: usize = 8;
+const INLINE_DIMS: usize = 8;
 
 /// `NPY_ARRAY_WRITEABLE` (`ndarraytypes.h`).
 const NPY_ARRAY_WRITEABLE: c_int = 0x0400;
@@ -189,7 +189,7 @@ pub(super) fn import(
         (*holder).tensor.dl_tensor.strides = (*holder).strides.as_mut_ptr();
     }
     let tensor = NonNull::new(holder.cast::<DLManagedTensorVersioned>())?;
-    // SAFETY: a managed tensor laid out as `dlpack.h` describes (version 1, known flags, an
-    // aligned box), valid until its deleter, whose duty is handed over here.
+    // SAFETY: a managed tensor laid out as `dlpack.h` describes (version 1, known flags, in an
+    // aligned block), valid until its deleter, whose duty is handed over here.
     unsafe { ManagedTensor::from_raw_versioned(tensor.as_ptr()) }.ok()
 }
