@@ -207,3 +207,51 @@ fn the_import_keeps_the_array_and_releases_it_once_on_any_thread() {
         );
     });
 }
+
+/// Layouts whose byte span does not fit in `isize` (made with `as_strided`, which NumPy does
+/// not check) are not built from the fields: they go through `__dlpack__` (NumPy's deleter),
+/// and validation then refuses them, as it refuses any producer's. A span that fits, made the
+/// same way, is still read from the fields, already validated.
+#[test]
+fn spans_that_do_not_fit_are_left_to_dunder_and_refused() {
+    Python::attach(|py| {
+        let globals = with_numpy(py);
+        let code = r#"
+from numpy.lib.stride_tricks import as_strided
+b = np.zeros(4)
+result = [
+    as_strided(b, shape=(4,), strides=(2**62,)),
+    as_strided(b, shape=(4,), strides=(-2**62,)),
+    as_strided(b, shape=(4, 4), strides=(2**61, 2**61)),
+    as_strided(b, shape=(2,), strides=(2**62,)),
+]
+"#;
+        let arrays = eval_globals(py, code, &globals);
+        let arrays: Vec<_> = arrays.cast::<PyList>().unwrap().iter().collect();
+        let fields_deleter = {
+            let x = eval_globals(py, "result = np.zeros(2)", &globals);
+            let m = python::managed_from_object(&x, &FromDlpackOptions::default()).unwrap();
+            assert!(m.is_validated());
+            deleter(&m)
+        };
+        for x in &arrays[..3] {
+            let ours = python::managed_from_object(x, &FromDlpackOptions::default())
+                .unwrap_or_else(|e| panic!("{x:?}: {e}"));
+            assert_ne!(
+                deleter(&ours),
+                fields_deleter,
+                "{x:?}: read from the fields"
+            );
+            let refused = ours.layout().expect_err("a span beyond isize");
+            assert!(
+                matches!(refused, dlpack_runtime::LayoutError::Overflow { .. }),
+                "{x:?}: {refused}"
+            );
+        }
+        // (2 - 1) * 2^62 bytes + 8 fits in `isize` and the address space from a heap address.
+        let fits = python::managed_from_object(&arrays[3], &FromDlpackOptions::default()).unwrap();
+        assert_eq!(deleter(&fits), fields_deleter);
+        assert!(fits.is_validated());
+        assert_eq!(seen(&fits), seen(&numpys_export(&arrays[3]).unwrap()));
+    });
+}

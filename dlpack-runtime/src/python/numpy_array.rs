@@ -29,7 +29,8 @@ use super::producer::PyOwner;
 use crate::abi::ffi::{self, DLDataType, DLManagedTensorVersioned, DLPackVersion, DLTensor};
 use crate::abi::numpy::ArrayFields;
 use crate::export::block_cache;
-use crate::tensor::managed::ManagedTensor;
+use crate::tensor::layout::{self, NullStrides, Reach, check_address, span_from_bounds};
+use crate::tensor::managed::{ManagedTensor, RawManagedTensor};
 
 /// Dimensions kept in the managed tensor's allocation; arrays with more take `__dlpack__`.
 const INLINE_DIMS: usize = 8;
@@ -139,14 +140,32 @@ pub(super) fn import(
     let itemsize = isize::from(dtype.bits / 8);
     let mut shape = [0i64; INLINE_DIMS];
     let mut element_strides = [0i64; INLINE_DIMS];
+    // The layout checks of `layout::validate`, made while the fields are read: the element
+    // count and the elements' reach, in checked arithmetic. An array they refuse asks
+    // `__dlpack__`, whose export is then validated (and refused) as any producer's.
+    let mut numel: u64 = 1;
+    let mut reach = Reach::new();
     for axis in 0..ndim {
         // SAFETY: `dimensions` and `strides` hold `nd` entries each (NumPy), `axis < nd`.
         let (extent, stride) = unsafe { (*dimensions.add(axis), *strides.add(axis)) };
-        if stride % itemsize != 0 {
+        if stride % itemsize != 0 || extent < 0 {
             return None;
         }
-        shape[axis] = extent as i64;
-        element_strides[axis] = (stride / itemsize) as i64;
+        let (extent, stride) = (extent as i64, (stride / itemsize) as i64);
+        numel = numel.checked_mul(extent as u64)?;
+        if extent > 0 {
+            reach.add(extent, stride);
+        }
+        shape[axis] = extent;
+        element_strides[axis] = stride;
+    }
+    let numel = usize::try_from(numel)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)?;
+    if numel > 0 {
+        let (lo, hi) = reach.bounds().ok()?;
+        let span = span_from_bounds(lo, hi, u64::from(dtype.bits), 0).ok()?;
+        check_address(data.cast(), numel, span).ok()?;
     }
     let layout = holder_layout();
     // SAFETY: a layout of the cache's, of non-zero size.
@@ -189,7 +208,18 @@ pub(super) fn import(
         (*holder).tensor.dl_tensor.strides = (*holder).strides.as_mut_ptr();
     }
     let tensor = NonNull::new(holder.cast::<DLManagedTensorVersioned>())?;
-    // SAFETY: a managed tensor laid out as `dlpack.h` describes (version 1, known flags, in an
-    // aligned block), valid until its deleter, whose duty is handed over here.
-    unsafe { ManagedTensor::from_raw_versioned(tensor.as_ptr()) }.ok()
+    debug_assert!(
+        // SAFETY: the header and the arrays it points to were just written, in one block.
+        unsafe { layout::check_header(&(*tensor.as_ptr()).dl_tensor, NullStrides::Refuse, false) }
+            .is_ok(),
+        "the fields' checks accepted a layout that validation refuses"
+    );
+    // SAFETY: a managed tensor laid out as `dlpack.h` describes (version 1, no flags, in an
+    // aligned block), valid until its deleter, whose duty is handed over here; its header
+    // passes `layout::validate`: `0 <= ndim <= INLINE_DIMS < MAX_NDIM`, a dtype of whole bytes
+    // from `dtype_of`, `byte_offset` 0, `shape` and `strides` non-NULL, every extent `>= 0`,
+    // the element count and the byte span checked above as validation checks them, and the
+    // span's address range by `check_address`. It is not `unaliased`: the array's memory is
+    // NumPy's, reachable by any other view of it.
+    Some(unsafe { ManagedTensor::from_raw_validated(RawManagedTensor::Versioned(tensor), false) })
 }
