@@ -82,6 +82,7 @@
 //!   for NumPy memory once rust-numpy is loaded, the GIL and a call into rust-numpy; once per
 //!   import and access kind. Releasing a borrow costs `O(log n)`.
 
+mod lock;
 pub(crate) mod overlap;
 mod process;
 mod registry;

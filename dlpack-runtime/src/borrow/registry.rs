@@ -11,8 +11,8 @@ use core::ffi::c_void;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, PoisonError};
 
+use super::lock::RegistryLock;
 use super::{Access, BorrowError, BorrowedRange, Footprint};
 
 /// Version of [`BorrowApi`] this copy publishes.
@@ -105,7 +105,7 @@ pub(super) const INVALID: i32 = 2;
 pub(super) const FAILED: i32 = 3;
 
 /// This copy's registry: the live borrows, indexed by the bytes they reach and by owner.
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry::new());
+static REGISTRY: RegistryLock<Registry> = RegistryLock::new(Registry::new());
 
 /// Number of span length classes: class `c` holds spans of `2^c` to `2^(c + 1) - 1` bytes.
 const CLASSES: usize = usize::BITS as usize;
@@ -190,6 +190,69 @@ impl SpanIndex {
     }
 }
 
+/// [`Registry::by_owner`]: each owner's key in [`Registry::by_span`] and its footprint. A vector
+/// scanned by owner while there are at most [`FEW`] (an insertion or a removal then moves a few
+/// entries, where a hash map hashes and probes), a hash map from then on.
+enum OwnerIndex {
+    Few(Vec<(u64, (Key, Footprint))>),
+    Many(HashMap<u64, (Key, Footprint), BuildHasherDefault<OwnerHasher>>),
+}
+
+impl OwnerIndex {
+    #[inline]
+    fn get(&self, owner: u64) -> Option<&(Key, Footprint)> {
+        match self {
+            OwnerIndex::Few(few) => few.iter().find(|(o, _)| *o == owner).map(|(_, v)| v),
+            OwnerIndex::Many(many) => many.get(&owner),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, owner: u64) -> Option<&mut (Key, Footprint)> {
+        match self {
+            OwnerIndex::Few(few) => few.iter_mut().find(|(o, _)| *o == owner).map(|(_, v)| v),
+            OwnerIndex::Many(many) => many.get_mut(&owner),
+        }
+    }
+
+    /// Records `owner`, which holds no entry.
+    fn insert(&mut self, owner: u64, value: (Key, Footprint)) {
+        debug_assert!(self.get(owner).is_none(), "one entry per owner");
+        match self {
+            OwnerIndex::Few(few) if few.len() < FEW => few.push((owner, value)),
+            OwnerIndex::Few(few) => {
+                let mut many: HashMap<_, _, _> =
+                    HashMap::with_capacity_and_hasher(2 * FEW, BuildHasherDefault::new());
+                many.extend(few.drain(..));
+                many.insert(owner, value);
+                *self = OwnerIndex::Many(many);
+            }
+            OwnerIndex::Many(many) => {
+                many.insert(owner, value);
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, owner: u64) -> Option<(Key, Footprint)> {
+        match self {
+            OwnerIndex::Few(few) => {
+                let at = few.iter().position(|(o, _)| *o == owner)?;
+                Some(few.swap_remove(at).1)
+            }
+            OwnerIndex::Many(many) => many.remove(&owner),
+        }
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> Box<dyn Iterator<Item = (&u64, &(Key, Footprint))> + '_> {
+        match self {
+            OwnerIndex::Few(few) => Box::new(few.iter().map(|(o, v)| (o, v))),
+            OwnerIndex::Many(many) => Box::new(many.iter()),
+        }
+    }
+}
+
 /// [`SpanIndex::range`]'s borrows.
 enum SpanRange<'a> {
     Few(core::slice::Iter<'a, (Key, usize)>),
@@ -223,7 +286,7 @@ pub(super) struct Registry {
     /// The borrows, by [`Key`]: one past the highest byte of each one's span.
     by_span: SpanIndex,
     /// Each owner's key in `by_span`, and its footprint.
-    by_owner: HashMap<u64, (Key, Footprint), BuildHasherDefault<OwnerHasher>>,
+    by_owner: OwnerIndex,
     /// Borrows per (exclusive, class), of every space.
     per_class: [[usize; CLASSES]; 2],
     /// Per exclusive (0, 1), bit `c` set when `per_class` counts borrows of class `c`: the
@@ -276,7 +339,7 @@ impl Registry {
     pub(super) const fn new() -> Self {
         Self {
             by_span: SpanIndex::Few(Vec::new()),
-            by_owner: HashMap::with_hasher(BuildHasherDefault::new()),
+            by_owner: OwnerIndex::Few(Vec::new()),
             per_class: [[0; CLASSES]; 2],
             in_use: [0; 2],
         }
@@ -315,7 +378,7 @@ impl Registry {
                             && high > a
                             && self
                                 .by_owner
-                                .get(&key.4)
+                                .get(key.4)
                                 .is_none_or(|(_, held)| held.overlaps(footprint))
                     });
                 if found.is_some() {
@@ -366,7 +429,7 @@ impl Registry {
             }));
         }
         let exclusive = u8::from(access == Access::Exclusive);
-        match self.by_owner.get(&owner).map(|&(key, _)| key) {
+        match self.by_owner.get(owner).map(|&(key, _)| key) {
             // Kept: what is held covers what is asked.
             Some(key) if !replace && (key.1 == 1 || access == Access::Shared) => {}
             // Replaced or upgraded (nothing else overlaps): moved to its new access's keys.
@@ -376,7 +439,7 @@ impl Registry {
                     if let Some(high) = self.unindex(&key) {
                         self.index(moved, high);
                     }
-                    if let Some((held, _)) = self.by_owner.get_mut(&owner) {
+                    if let Some((held, _)) = self.by_owner.get_mut(owner) {
                         *held = moved;
                     }
                 }
@@ -393,7 +456,7 @@ impl Registry {
 
     /// Releases the borrow of `owner`, if any.
     pub(super) fn release(&mut self, owner: u64) {
-        if let Some((key, _)) = self.by_owner.remove(&owner) {
+        if let Some((key, _)) = self.by_owner.remove(owner) {
             self.unindex(&key);
         }
     }
@@ -493,7 +556,7 @@ fn grant(
     access: Access,
     replace: bool,
 ) -> Result<(), Result<RawHeld, i32>> {
-    let mut registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut registry = REGISTRY.lock();
     registry.grant(owner, space, footprint, access, replace)
 }
 
@@ -502,10 +565,7 @@ unsafe extern "C" fn local_release(_ctx: *const c_void, owner: u64) {
     // Nothing in here panics (no allocation, no indexing out of bounds); the guard keeps that
     // from mattering.
     let _ = catch_unwind(|| {
-        REGISTRY
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .release(owner);
+        REGISTRY.lock().release(owner);
     });
 }
 
@@ -576,7 +636,7 @@ pub(super) fn conflict_in(
     if !core::ptr::eq(table, &LOCAL) {
         return None;
     }
-    let registry = REGISTRY.lock().unwrap_or_else(PoisonError::into_inner);
+    let registry = REGISTRY.lock();
     let (key, high) = registry.conflict(owner as u64, 0, footprint, access)?;
     let held = RawHeld {
         size: size_of::<RawHeld>() as u64,
@@ -621,10 +681,7 @@ fn failure(code: i32) -> BorrowError {
 /// Releases through `table`.
 pub(super) fn release(table: &BorrowApi, owner: usize) {
     if core::ptr::eq(table, &LOCAL) {
-        REGISTRY
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .release(owner as u64);
+        REGISTRY.lock().release(owner as u64);
         return;
     }
     // SAFETY: as in `acquire`.
