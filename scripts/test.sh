@@ -12,6 +12,8 @@ source scripts/env.sh
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
+cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
+cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
 echo "==> cargo clippy (default features, all features, each of cuda and python alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings

@@ -121,7 +121,7 @@ def main():
     if peer is not None:
         # Reading and writing a small array argument, borrow-checked on both sides, on the same
         # arrays: our derived consumers (import, borrow in this crate's registry and, for NumPy
-        # memory, rust-numpy's) against rust-numpy's `PyReadonlyArray1` / `PyReadwriteArray1`
+        # memory, rust-numpy's) against rust-numpy's `PyReadonlyArray` / `PyReadwriteArray`
         # (its registry only). The peer's first borrow publishes rust-numpy's registry, so our
         # side mirrors its borrows there, as it does in a process that uses both; the same
         # pairs without rust-numpy's registry on our side are timed by `alone()`.
@@ -130,28 +130,53 @@ def main():
         a32, b32 = np.zeros(6, np.float32), np.zeros(6, np.float32)
         t64 = torch.arange(6, dtype=torch.float64)
         peer.readonly_sum(x32)
+        # Rank 1 against rust-numpy's `PyReadonlyArray1` / `PyReadwriteArray1`, any rank
+        # against its `PyReadonlyArrayDyn` / `PyReadwriteArrayDyn`.
         pairs += [
             (
-                "de.total(x) / peer.readonly_sum_f64(x): read an argument (ndarray f64, 6)",
-                lambda: de.total(x64),
+                "de.total_1d(x64) / peer.readonly_sum_f64(x64): read, rank 1 (ndarray f64, 6)",
+                lambda: de.total_1d(x64),
                 lambda: peer.readonly_sum_f64(x64),
                 2.0,
                 call,
             ),
             (
-                "de.fill(x, 1) / peer.readwrite_fill(x, 1): write an argument (ndarray f32, 6)",
-                lambda: de.fill(x32, 1.0),
+                "de.fill_1d(x32, 1.0) / peer.readwrite_fill(x32, 1.0): write, rank 1 (ndarray f32, 6)",
+                lambda: de.fill_1d(x32, 1.0),
                 lambda: peer.readwrite_fill(x32, 1.0),
                 2.0,
                 call,
             ),
             (
-                "de.alias(a, b) / peer.readwrite_pair(a, b): two writable arguments (ndarray f32, 6)",
-                lambda: de.alias(a32, b32),
+                "de.alias_1d(a32, b32) / peer.readwrite_pair(a32, b32): two writable, rank 1 (ndarray f32, 6)",
+                lambda: de.alias_1d(a32, b32),
                 lambda: peer.readwrite_pair(a32, b32),
                 2.0,
                 call,
             ),
+            (
+                "de.total(x64) / peer.readonly_sum_dyn(x64): read, any rank (ndarray f64, 6)",
+                lambda: de.total(x64),
+                lambda: peer.readonly_sum_dyn(x64),
+                2.0,
+                call,
+            ),
+            (
+                "de.fill(x32, 1.0) / peer.readwrite_fill_dyn(x32, 1.0): write, any rank (ndarray f32, 6)",
+                lambda: de.fill(x32, 1.0),
+                lambda: peer.readwrite_fill_dyn(x32, 1.0),
+                2.0,
+                call,
+            ),
+            (
+                "de.alias(a32, b32) / peer.readwrite_pair_dyn(a32, b32): two writable, any rank (ndarray f32, 6)",
+                lambda: de.alias(a32, b32),
+                lambda: peer.readwrite_pair_dyn(a32, b32),
+                2.0,
+                call,
+            ),
+        ]
+        pairs += [
             (
                 # No rust-numpy registry for torch memory; PyTorch's exchange API costs more
                 # than NumPy's `__dlpack__` (see the pair of de.consume above).
@@ -198,11 +223,18 @@ def main():
 # The pairs above without rust-numpy's registry on our side: each side in a process of its own
 # (ours never loads the peer), timed alternately, REPEATS rounds.
 ALONE = {
-    "read": ("de.total(x)", "peer.readonly_sum_f64(x)", "x = np.arange(6, dtype=np.float64)"),
-    "write": ("de.fill(x, 1.0)", "peer.readwrite_fill(x, 1.0)", "x = np.zeros(6, np.float32)"),
-    "two writable": (
-        "de.alias(a, b)",
+    "read, rank 1": ("de.total_1d(x)", "peer.readonly_sum_f64(x)", "x = np.arange(6, dtype=np.float64)"),
+    "write, rank 1": ("de.fill_1d(x, 1.0)", "peer.readwrite_fill(x, 1.0)", "x = np.zeros(6, np.float32)"),
+    "two writable, rank 1": (
+        "de.alias_1d(a, b)",
         "peer.readwrite_pair(a, b)",
+        "a, b = np.zeros(6, np.float32), np.zeros(6, np.float32)",
+    ),
+    "read, any rank": ("de.total(x)", "peer.readonly_sum_dyn(x)", "x = np.arange(6, dtype=np.float64)"),
+    "write, any rank": ("de.fill(x, 1.0)", "peer.readwrite_fill_dyn(x, 1.0)", "x = np.zeros(6, np.float32)"),
+    "two writable, any rank": (
+        "de.alias(a, b)",
+        "peer.readwrite_pair_dyn(a, b)",
         "a, b = np.zeros(6, np.float32), np.zeros(6, np.float32)",
     ),
 }

@@ -181,6 +181,59 @@ struct AnyView {
     strides: Vec<isize>,
 }
 
+/// A one-dimensional float64 view with any stride: the rank is in the type, as in rust-numpy's
+/// `PyReadonlyArray1`, so the shape and strides are arrays (no allocation), and a tensor of
+/// another rank is refused at extraction (`BufferError` naming both ranks).
+#[derive(DlpackImport)]
+struct F64Vector {
+    #[dlpack(data)]
+    data: ImportedData<f64>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+    #[dlpack(strides)]
+    strides: [isize; 1],
+}
+
+/// `total_1d(x)`: `total` of a one-dimensional float64 producer, through a view of fixed rank.
+#[pyfunction]
+fn total_1d(x: F64Vector) -> PyResult<f64> {
+    debug_assert_eq!(x.shape.len(), x.strides.len());
+    Ok(x.data.iter()?.fold(0.0, |total, v| total + v))
+}
+
+/// A writable, contiguous, one-dimensional float32 view (rank in the type, as `F64Vector`).
+#[derive(DlpackImport)]
+struct F32VectorOut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+/// `fill_1d(x, value)`: `fill` of a one-dimensional float32 producer; the element count.
+#[pyfunction]
+fn fill_1d(mut out: F32VectorOut, value: f32) -> PyResult<usize> {
+    out.data.as_slice_mut()?.fill(value);
+    Ok(out.shape[0])
+}
+
+/// `ViewMut` of fixed rank 1: borrows exclusively at import.
+#[derive(DlpackImport)]
+#[dlpack(writable, device = "cpu", borrow = "exclusive")]
+struct VectorMut {
+    #[dlpack(data)]
+    data: ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: [usize; 1],
+}
+
+/// `alias_1d(a, b)`: `alias` of two one-dimensional float32 producers.
+#[pyfunction]
+fn alias_1d(mut a: VectorMut, mut b: VectorMut) -> PyResult<f32> {
+    debug_assert!(a.shape[0] > 0 && b.shape[0] > 0);
+    Ok(write_both(a.data.as_slice_mut()?, b.data.as_slice_mut()?))
+}
+
 /// `consume(x) -> ndim`: imports any DLPack producer or capsule into a Rust value and drops it;
 /// the unit of the consumer benchmarks.
 #[pyfunction]
@@ -625,7 +678,9 @@ mod gpu {
     #[pyo3(signature = (index=0))]
     pub fn cuda_stream(index: usize) -> PyResult<usize> {
         let slot = STREAMS.get(index).ok_or_else(|| {
-            pyo3::exceptions::PyIndexError::new_err(format!("stream index {index}, expected 0 or 1"))
+            pyo3::exceptions::PyIndexError::new_err(format!(
+                "stream index {index}, expected 0 or 1"
+            ))
         })?;
         device0()?;
         let stream = slot
@@ -767,9 +822,7 @@ mod gpu {
     /// `__cuda_array_interface__`) imported for the host (`device=CPU`: a compact copy in
     /// row-major order), handed back for `numpy.from_dlpack`.
     #[pyfunction]
-    pub fn cuda_to_host<'py>(
-        x: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, python::ExportOnce>> {
+    pub fn cuda_to_host<'py>(x: &Bound<'py, PyAny>) -> PyResult<Bound<'py, python::ExportOnce>> {
         let managed = python::managed_from_object(
             x,
             &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
@@ -1114,6 +1167,9 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ones, m)?)?;
     m.add_function(wrap_pyfunction!(consume, m)?)?;
     m.add_function(wrap_pyfunction!(alias, m)?)?;
+    m.add_function(wrap_pyfunction!(total_1d, m)?)?;
+    m.add_function(wrap_pyfunction!(fill_1d, m)?)?;
+    m.add_function(wrap_pyfunction!(alias_1d, m)?)?;
     m.add_function(wrap_pyfunction!(alias_in_one, m)?)?;
     m.add_function(wrap_pyfunction!(write_interleaved, m)?)?;
     m.add_function(wrap_pyfunction!(set_both, m)?)?;

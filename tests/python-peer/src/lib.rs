@@ -6,7 +6,7 @@
 use std::sync::Mutex;
 
 use dlpack_runtime::{DlpackImport, ImportedData, python};
-use numpy::{PyReadonlyArray1, PyReadwriteArray1};
+use numpy::{PyReadonlyArray1, PyReadonlyArrayDyn, PyReadwriteArray1, PyReadwriteArrayDyn};
 use pyo3::prelude::*;
 
 /// A writable float32 view of host memory.
@@ -99,6 +99,32 @@ fn readwrite_pair(
     Ok(a.as_slice()?[0])
 }
 
+/// `readonly_sum_dyn(x)`: `readonly_sum_f64` of a float64 array of any rank
+/// (`PyReadonlyArrayDyn`), summed in logical order.
+#[pyfunction]
+fn readonly_sum_dyn(x: PyReadonlyArrayDyn<'_, f64>) -> PyResult<f64> {
+    Ok(x.as_array().iter().fold(0.0, |total, v| total + v))
+}
+
+/// `readwrite_fill_dyn(x, value)`: `readwrite_fill` of a contiguous float32 array of any rank.
+#[pyfunction]
+fn readwrite_fill_dyn(mut x: PyReadwriteArrayDyn<'_, f32>, value: f32) -> PyResult<usize> {
+    let slice = x.as_slice_mut()?;
+    slice.fill(value);
+    Ok(slice.len())
+}
+
+/// `readwrite_pair_dyn(a, b)`: `readwrite_pair` of float32 arrays of any rank.
+#[pyfunction]
+fn readwrite_pair_dyn(
+    mut a: PyReadwriteArrayDyn<'_, f32>,
+    mut b: PyReadwriteArrayDyn<'_, f32>,
+) -> PyResult<f32> {
+    a.as_slice_mut()?[0] = 1.0;
+    b.as_slice_mut()?[0] = 2.0;
+    Ok(a.as_slice()?[0])
+}
+
 /// Free-thread-safe, as the example extension (`gil_used = false`).
 #[pymodule(gil_used = false)]
 fn dlpack_borrow_peer(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -107,6 +133,9 @@ fn dlpack_borrow_peer(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(readonly_sum_f64, m)?)?;
     m.add_function(wrap_pyfunction!(readwrite_fill, m)?)?;
     m.add_function(wrap_pyfunction!(readwrite_pair, m)?)?;
+    m.add_function(wrap_pyfunction!(readonly_sum_dyn, m)?)?;
+    m.add_function(wrap_pyfunction!(readwrite_fill_dyn, m)?)?;
+    m.add_function(wrap_pyfunction!(readwrite_pair_dyn, m)?)?;
     m.add_class::<Held>()?;
     m.add_function(wrap_pyfunction!(hold, m)?)?;
     m.add_function(wrap_pyfunction!(write, m)?)?;
