@@ -284,7 +284,7 @@ pub(crate) fn acquire(
 ) -> Result<(), BorrowError> {
     let access = requested.access;
     let mut then = Some(then);
-    let body = |py: Python<'_>| {
+    let attached = Python::try_attach(|py| {
         let mut run = || then.take().map_or(Ok(()), |f| f());
         let Some(np) = NUMPY.get().and_then(Option::as_ref) else {
             return run();
@@ -314,16 +314,7 @@ pub(crate) fn acquire(
         drop(guard);
         drop(unused);
         result.map_err(|refusal| refusal.into_error(requested))
-    };
-    // A borrow is most often taken where the thread is attached (a pyfunction's argument): asked
-    // of the interpreter directly, which costs less than pyo3's attach bookkeeping.
-    let attached = if crate::abi::gil::holds_gil() {
-        // SAFETY: this thread is attached (`holds_gil` proves it, on every build) and stays
-        // attached for the call: nothing in `body` detaches. The token does not escape it.
-        Some(body(unsafe { Python::assume_attached() }))
-    } else {
-        Python::try_attach(body)
-    };
+    });
     match attached {
         Some(result) => result,
         None => then.take().map_or(Ok(()), |f| f()),
