@@ -46,5 +46,5 @@ mod driver;
 mod gate;
 
 pub use checker::{Checker, DeclareError};
-pub use driver::{Driver, DriverCalls, LoadError, SIMULATOR_PATH, driver, load};
+pub use driver::{Driver, DriverCalls, LoadError, driver, load, simulator_path};
 pub use gate::Gate;
