@@ -41,6 +41,12 @@ package)
     cargo package --locked --allow-dirty "${args[@]}"
     ;;
 kit)
+    for crate in "${crates[@]}"; do
+        if [ ! -f "$target/package/${crate%@*}-${crate#*@}.crate" ]; then
+            echo "packaged-crates.sh: no package of $crate in $target/package: run '$0 package' first" >&2
+            exit 1
+        fi
+    done
     registry_root="$target/packaged-registry"
     key="$(cd "$target/package" && for crate in "${crates[@]}"; do
         sha256sum "${crate%@*}-${crate#*@}.crate"

@@ -73,11 +73,11 @@ echo "==> a shared library (an extension module, say) with cuda-sim-testing as a
 echo "==> packaging: each published crate (dlpack-derive, dlpack-runtime, cuda-sim, cuda-sim-testing) built from its own packaged sources (cargo package)"
 # Every member without `publish = false`; a path-only dependency or a file outside a package
 # fails here. The packages land in target/package for the next step.
-timeout 900 ./scripts/packaged-crates.sh package
+timeout 600 ./scripts/packaged-crates.sh package
 echo "==> the packaged crates from a registry: a crate outside the repository runs its ordering test with cuda-sim-testing (plain cargo test)"
 # tests/fixtures/kit-packaged (kit-user's sources, the crates by version) in a temporary
 # directory, with the packages of the step above served in crates.io's place for them.
-timeout 900 ./scripts/packaged-crates.sh kit
+timeout 600 ./scripts/packaged-crates.sh kit
 echo "==> the quick start's CUDA step (examples/cuda_handoff): the kit loads the simulator itself"
 timeout 300 cargo run --quiet --locked -p dlpack-examples --example cuda_handoff --features cuda
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
