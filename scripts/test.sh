@@ -157,7 +157,7 @@ elif ! rustup target add aarch64-unknown-linux-gnu; then
 else
     cargo clippy --locked --target aarch64-unknown-linux-gnu -p dlpack-runtime --no-default-features --lib -- -D warnings
 fi
-echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda on 1.88, candle on 1.94"
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, candle on 1.94"
 msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
 import json, sys
 versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
@@ -177,9 +177,9 @@ else
 fi
 # Some features need more than the crate's declared rust-version: `cuda` needs Rust 1.88
 # (cudarc 0.19 and its libloading 0.9 require it), `candle` needs Rust 1.94 (candle-core 0.11
-# uses intrinsics made safe in 1.94).
+# uses intrinsics made safe in 1.94). cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
 all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
-for pair in "1.88.0 --features $all_but_candle" "1.94.0 --all-features"; do
+for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.94.0 --all-features"; do
     version="${pair%% *}"
     features="${pair#* }"
     if ! command -v rustup >/dev/null 2>&1; then
