@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test: formatting, clippy, rustdoc, and the test suites with and without the `python`
 # and `cuda` features (the Python interop tests use NumPy from ./.venv, created on the first run;
-# the CUDA tests run on the CUDA simulator, crate cuda-sim, and once more without any driver), then
-# the memory checks (valgrind, Miri) and a build on the declared minimum Rust version. The Miri
-# and MSRV toolchains are installed with rustup; where that is impossible those steps are skipped
-# with a message, as the valgrind step is without valgrind.
+# the CUDA tests run on the CUDA simulator, crate cuda-sim, and once more without any driver), the
+# packages of the published crates (each built from its own packaged sources, and tested from a
+# local registry by a crate outside the repository), then the memory checks (valgrind, Miri) and
+# a build on the declared minimum Rust version. The Miri and MSRV toolchains are installed with
+# rustup; where that is impossible those steps are skipped with a message, as the valgrind step
+# is without valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -14,6 +16,7 @@ cargo fmt --all --check
 cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
 cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
+rustfmt --check --edition 2024 tests/fixtures/kit-packaged/tests/registry.rs
 echo "==> cargo clippy (default features, all features, each of cuda and python alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
@@ -69,6 +72,14 @@ echo "==> a shared library (an extension module, say) with cuda-sim-testing as a
 # libcuda.so.1), then loads it by path and calls cuInit through the kit.
 (cd tests/fixtures/kit-cdylib && cargo fmt --check && CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/../../../target}" \
     timeout 600 cargo test --locked)
+echo "==> packaging: each published crate (dlpack-derive, dlpack-runtime, cuda-sim, cuda-sim-testing) built from its own packaged sources (cargo package)"
+# Every member without `publish = false`; a path-only dependency or a file outside a package
+# fails here. The packages land in target/package for the next step.
+timeout 600 ./scripts/packaged-crates.sh package
+echo "==> the packaged crates from a registry: a crate outside the repository runs its ordering test with cuda-sim-testing (plain cargo test)"
+# tests/fixtures/kit-packaged (kit-user's sources, the crates by version) in a temporary
+# directory, with the packages of the step above served in crates.io's place for them.
+timeout 600 ./scripts/packaged-crates.sh kit
 echo "==> the quick start's CUDA step (examples/cuda_handoff): the kit loads the simulator itself"
 timeout 300 cargo run --quiet --locked -p dlpack-examples --example cuda_handoff --features cuda
 echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
@@ -148,7 +159,7 @@ elif ! rustup target add aarch64-unknown-linux-gnu; then
 else
     cargo clippy --locked --target aarch64-unknown-linux-gnu -p dlpack-runtime --no-default-features --lib -- -D warnings
 fi
-echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda on 1.88, candle on 1.94"
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, candle on 1.94"
 msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
 import json, sys
 versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
@@ -168,9 +179,9 @@ else
 fi
 # Some features need more than the crate's declared rust-version: `cuda` needs Rust 1.88
 # (cudarc 0.19 and its libloading 0.9 require it), `candle` needs Rust 1.94 (candle-core 0.11
-# uses intrinsics made safe in 1.94).
+# uses intrinsics made safe in 1.94). cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
 all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
-for pair in "1.88.0 --features $all_but_candle" "1.94.0 --all-features"; do
+for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.94.0 --all-features"; do
     version="${pair%% *}"
     features="${pair#* }"
     if ! command -v rustup >/dev/null 2>&1; then

@@ -1,6 +1,9 @@
 //! [`load`]: the CUDA simulator under `cargo test`, with no environment variable to set.
 
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::SystemTime;
 
 /// The CUDA driver library that cudarc will load in this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,14 +22,14 @@ pub enum Driver {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
     /// The simulator's shared library is not where cargo built it (a test binary copied to
-    /// another machine, or a target directory cleaned since the build).
+    /// another machine, or a target directory cleaned since the build), or cannot be loaded.
     #[error(
         "no CUDA driver is installed and the CUDA simulator is not at {path} (where cargo built it for cuda-sim-testing): {reason}"
     )]
     Simulator {
-        /// Where the library was looked for.
+        /// Where the library was looked for: its path, or the directory searched for it.
         path: String,
-        /// The dynamic loader's message.
+        /// The dynamic loader's message, or why no library there is this build's.
         reason: String,
     },
     /// The simulator was loaded, but cudarc does not find it under the driver's names (a
@@ -38,8 +41,108 @@ pub enum LoadError {
     },
 }
 
-/// Where cargo built the simulator for this crate (`<target>/<profile>/deps/libcuda_sim.so`).
-pub const SIMULATOR_PATH: &str = env!("CUDA_SIM_LIBRARY");
+/// The directory cargo builds the simulator into for this crate (`<target>/<profile>/deps`).
+const LIBRARY_DIR: &str = env!("CUDA_SIM_LIBRARY_DIR");
+
+/// The text that the simulator's library of this build holds (`cuSimBuildId`).
+const BUILD_ID: &str = env!("CUDA_SIM_BUILD_ID");
+
+/// Where cargo built the simulator for this crate: the shared library in
+/// `<target>/<profile>/deps` that holds this build's id. Its name is `libcuda_sim.so` where
+/// `cuda-sim` is a path dependency, and `libcuda_sim-<hash>.so` where it comes from a registry
+/// (crates.io), a hash that only cargo knows; the directory may hold other builds' libraries
+/// too (other versions or features), which the id tells apart. Where several hold it, the
+/// newest. The libraries are read, not loaded.
+///
+/// Errors: [`LoadError::Simulator`] when no library there holds this build's id.
+pub fn simulator_path() -> Result<PathBuf, LoadError> {
+    let not_found = |reason: String| LoadError::Simulator {
+        path: LIBRARY_DIR.into(),
+        reason,
+    };
+    let id = format!("cuda-sim build id: {BUILD_ID}\0");
+    let prefix = format!("{}cuda_sim", std::env::consts::DLL_PREFIX);
+    let suffix = std::env::consts::DLL_SUFFIX;
+    let entries = std::fs::read_dir(LIBRARY_DIR).map_err(|e| not_found(e.to_string()))?;
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(suffix))
+        else {
+            continue;
+        };
+        // `libcuda_sim.so` or `libcuda_sim-<hash>.so`, not `libcuda_sim_testing...`.
+        if !(rest.is_empty() || rest.starts_with('-')) {
+            continue;
+        }
+        let path = entry.path();
+        if elf_section(&path, ".cuda_sim_build_id").as_deref() != Some(id.as_bytes()) {
+            continue;
+        }
+        let modified = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        if newest.as_ref().is_none_or(|(t, _)| modified > *t) {
+            newest = Some((modified, path));
+        }
+    }
+    newest.map(|(_, path)| path).ok_or_else(|| {
+        not_found(format!(
+            "no {prefix}*{suffix} there is the one built with this crate (none holds `{}`)",
+            id.trim_end_matches('\0')
+        ))
+    })
+}
+
+/// The contents of the section `name` of the ELF file at `path` (64-bit, little-endian, as on
+/// x86-64 and aarch64 Linux), read from the file; `None` when it has no such section, or is
+/// not such a file. Sections above 4 KiB are not read (the build id is far smaller).
+fn elf_section(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut read_at = |offset: u64, len: u64| -> Option<Vec<u8>> {
+        file.seek(SeekFrom::Start(offset)).ok()?;
+        let mut buf = vec![0; usize::try_from(len).ok()?];
+        file.read_exact(&mut buf).ok()?;
+        Some(buf)
+    };
+    let u16_at = |b: &[u8], i: usize| Some(u16::from_le_bytes(b.get(i..i + 2)?.try_into().ok()?));
+    let u32_at = |b: &[u8], i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
+    let u64_at = |b: &[u8], i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    // The ELF header: magic, ELFCLASS64, ELFDATA2LSB; where the section headers are
+    // (`e_shoff`, `e_shentsize`, `e_shnum`) and which section holds their names (`e_shstrndx`).
+    let header = read_at(0, 64)?;
+    if header[..6] != *b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let shoff = u64_at(&header, 0x28)?;
+    let entsize = u64::from(u16_at(&header, 0x3a)?);
+    let count = u64::from(u16_at(&header, 0x3c)?);
+    let names_index = u64::from(u16_at(&header, 0x3e)?);
+    if entsize < 64 || names_index >= count {
+        return None;
+    }
+    let table = read_at(shoff, entsize * count)?;
+    // A section header: its name's offset in the names (`sh_name`), and where its bytes are in
+    // the file (`sh_offset`, `sh_size`).
+    let section = |i: u64| -> Option<(u32, u64, u64)> {
+        let h = table.get(usize::try_from(i * entsize).ok()?..)?;
+        Some((u32_at(h, 0)?, u64_at(h, 0x18)?, u64_at(h, 0x20)?))
+    };
+    let (_, names_offset, names_size) = section(names_index)?;
+    let names = read_at(names_offset, names_size.min(1 << 20))?;
+    (0..count)
+        .find_map(|i| {
+            let (name_offset, offset, size) = section(i)?;
+            let found = names.get(usize::try_from(name_offset).ok()?..)?;
+            let found = found.split(|&b| b == 0).next()?;
+            (found == name.as_bytes() && size <= 4096).then_some((offset, size))
+        })
+        .and_then(|(offset, size)| read_at(offset, size))
+}
 
 /// The names the dynamic loader knows a CUDA driver by on Linux, in cudarc's order.
 const DRIVER_NAMES: [&str; 2] = ["libcuda.so", "libcuda.so.1"];
@@ -53,7 +156,7 @@ const DRIVER_NAMES: [&str; 2] = ["libcuda.so", "libcuda.so.1"];
 /// `libcuda.so.1`, so when cudarc then asks the dynamic loader for `libcuda.so.1` it gets the
 /// library already loaded. A machine with a driver (`libcuda.so` or `libcuda.so.1` on the
 /// loader's path) keeps it, so the same `cargo test` runs on the GPU there; to test on the
-/// simulator on such a machine, put a directory holding [`SIMULATOR_PATH`] as `libcuda.so`
+/// simulator on such a machine, put a directory holding [`simulator_path`] as `libcuda.so`
 /// and `libcuda.so.1` first on `LD_LIBRARY_PATH`.
 ///
 /// Errors: [`LoadError`] when there is no driver and the simulator cannot be loaded.
@@ -78,18 +181,18 @@ fn load_once() -> Result<Driver, LoadError> {
             });
         }
     }
+    let path = simulator_path()?;
     // SAFETY: the simulator's initializers are Rust statics made on first use; it stays
     // loaded for the process, as a driver does.
-    let lib =
-        unsafe { libloading::Library::new(SIMULATOR_PATH) }.map_err(|e| LoadError::Simulator {
-            path: SIMULATOR_PATH.into(),
-            reason: e.to_string(),
-        })?;
+    let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| LoadError::Simulator {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
     std::mem::forget(lib);
     // SAFETY: probing only.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
         return Err(LoadError::NotFoundByCudarc {
-            path: SIMULATOR_PATH.into(),
+            path: path.display().to_string(),
         });
     }
     Ok(Driver::Simulator)

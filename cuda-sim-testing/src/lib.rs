@@ -2,7 +2,8 @@
 //!
 //! - [`driver`] (or [`load`]): puts the CUDA simulator (crate `cuda-sim`, built by cargo with
 //!   this crate) under `cargo test` on a machine without a CUDA driver, with no environment
-//!   variable to set; a machine with a driver keeps it.
+//!   variable to set; a machine with a driver keeps it. [`simulator_path`] says where that
+//!   library is (cargo builds it with this crate, from crates.io as from a path).
 //! - [`Gate`]: holds a stream, so the work enqueued behind it is pending until the test
 //!   releases it, on a GPU and on the simulator alike (a host function, `cuLaunchHostFunc`);
 //!   after [`Gate::DEFAULT_TIMEOUT`] it opens by itself and fails the test, never hangs it.
@@ -46,5 +47,5 @@ mod driver;
 mod gate;
 
 pub use checker::{Checker, DeclareError};
-pub use driver::{Driver, DriverCalls, LoadError, SIMULATOR_PATH, driver, load};
+pub use driver::{Driver, DriverCalls, LoadError, driver, load, simulator_path};
 pub use gate::Gate;

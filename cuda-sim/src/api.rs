@@ -1367,7 +1367,9 @@ fn memset(op: &'static str, dst: CUdeviceptr, f: Fill, stream: CUstream, mode: M
         return Ok(());
     }
     let (width, extent) = f.extent().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    if dst % f.size as u64 != 0 || (f.height > 1 && (f.pitch < width || f.pitch % f.size != 0)) {
+    if !dst.is_multiple_of(f.size as u64)
+        || (f.height > 1 && (f.pitch < width || !f.pitch.is_multiple_of(f.size)))
+    {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let waiter = {

@@ -3,6 +3,34 @@
 
 use crate::state;
 
+/// The text that identifies this build of the library: `cuda-sim build id: ` and the build
+/// script's `OUT_DIR`, NUL-terminated. `cuda-sim-testing` reads it from the section
+/// `.cuda_sim_build_id` of the libraries in the target directory, without loading them, to
+/// tell this build's library from others there (the build script says why).
+const BUILD_ID_TEXT: &str = concat!("cuda-sim build id: ", env!("CUDA_SIM_BUILD_ID"), "\0");
+
+/// `BUILD_ID_TEXT` in a section of its own, kept by the exported function below.
+// SAFETY: a section name of this crate alone, holding read-only bytes that nothing else
+// places there.
+#[unsafe(link_section = ".cuda_sim_build_id")]
+#[used]
+static BUILD_ID: [u8; BUILD_ID_TEXT.len()] = {
+    let text = BUILD_ID_TEXT.as_bytes();
+    let mut bytes = [0; BUILD_ID_TEXT.len()];
+    let mut i = 0;
+    while i < text.len() {
+        bytes[i] = text[i];
+        i += 1;
+    }
+    bytes
+};
+
+/// The build id of this library (`BUILD_ID_TEXT`), a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuSimBuildId() -> *const std::ffi::c_char {
+    BUILD_ID.as_ptr().cast()
+}
+
 /// Violations found since the start or the last `cuSimReset`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuSimViolations() -> u64 {

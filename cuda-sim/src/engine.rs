@@ -265,7 +265,7 @@ impl Loc {
 pub(crate) unsafe fn copy_bytes(dst: *mut u8, src: *const u8, len: usize) {
     let mut i = 0;
     if (dst as usize) % 8 == (src as usize) % 8 {
-        while i < len && (dst as usize + i) % 8 != 0 {
+        while i < len && !(dst as usize + i).is_multiple_of(8) {
             // SAFETY: in range (caller); byte accesses need no alignment.
             unsafe { copy_byte(dst.add(i), src.add(i)) };
             i += 1;
@@ -405,10 +405,10 @@ impl Memory {
                 Resolved::Unknown
             };
         }
-        if let Some((_, run)) = self.freed.range(..=ptr).next_back() {
-            if ptr < run.end {
-                return Resolved::Freed(self.freers[run.by as usize].to_string());
-            }
+        if let Some((_, run)) = self.freed.range(..=ptr).next_back()
+            && ptr < run.end
+        {
+            return Resolved::Freed(self.freers[run.by as usize].to_string());
         }
         Resolved::Unknown
     }
@@ -465,16 +465,17 @@ impl Memory {
         };
         let mut start = base;
         // Joins the run before, and the one after, when adjacent and freed alike.
-        if let Some((&before, prev)) = self.freed.range(..base).next_back() {
-            if prev.end == base && prev.by == by {
-                start = before;
-            }
+        if let Some((&before, prev)) = self.freed.range(..base).next_back()
+            && prev.end == base
+            && prev.by == by
+        {
+            start = before;
         }
-        if let Some(next) = self.freed.get(&run.end).copied() {
-            if next.by == by {
-                self.freed.remove(&run.end);
-                run.end = next.end;
-            }
+        if let Some(next) = self.freed.get(&run.end).copied()
+            && next.by == by
+        {
+            self.freed.remove(&run.end);
+            run.end = next.end;
         }
         self.freed.insert(start, run);
         Some(a)
@@ -1164,7 +1165,7 @@ pub(crate) unsafe fn fill_u32(dst: *mut u8, value: u32, n: usize) {
 pub(crate) unsafe fn fill_u8(dst: *mut u8, value: u8, n: usize) {
     let wide = u64::from_ne_bytes([value; 8]);
     let mut k = 0;
-    while k < n && (dst as usize + k) % 8 != 0 {
+    while k < n && !(dst as usize + k).is_multiple_of(8) {
         // SAFETY: in range (caller).
         unsafe { AtomicU8::from_ptr(dst.add(k)).store(value, Ordering::Relaxed) };
         k += 1;

@@ -19,11 +19,13 @@
 //!
 //! # Use
 //!
-//! `scripts/cuda-sim.sh` builds the crate (`libcuda_sim.so`, SONAME `libcuda.so.1`), copies it
-//! to `target/cuda-sim/libcuda.so` (with a `libcuda.so.1` link) and prints that directory. Put
-//! it first on the library path (`LD_LIBRARY_PATH`) and a program that loads the driver
-//! dynamically (cudarc with dynamic loading does) gets the simulator, with no change to its
-//! code.
+//! Cargo builds the crate as a shared library, SONAME `libcuda.so.1`: `libcuda_sim.so` in the
+//! target directory's `<profile>/deps` (`libcuda_sim-<hash>.so` when the crate comes from a
+//! registry; `cuda_sim_testing::simulator_path()` finds it). In this crate's repository,
+//! `scripts/cuda-sim.sh` builds it, copies it to `target/cuda-sim/libcuda.so` (with a
+//! `libcuda.so.1` link) and prints that directory. Put such a directory first on the library
+//! path (`LD_LIBRARY_PATH`) and a program that loads the driver dynamically (cudarc with
+//! dynamic loading does) gets the simulator, with no change to its code.
 //!
 //! Settings, read once from the environment:
 //!
