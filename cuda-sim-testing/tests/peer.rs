@@ -542,3 +542,89 @@ fn child_no_peer() {
     // SAFETY: a live stream, destroyed once.
     ok(unsafe { sys::cuStreamDestroy_v2(a) }, "cuStreamDestroy");
 }
+
+/// A peer copy given a pointer with a context of another device is reported and still copies;
+/// a context that is not one (NULL) is `CUDA_ERROR_INVALID_CONTEXT`.
+#[test]
+fn a_peer_copy_checks_its_contexts() {
+    let Some(checker) = Checker::attach() else {
+        eprintln!("skipped: needs the simulator's checker");
+        return;
+    };
+    let ctx = contexts(2);
+    let a = stream(ctx[0]);
+    let (src, dst) = (alloc(ctx[0]), alloc(ctx[1]));
+    fill(src, 3, a);
+    sync(a);
+    checker.reset();
+    // SAFETY: live allocations of `BYTES` bytes; a NULL context, the case under test.
+    let result = unsafe { sys::cuMemcpyPeerAsync(dst, null_mut(), src, ctx[0], BYTES, a) };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    // Device 1's memory named with device 0's context.
+    peer_copy(dst, ctx[0], src, ctx[0], a);
+    sync(a);
+    let report = checker.report();
+    assert_eq!(checker.violations(), 1, "{report}");
+    assert!(
+        report.contains("cuMemcpyPeerAsync: the destination")
+            && report.contains("is memory of device 1, but its context is one of device 0"),
+        "{report}"
+    );
+    assert_eq!(read(ctx[1], dst), vec![3; N], "copied all the same");
+    checker.reset();
+    free(ctx[0], src);
+    free(ctx[1], dst);
+    // SAFETY: a live stream, destroyed once.
+    ok(unsafe { sys::cuStreamDestroy_v2(a) }, "cuStreamDestroy");
+}
+
+/// Two contexts of one device are no peers (`cuDeviceCanAccessPeer` answers 0 for a device
+/// with itself); a created context of another device is, and its access ends with it.
+#[test]
+fn peer_access_between_created_contexts() {
+    if !on_simulator("peer_access_between_created_contexts") {
+        return;
+    }
+    let ctx = contexts(2);
+    let create = |dev: i32| {
+        let mut c = null_mut();
+        // SAFETY: a live out-pointer; no creation parameters.
+        ok(
+            unsafe { sys::cuCtxCreate_v4(&mut c, null_mut(), 0, dev) },
+            "cuCtxCreate",
+        );
+        c
+    };
+    let same = create(0);
+    // SAFETY: live contexts; `same` is current (made so by its creation).
+    let result = unsafe { sys::cuCtxEnablePeerAccess(ctx[0], 0) };
+    assert_eq!(result, CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+    // SAFETY: as above.
+    ok(
+        unsafe { sys::cuCtxEnablePeerAccess(ctx[1], 0) },
+        "cuCtxEnablePeerAccess",
+    );
+    make_current(ctx[1]);
+    let other = create(1);
+    make_current(ctx[1]);
+    // SAFETY: live contexts.
+    ok(
+        unsafe { sys::cuCtxEnablePeerAccess(same, 0) },
+        "cuCtxEnablePeerAccess",
+    );
+    // SAFETY: as above.
+    let result = unsafe { sys::cuCtxEnablePeerAccess(other, 0) };
+    assert_eq!(
+        result,
+        CUresult::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
+        "one device"
+    );
+    // SAFETY: a created context, destroyed once.
+    ok(unsafe { sys::cuCtxDestroy_v2(same) }, "cuCtxDestroy");
+    make_current(ctx[1]);
+    // SAFETY: a destroyed context: the case under test.
+    let result = unsafe { sys::cuCtxDisablePeerAccess(same) };
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    // SAFETY: a created context, destroyed once.
+    ok(unsafe { sys::cuCtxDestroy_v2(other) }, "cuCtxDestroy");
+}
