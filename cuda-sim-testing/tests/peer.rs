@@ -628,3 +628,75 @@ fn peer_access_between_created_contexts() {
     // SAFETY: a created context, destroyed once.
     ok(unsafe { sys::cuCtxDestroy_v2(other) }, "cuCtxDestroy");
 }
+
+/// A peer copy captured on a stream of device 1 into a graph: each launch copies device 0's
+/// buffer again, ordered behind device 0's write by an event wait before the launch; a launch
+/// without that wait is flagged, reported as the captured copy.
+#[test]
+fn a_captured_peer_copy_is_replayed_in_the_launch_streams_order() {
+    let Some(checker) = Checker::attach() else {
+        eprintln!("skipped: needs the simulator's checker");
+        return;
+    };
+    let ctx = contexts(2);
+    let (a, b) = (stream(ctx[0]), stream(ctx[1]));
+    let (src, dst) = (alloc(ctx[0]), alloc(ctx[1]));
+    let written = event(ctx[0]);
+    let (mut graph, mut exec) = (null_mut(), null_mut());
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: live handles and out-pointers; the capture is ended on the stream that began it.
+    unsafe {
+        ok(
+            sys::cuStreamBeginCapture_v2(b, mode),
+            "cuStreamBeginCapture",
+        );
+        peer_copy(dst, ctx[1], src, ctx[0], b);
+        ok(sys::cuStreamEndCapture(b, &mut graph), "cuStreamEndCapture");
+        ok(
+            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+            "cuGraphInstantiateWithFlags",
+        );
+    }
+    let launch = || {
+        // SAFETY: a live executable graph and stream.
+        ok(unsafe { sys::cuGraphLaunch(exec, b) }, "cuGraphLaunch");
+    };
+    checker.reset();
+    for (value, ordered) in [(11, true), (12, true), (13, false)] {
+        let g = gate(a);
+        fill(src, value, a);
+        record(written, a);
+        if ordered {
+            wait(b, written);
+        }
+        launch();
+        g.release();
+        sync(a);
+        sync(b);
+        let report = checker.report();
+        if ordered {
+            assert_eq!(checker.violations(), 0, "{report}");
+            assert_eq!(read(ctx[1], dst), vec![value; N]);
+        } else {
+            assert_eq!(checker.violations(), 1, "{report}");
+            assert!(
+                report.contains("read of bytes [")
+                    && report.contains("by cuMemcpyPeerAsync on stream")
+                    && report.contains("is not ordered after the write"),
+                "{report}"
+            );
+        }
+    }
+    assert_eq!(checker.operations("cuMemcpyPeerAsync"), 3);
+    checker.reset();
+    // SAFETY: live graphs, destroyed once, their launches synchronized.
+    unsafe {
+        ok(sys::cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+        ok(sys::cuGraphDestroy(graph), "cuGraphDestroy");
+    }
+    free(ctx[0], src);
+    free(ctx[1], dst);
+    destroy(a, written);
+    // SAFETY: a live stream, destroyed once.
+    ok(unsafe { sys::cuStreamDestroy_v2(b) }, "cuStreamDestroy");
+}
