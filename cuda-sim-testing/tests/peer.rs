@@ -33,6 +33,15 @@ fn on_simulator(test: &str) -> bool {
     false
 }
 
+/// The simulator's checker where the test can run: on the simulator, with two devices or
+/// more; otherwise `None`, and the test says on stderr that it is skipped.
+fn checker_and_two_devices(test: &str) -> Option<Checker> {
+    if !on_simulator(test) || !require_devices(2, test) {
+        return None;
+    }
+    Checker::attach()
+}
+
 /// The primary context of device `ordinal`, retained (for the process).
 fn context(ordinal: i32) -> sys::CUcontext {
     let mut ctx = null_mut();
@@ -234,8 +243,7 @@ fn child_reports_the_device_count() {
 /// after the write, the copy is ordered and copies the written values; without it, the read of
 /// the source is flagged.
 fn peer_copy_after_a_cross_device_wait(ordered: bool) {
-    let Some(checker) = Checker::attach() else {
-        eprintln!("skipped: needs the simulator's checker");
+    let Some(checker) = checker_and_two_devices("peer_copy_after_a_cross_device_wait") else {
         return;
     };
     let ctx = contexts(2);
@@ -290,8 +298,7 @@ fn a_peer_copy_without_the_wait_races_with_the_other_devices_write() {
 /// waited on by device 0's, the copy keeps the old values; without the wait, the write is
 /// flagged.
 fn overwrite_after_a_peer_read(ordered: bool) {
-    let Some(checker) = Checker::attach() else {
-        eprintln!("skipped: needs the simulator's checker");
+    let Some(checker) = checker_and_two_devices("overwrite_after_a_peer_read") else {
         return;
     };
     let ctx = contexts(2);
@@ -361,8 +368,9 @@ fn launch(f: sys::CUfunction, p: sys::CUdeviceptr, s: sys::CUstream) {
 
 #[test]
 fn a_kernel_reaching_another_devices_memory_needs_peer_access() {
-    let Some(checker) = Checker::attach() else {
-        eprintln!("skipped: needs the simulator's checker");
+    let Some(checker) =
+        checker_and_two_devices("a_kernel_reaching_another_devices_memory_needs_peer_access")
+    else {
         return;
     };
     let ctx = contexts(2);
@@ -547,8 +555,7 @@ fn child_no_peer() {
 /// a context that is not one (NULL) is `CUDA_ERROR_INVALID_CONTEXT`.
 #[test]
 fn a_peer_copy_checks_its_contexts() {
-    let Some(checker) = Checker::attach() else {
-        eprintln!("skipped: needs the simulator's checker");
+    let Some(checker) = checker_and_two_devices("a_peer_copy_checks_its_contexts") else {
         return;
     };
     let ctx = contexts(2);
@@ -582,7 +589,8 @@ fn a_peer_copy_checks_its_contexts() {
 /// with itself); a created context of another device is, and its access ends with it.
 #[test]
 fn peer_access_between_created_contexts() {
-    if !on_simulator("peer_access_between_created_contexts") {
+    let test = "peer_access_between_created_contexts";
+    if !on_simulator(test) || !require_devices(2, test) {
         return;
     }
     let ctx = contexts(2);
@@ -634,8 +642,9 @@ fn peer_access_between_created_contexts() {
 /// without that wait is flagged, reported as the captured copy.
 #[test]
 fn a_captured_peer_copy_is_replayed_in_the_launch_streams_order() {
-    let Some(checker) = Checker::attach() else {
-        eprintln!("skipped: needs the simulator's checker");
+    let Some(checker) =
+        checker_and_two_devices("a_captured_peer_copy_is_replayed_in_the_launch_streams_order")
+    else {
         return;
     };
     let ctx = contexts(2);
