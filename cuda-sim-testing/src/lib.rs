@@ -11,6 +11,10 @@
 //!   violations found, their report, the operation counts, and [`Checker::assert_clean`].
 //! - [`DriverCalls`]: the driver entry points the process has called, as the simulator counts
 //!   them, for tests of code paths that must leave the driver alone.
+//! - [`device_count`] and [`require_devices`]: how many devices the driver has, for tests of
+//!   multi-GPU code (the simulator has 2 unless its `CUDA_SIM_DEVICES` setting says otherwise;
+//!   it models peer access and copies between devices), and a skip, said on stderr, where a
+//!   machine has too few.
 //!
 //! ```no_run
 //! use cudarc::driver::CudaContext;
@@ -43,9 +47,11 @@
 //! a toolkit of another version is installed). Linux only.
 
 mod checker;
+mod devices;
 mod driver;
 mod gate;
 
 pub use checker::{Checker, DeclareError};
+pub use devices::{DeviceCountError, device_count, require_devices};
 pub use driver::{Driver, DriverCalls, LoadError, driver, load, simulator_path};
 pub use gate::Gate;

@@ -206,6 +206,7 @@ driver! {
                 return Err(CUDA_ERROR_INVALID_CONTEXT);
             }
             st.contexts.get_mut(&h(ctx)).expect("checked").destroyed = true;
+            st.forget_peers(h(ctx));
             st.end_context_streams(h(ctx))
         };
         for w in workers {
@@ -1229,6 +1230,38 @@ fn copy(op: &'static str, r: CopyRequest, stream: CUstream, mode: Mode) -> Res {
     Ok(())
 }
 
+/// The contexts of a peer copy: both live (`CUDA_ERROR_INVALID_CONTEXT`); each pointer that
+/// is memory of a device other than its context's is reported as a misuse.
+fn check_peer_copy(
+    op: &str,
+    dst: CUdeviceptr,
+    dst_ctx: CUcontext,
+    src: CUdeviceptr,
+    src_ctx: CUcontext,
+    bytes: usize,
+) -> Res {
+    let mut st = state();
+    st.check_init()?;
+    let dst_device = st.context(h(dst_ctx))?.device;
+    let src_device = st.context(h(src_ctx))?.device;
+    if bytes == 0 {
+        return Ok(());
+    }
+    for (what, p, device) in [
+        ("destination", dst, dst_device),
+        ("source", src, src_device),
+    ] {
+        let found = st.memory.find(p).map(|a| a.device);
+        if let Some(actual) = found.filter(|&d| d != device) {
+            st.checker.misuse(format!(
+                "{op}: the {what} {p:#x} is memory of device {actual}, but its context is one \
+                 of device {device}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn linear(src: Side, dst: Side, bytes: usize) -> CopyRequest {
     CopyRequest {
         src,
@@ -1451,6 +1484,40 @@ driver! {
 
     fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) {
         copy("cuMemcpyAsync", linear(side_of(src), side_of(dst), bytes), stream, Mode::Async)
+    }
+
+    /// A copy between the memory of two contexts (of one device or two), on the legacy
+    /// default stream of the current context, which the host waits for. Needs no peer access
+    /// (the driver stages the copy when the devices cannot reach each other). Errors as
+    /// `cuMemcpyPeerAsync`; `CUDA_ERROR_INVALID_CONTEXT` too with no current context.
+    fn cuMemcpyPeer(
+        dst: CUdeviceptr,
+        dst_ctx: CUcontext,
+        src: CUdeviceptr,
+        src_ctx: CUcontext,
+        bytes: usize,
+    ) {
+        check_peer_copy("cuMemcpyPeer", dst, dst_ctx, src, src_ctx, bytes)?;
+        let r = linear(Side::Device(src), Side::Device(dst), bytes);
+        copy("cuMemcpyPeer", r, ptr(0), Mode::Sync)
+    }
+
+    /// A copy between the memory of two contexts, in the order of `stream` (of any context):
+    /// the checker sees a read of the source and a write of the destination by that stream.
+    /// Needs no peer access. `CUDA_ERROR_INVALID_CONTEXT` for a context that is not live,
+    /// `CUDA_ERROR_INVALID_VALUE` for a range outside a live allocation; a pointer that is
+    /// memory of another device than its context's is reported as a misuse, and copied.
+    fn cuMemcpyPeerAsync(
+        dst: CUdeviceptr,
+        dst_ctx: CUcontext,
+        src: CUdeviceptr,
+        src_ctx: CUcontext,
+        bytes: usize,
+        stream: CUstream,
+    ) {
+        check_peer_copy("cuMemcpyPeerAsync", dst, dst_ctx, src, src_ctx, bytes)?;
+        let r = linear(Side::Device(src), Side::Device(dst), bytes);
+        copy("cuMemcpyPeerAsync", r, stream, Mode::Async)
     }
 
     fn cuMemcpy2D_v2(c: *const CUDA_MEMCPY2D) {

@@ -6,7 +6,7 @@
 //! takes the global lock, so a host function running on a stream may call the driver.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
@@ -617,6 +617,8 @@ pub(crate) struct State {
     pub(crate) kernels: crate::kernel::Kernels,
     /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
     pub(crate) operations: HashMap<String, u64>,
+    /// Peer access enabled (`cuCtxEnablePeerAccess`): from a context, to a peer context.
+    pub(crate) peers: HashSet<(Handle, Handle)>,
     next_handle: Handle,
     pub(crate) next_capture: u64,
 }
@@ -651,6 +653,7 @@ impl State {
             checker: Checker::default(),
             kernels: Default::default(),
             operations: HashMap::new(),
+            peers: HashSet::new(),
             next_handle: 0x1000,
             next_capture: 0,
         }

@@ -421,7 +421,13 @@ impl State {
                     ref pointers,
                 } => {
                     let op = format!("cuLaunchKernel `{name}` (replayed by {launch})");
-                    prepare_launch(self, &op, pointers).map(|a| Some(Step::Kernel(op, a)))
+                    prepare_launch(self, &op, pointers).map(|a| {
+                        let ctx = self.streams[i].ctx;
+                        for (alloc, _, _) in &a {
+                            self.check_peer_reach(ctx, alloc, &op);
+                        }
+                        Some(Step::Kernel(op, a))
+                    })
                 }
                 Node::RecordEvent { event } => {
                     if self.events.contains_key(&event) {

@@ -205,7 +205,9 @@ unsafe fn pointer_values(
 /// parameter declared read-only) of every live allocation a pointer-sized parameter points
 /// into. A parameter pointing into freed memory is a use after free: reported, and the launch
 /// is refused with `CUDA_ERROR_INVALID_VALUE`. Values outside device memory (integers, host
-/// pointers) are not accesses.
+/// pointers) are not accesses. An allocation of another device, reached without peer access
+/// enabled from the stream's context to the allocation's, is reported (a GPU faults), and the
+/// launch goes on.
 ///
 /// # Safety
 /// As [`pointer_values`].
@@ -245,6 +247,10 @@ unsafe fn launch(
     if st.capturing(i)?.is_some() {
         st.add_node(i, Node::Kernel { name, pointers });
         return Ok(());
+    }
+    let ctx = st.streams[i].ctx;
+    for (a, _, _) in &accesses {
+        st.check_peer_reach(ctx, a, &op);
     }
     let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
     st.enqueue_as(i, "cuLaunchKernel", &op, &refs, None, None)?;

@@ -36,6 +36,7 @@
 //! | `CUDA_SIM_OP_DELAY_US` | 0 | a delay before each operation a stream runs, in microseconds |
 //! | `CUDA_SIM_ABORT_ON_VIOLATION` | 0 | `1`: abort the process at the first violation |
 //! | `CUDA_SIM_LOG` | 0 | `1`: print each violation to stderr |
+//! | `CUDA_SIM_NO_PEER` | (empty) | device pairs that cannot access each other's memory: `all`, or pairs `a:b` separated by commas (`0:1,2:3`, either way round) |
 //!
 //! A value out of range is ignored, with a word on stderr.
 //!
@@ -60,11 +61,45 @@
 //! that never called `cuInit` uses the driver as any process does.
 //!
 //! Not modelled: kernel bodies (below), cubin and fatbin images, timing and throughput, unified memory faults and prefetching,
-//! peer access rules, IPC and other multi-process use, and the device reset of a primary context
+//! IPC and other multi-process use, and the device reset of a primary context
 //! whose retain count drops to zero (its state is kept). Every driver function that cudarc
 //! binds (for CUDA 13.4, the version `.cargo/config.toml` pins) is exported; those not modelled
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
 //! except on request.
+//!
+//! # Devices and peer access
+//!
+//! `CUDA_SIM_DEVICES` devices, each with its own range of device addresses (unified
+//! addressing: a pointer says its device). `cuDeviceCanAccessPeer(dev, peer)` answers 0 for a
+//! device with itself and 1 for two distinct devices, unless `CUDA_SIM_NO_PEER` lists the pair
+//! (or is `all`), so that the path of code that stages through the host when peer access is
+//! impossible can be tested too.
+//!
+//! `cuCtxEnablePeerAccess(peer, flags)` enables access from the current context to the memory
+//! of context `peer`, one way; the errors are those the driver API documents:
+//! `CUDA_ERROR_INVALID_CONTEXT` with no current context, for a `peer` that is not a live
+//! context, or for the current context itself; `CUDA_ERROR_INVALID_VALUE` for flags other than
+//! 0; `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED` when `cuDeviceCanAccessPeer` answers 0 for the two
+//! contexts' devices (two contexts of one device included); and
+//! `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED` the second time. `cuCtxDisablePeerAccess(peer)`
+//! undoes it (`CUDA_ERROR_PEER_ACCESS_NOT_ENABLED` if not enabled). Destroying a context
+//! forgets the access to and from it.
+//!
+//! Copies between devices need no peer access, as on a GPU (the driver stages them):
+//! `cuMemcpyPeerAsync` is ordered on its stream (of any context; the checker sees a read of the
+//! source and a write of the destination by that stream), `cuMemcpyPeer` runs on the legacy
+//! default stream of the current context and the host waits for it, and the unified-addressing
+//! copies (`cuMemcpyDtoD*`, `cuMemcpy*`) may name memory of any device. An event recorded on a
+//! stream of one device and waited on by a stream of another (`cuStreamWaitEvent` takes an
+//! event of any context) orders them as on one device; an event is recorded only on a stream of
+//! its own context (`CUDA_ERROR_INVALID_HANDLE` otherwise).
+//!
+//! A kernel launch that reaches an allocation of another device, without peer access enabled
+//! from the launch stream's context to the allocation's context, is reported as a violation
+//! (a GPU faults on such an access, with the sticky `CUDA_ERROR_ILLEGAL_ADDRESS`); the launch
+//! goes on. So is a peer copy given a pointer to memory of a device other than its context's.
+//! Not modelled: the limit on the number of peers (`CUDA_ERROR_TOO_MANY_PEERS`), and peer
+//! access rules between two contexts of one device (their memory is reachable from both).
 //!
 //! # Modules and kernels
 //!
@@ -173,6 +208,7 @@ mod control;
 mod engine;
 mod graph;
 mod kernel;
+mod peer;
 mod ptx;
 mod stubs;
 
@@ -190,6 +226,7 @@ pub(crate) struct Config {
     pub(crate) op_delay: Duration,
     pub(crate) abort_on_violation: bool,
     pub(crate) log: bool,
+    pub(crate) no_peer: peer::NoPeer,
 }
 
 /// A setting from the environment: an integer in `range`, or `default` (with a word on stderr
@@ -218,6 +255,7 @@ pub(crate) fn config() -> &'static Config {
         op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0, 0..=10_000_000)),
         abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,
         log: env("CUDA_SIM_LOG", 0, 0..=1) != 0,
+        no_peer: peer::NoPeer::from_env(),
     });
     &CONFIG
 }

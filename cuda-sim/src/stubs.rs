@@ -44,8 +44,6 @@ stub! {
     fn cuCoredumpSetAttributeGlobal(_attrib: CUcoredumpSettings, _value: *mut ::core::ffi::c_void, _size: *mut usize);
     fn cuCtxAttach(_pctx: *mut CUcontext, _flags: ::core::ffi::c_uint);
     fn cuCtxDetach(_ctx: CUcontext);
-    fn cuCtxDisablePeerAccess(_peerContext: CUcontext);
-    fn cuCtxEnablePeerAccess(_peerContext: CUcontext, _Flags: ::core::ffi::c_uint);
     fn cuCtxFromGreenCtx(_pContext: *mut CUcontext, _hCtx: CUgreenCtx);
     fn cuCtxGetApiVersion(_ctx: CUcontext, _version: *mut ::core::ffi::c_uint);
     fn cuCtxGetCacheConfig(_pconfig: *mut CUfunc_cache);
@@ -68,7 +66,6 @@ stub! {
     fn cuDevResourceGenerateDesc(_phDesc: *mut CUdevResourceDesc, _resources: *mut CUdevResource, _nbResources: ::core::ffi::c_uint);
     fn cuDevSmResourceSplit(_result: *mut CUdevResource, _nbGroups: ::core::ffi::c_uint, _input: *const CUdevResource, _remainder: *mut CUdevResource, _flags: ::core::ffi::c_uint, _groupParams: *mut CU_DEV_SM_RESOURCE_GROUP_PARAMS);
     fn cuDevSmResourceSplitByCount(_result: *mut CUdevResource, _nbGroups: *mut ::core::ffi::c_uint, _input: *const CUdevResource, _remainder: *mut CUdevResource, _flags: ::core::ffi::c_uint, _minCount: ::core::ffi::c_uint);
-    fn cuDeviceCanAccessPeer(_canAccessPeer: *mut ::core::ffi::c_int, _dev: CUdevice, _peerDev: CUdevice);
     fn cuDeviceComputeCapability(_major: *mut ::core::ffi::c_int, _minor: *mut ::core::ffi::c_int, _dev: CUdevice);
     fn cuDeviceGetByPCIBusId(_dev: *mut CUdevice, _pciBusId: *const ::core::ffi::c_char);
     fn cuDeviceGetCliqueCount(_count: *mut usize, _dev: CUdevice);
@@ -315,8 +312,6 @@ stub! {
     fn cuMemcpyDtoA_v2(_dstArray: CUarray, _dstOffset: usize, _srcDevice: CUdeviceptr, _ByteCount: usize);
     fn cuMemcpyHtoAAsync_v2(_dstArray: CUarray, _dstOffset: usize, _srcHost: *const ::core::ffi::c_void, _ByteCount: usize, _hStream: CUstream);
     fn cuMemcpyHtoA_v2(_dstArray: CUarray, _dstOffset: usize, _srcHost: *const ::core::ffi::c_void, _ByteCount: usize);
-    fn cuMemcpyPeer(_dstDevice: CUdeviceptr, _dstContext: CUcontext, _srcDevice: CUdeviceptr, _srcContext: CUcontext, _ByteCount: usize);
-    fn cuMemcpyPeerAsync(_dstDevice: CUdeviceptr, _dstContext: CUcontext, _srcDevice: CUdeviceptr, _srcContext: CUcontext, _ByteCount: usize, _hStream: CUstream);
     fn cuMemcpyWithAttributesAsync(_dst: CUdeviceptr, _src: CUdeviceptr, _size: usize, _attr: *mut CUmemcpyAttributes, _hStream: CUstream);
     fn cuMemsetD16Async(_dstDevice: CUdeviceptr, _us: ::core::ffi::c_ushort, _N: usize, _hStream: CUstream);
     fn cuMemsetD16_v2(_dstDevice: CUdeviceptr, _us: ::core::ffi::c_ushort, _N: usize);

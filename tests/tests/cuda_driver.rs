@@ -4,7 +4,8 @@
 //! per-thread context stack, pointer attributes, stream capture into graphs and their launch,
 //! copies and memsets, PTX modules and kernel launches (their order and geometry checks: the
 //! simulator runs no kernel body, so no test here reads a kernel's values), error codes and
-//! context synchronization.
+//! context synchronization, and peer access and copies between two devices (module `peer`:
+//! skipped, with a word on stderr, where the driver has one device).
 //!
 //! Written against the driver API only (cudarc's raw `sys` functions), with no branch for any
 //! particular driver: the test command runs it on the CUDA simulator (`cuda-sim`, a stand-in
@@ -38,6 +39,9 @@ use sys::cudaError_enum::{
     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
     CUDA_ERROR_STREAM_CAPTURE_UNJOINED, CUDA_SUCCESS as SUCCESS,
 };
+
+#[path = "cuda_driver/peer.rs"]
+mod peer;
 
 /// Elements (`u32`) of the test buffers.
 const N: usize = 256;
