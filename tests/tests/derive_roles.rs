@@ -339,10 +339,18 @@ fn writable_constraint_refuses_read_only_and_legacy_tensors_and_calls_the_delete
 
     // SAFETY: a valid, owned legacy tensor.
     let legacy = unsafe { ManagedTensor::from_raw_legacy(f.legacy(&counter)) }.unwrap();
+    let err = Writable::from_managed(legacy).unwrap_err();
     assert_eq!(
-        Writable::from_managed(legacy).unwrap_err(),
+        err,
         ImportError::ReadOnly,
         "a legacy tensor cannot say it is writable"
+    );
+    // The message names both reasons a tensor is read-only: the flag, or a legacy capsule.
+    let message = err.to_string();
+    assert!(
+        message.contains("DLPACK_FLAG_BITMASK_READ_ONLY")
+            && message.contains("legacy capsule, which carries no flags"),
+        "{message}"
     );
     assert_eq!(counter.get(), 3);
 }

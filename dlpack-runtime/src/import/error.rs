@@ -20,8 +20,12 @@ pub enum ImportError {
     /// the [`LayoutError`]'s, so it is not also the [`source`](std::error::Error::source).
     #[error("cannot import: {0}")]
     Layout(LayoutError),
-    /// The consumer requires writable memory and the tensor is read-only.
-    #[error("tensor is read-only, expected writable memory (the consumer is declared `writable`)")]
+    /// The consumer requires writable memory and the tensor is read-only: flagged
+    /// `DLPACK_FLAG_BITMASK_READ_ONLY`, or a legacy `DLManagedTensor`, which has no flags and
+    /// so cannot say it is writable.
+    #[error(
+        "tensor is read-only (DLPACK_FLAG_BITMASK_READ_ONLY, or a legacy capsule, which carries no flags), expected writable memory (the consumer is declared `writable`)"
+    )]
     ReadOnly,
     /// The tensor's device is not one the consumer accepts.
     #[error("tensor lives on {found}, expected {expected}")]
