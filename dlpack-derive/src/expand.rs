@@ -316,6 +316,12 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
     let from_py_object = from_py_object_impl(cont, &where_clause);
     let dtype_agrees = dtype_agrees(roles);
     let (borrow_buffer_check, borrow_at_import) = borrow_at_import(roles).unzip();
+    // Mutable only where the borrow at import sets the buffer's own flags.
+    let data_binding = if borrow_at_import.is_some() {
+        quote!(mut __dlpack_data)
+    } else {
+        quote!(__dlpack_data)
+    };
     quote! {
         #dtype_agrees
         #borrow_buffer_check
@@ -339,7 +345,7 @@ fn import(roles: &Roles<'_, '_>) -> TokenStream {
                     let __dlpack_layout = #krate::__private::import_layout(&__dlpack_managed, __dlpack_constraints)?;
                     (#(#reads,)*)
                 };
-                let __dlpack_data = #import_data?;
+                let #data_binding = #import_data?;
                 #borrow_at_import
                 ::core::result::Result::Ok(Self { #(#inits,)* })
             }
@@ -428,7 +434,7 @@ fn borrow_at_import(roles: &Roles<'_, '_>) -> Option<(TokenStream, TokenStream)>
     let call = TypeSpan::qualified(
         data_ty,
         quote!(#private::ImportBuffer),
-        quote!(borrow_at_import(&__dlpack_data, #private::Access::#access)),
+        quote!(borrow_at_import(&mut __dlpack_data, #private::Access::#access)),
     );
     // On refusal `__dlpack_data` is dropped, and with it the managed tensor.
     Some((check, quote!(#inline_check #call?;)))

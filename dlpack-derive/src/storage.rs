@@ -327,7 +327,7 @@ fn import_borrow_items(krate: &syn::Path, arms: &[Arm<'_>]) -> TokenStream {
     quote! {
         const BORROWS_AT_IMPORT: ::core::primitive::bool = true #(&& #borrows)*;
         fn borrow_at_import(
-            &self,
+            &mut self,
             __dlpack_access: #private::Access,
         ) -> ::core::result::Result<(), #private::ImportError> {
             match self {

@@ -38,7 +38,7 @@ const _: () = {
                     )?,
                 )
             };
-            let __dlpack_data = <ImportedData<
+            let mut __dlpack_data = <ImportedData<
                 T,
             > as ::dlpack_runtime::__private::ImportBuffer>::from_managed(
                 __dlpack_managed,
@@ -53,7 +53,7 @@ const _: () = {
             <ImportedData<
                 T,
             > as ::dlpack_runtime::__private::ImportBuffer>::borrow_at_import(
-                &__dlpack_data,
+                &mut __dlpack_data,
                 ::dlpack_runtime::__private::Access::Shared,
             )?;
             ::core::result::Result::Ok(Self {

@@ -69,7 +69,7 @@ const _: () = {
             && <dl::ImportedData<f32> as dl::__private::ImportBuffer>::BORROWS_AT_IMPORT
             && <dl::ImportedData<f64> as dl::__private::ImportBuffer>::BORROWS_AT_IMPORT;
         fn borrow_at_import(
-            &self,
+            &mut self,
             __dlpack_access: dl::__private::Access,
         ) -> ::core::result::Result<(), dl::__private::ImportError> {
             match self {

@@ -241,11 +241,19 @@ impl<T: Element> ImportBuffer for ImportedData<T> {
     /// cannot read as elements of `T` (device memory, or misaligned) has no borrow to take: its
     /// host accesses are refused anyway.
     #[inline]
-    fn borrow_at_import(&self, access: Access) -> Result<(), ImportError> {
-        if self.flags.load(Ordering::Relaxed) & HOST_OK == 0 {
+    fn borrow_at_import(&mut self, access: Access) -> Result<(), ImportError> {
+        let covered = match access {
+            Access::Shared => READ_COVERED,
+            Access::Exclusive => WRITE_COVERED,
+        };
+        let flags = *self.flags.get_mut();
+        if flags & HOST_OK == 0 || flags & covered != 0 {
             return Ok(());
         }
-        Ok(self.borrow(access)?)
+        // The import is not shared yet (`&mut self`): its flags are set by a plain write.
+        let held = self.acquire(access)?;
+        *self.flags.get_mut() |= held;
+        Ok(())
     }
 }
 
@@ -354,16 +362,25 @@ impl<T: Element> ImportedData<T> {
     #[cold]
     #[inline(never)]
     fn borrow_now(&self, access: Access) -> Result<(), LayoutError> {
+        let held = self.acquire(access)?;
+        if held != 0 {
+            self.flags.fetch_or(held, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Borrows this import's bytes as `access` in the registry: the flag that records the
+    /// borrow, for the caller to set (0 for a layout that reaches no byte, which needs none).
+    #[inline]
+    fn acquire(&self, access: Access) -> Result<usize, LayoutError> {
         let Some(footprint) = self.footprint()? else {
-            return Ok(());
+            return Ok(0);
         };
         borrow::acquire(self.managed.id(), &footprint, access, self.managed.origin())?;
-        let held = match access {
+        Ok(match access {
             Access::Shared => SHARED,
             Access::Exclusive => EXCLUSIVE,
-        };
-        self.flags.fetch_or(held, Ordering::Release);
-        Ok(())
+        })
     }
 
     /// A borrow of this import's bytes as `access` held by a guard (see [`ReadonlyData`]): none

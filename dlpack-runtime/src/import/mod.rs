@@ -120,7 +120,7 @@ pub trait ImportBuffer: Sized {
     ///
     /// [`ImportError::Layout`] holding [`LayoutError::Borrow`](crate::LayoutError::Borrow) when
     /// another borrow of the same memory conflicts; the buffer is dropped by the caller.
-    fn borrow_at_import(&self, access: Access) -> Result<(), ImportError> {
+    fn borrow_at_import(&mut self, access: Access) -> Result<(), ImportError> {
         let _ = access;
         Ok(())
     }
