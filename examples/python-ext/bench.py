@@ -240,26 +240,47 @@ ALONE = {
 }
 
 
-def worker_time(module, statement, setup, number=200_000, repeat=5):
-    """Runs `statement` in a fresh interpreter that imports only `module` (as `de` or `peer`)
-    and NumPy: the best of `repeat` timings of `number` calls, in ns per call."""
-    import subprocess
-
-    name = {"dlpack_example": "de", "dlpack_borrow_peer": "peer"}[module]
-    code = (
-        f"import timeit, numpy as np, {module} as {name}\n"
-        f"{setup}\n"
-        f"t = timeit.Timer({statement!r}, globals=globals())\n"
-        f"t.timeit({number} // 10)\n"
-        f"print(min(t.repeat({repeat}, {number})) / {number} * 1e9)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True
-    )
-    return float(out.stdout.strip())
+WORKER = """
+import sys, timeit, numpy as np
+import {module} as {name}
+{setup}
+t = timeit.Timer({statement!r}, globals=globals())
+t.timeit(20_000)
+for line in sys.stdin:
+    print(t.timeit(int(line)), flush=True)
+"""
 
 
-def alone():
+class Worker:
+    """A fresh interpreter that imports only `module` (as `de` or `peer`) and NumPy, and times
+    `number` calls of `statement` each time it is asked."""
+
+    def __init__(self, module, statement, setup):
+        import subprocess
+
+        name = {"dlpack_example": "de", "dlpack_borrow_peer": "peer"}[module]
+        code = WORKER.format(module=module, name=name, setup=setup, statement=statement)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def time(self, number):
+        """Seconds for `number` calls."""
+        self.process.stdin.write(f"{number}\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def alone(rounds=40, number=50_000):
+    """Each pair with each side in a process of its own (ours never loads rust-numpy), the two
+    processes timed in turn, `rounds` times `number` calls each, alternating which goes first:
+    each side's best round, so that a burst of other work on the machine, which reaches both
+    sides alike, is left out. REPEATS such runs, each with fresh processes; the worst ratio
+    counts."""
     print()
     print("Without rust-numpy's registry in our process (each side in a process of its own):")
     print()
@@ -267,15 +288,17 @@ def alone():
     print("|---|---|---|---|---|")
     for name, (ours, theirs, setup) in ALONE.items():
         ratios, o_ns, r_ns = [], [], []
-        for i in range(REPEATS):
-            sides = [("dlpack_example", ours), ("dlpack_borrow_peer", theirs)]
-            if i % 2:
-                sides.reverse()
-            timed = {module: worker_time(module, statement, setup) for module, statement in sides}
-            o, r = timed["dlpack_example"], timed["dlpack_borrow_peer"]
-            o_ns.append(o)
-            r_ns.append(r)
-            ratios.append(o / r)
+        for _ in range(REPEATS):
+            workers = [Worker("dlpack_example", ours, setup), Worker("dlpack_borrow_peer", theirs, setup)]
+            best = [float("inf"), float("inf")]
+            for i in range(rounds):
+                for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                    best[side] = min(best[side], workers[side].time(number) / number * 1e9)
+            for worker in workers:
+                worker.close()
+            o_ns.append(best[0])
+            r_ns.append(best[1])
+            ratios.append(best[0] / best[1])
         ratios.sort()
         verdict = "met" if ratios[-1] <= 2.0 else "**missed**"
         print(
