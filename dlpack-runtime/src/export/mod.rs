@@ -272,8 +272,13 @@ fn copy_for(
     if device.device_type == DeviceType::Cuda {
         return sync.copy_device_memory(managed, request);
     }
+    let target = request.dl_device.unwrap_or(device);
+    if COPIES_CUDA_MEMORY && request::copies_between(device, target) {
+        // Host memory to a CUDA device, on the consumer's stream of that device.
+        return sync.copy_host_to_device(managed, request);
+    }
     // A host copy is `cpu:0` memory: it serves a request for `cpu:0` only.
-    if request.dl_device.unwrap_or(device) != Device::CPU {
+    if target != Device::CPU {
         return Err(ExportError::CopyUnsupported { device });
     }
     copy_of(&managed, request.wants_versioned())

@@ -17,11 +17,13 @@ mod reaper;
 mod tests;
 mod wait;
 
-pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch};
+pub(crate) use copy::{
+    DeviceMemory, PeerContexts, copy_to_device, copy_to_host, enqueue_from_host, max_pitch,
+};
 #[cfg(any(feature = "python", test))]
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
-pub(crate) use event::{execute, record_and_order};
+pub(crate) use event::{execute, execute_for, record_and_order};
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, leak, release_after_raw};
 pub(crate) use wait::{HostWait, synchronize};
 
