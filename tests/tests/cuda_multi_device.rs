@@ -748,3 +748,73 @@ fn child_driver_calls() {
         }
     }
 }
+
+/// The Rust import API: `DlpackImport::from_dlpack_with` asks the producer for another device
+/// (a copy on the consumer's stream of that device) and imports the copy; `copy=False` is the
+/// producer's refusal, naming both devices.
+#[test]
+fn rust_consumers_import_onto_another_device() {
+    if !devices(2, "rust_consumers_import_onto_another_device") {
+        return;
+    }
+    let checker = Checker::attach();
+    let counter = Counter::new();
+    let ctx0 = CudaContext::new(0).unwrap();
+    let ctx1 = CudaContext::new(1).unwrap();
+    let a = ctx0.new_stream().unwrap();
+    let b = ctx1.new_stream().unwrap();
+    let (buf, gate) = pattern_behind_a_gate(&a, N, 5);
+    let t = dlpack_tests::gpu::GpuTensor::new(buf, &a, &counter);
+    let request = ExportRequest::versioned()
+        .dl_device(Device::cuda(1))
+        .stream(Some(b.cu_stream() as i64));
+    let view: GpuView = keeps_context(ctx0.cu_ctx(), "from_dlpack_with", || {
+        GpuView::from_dlpack_with(t, &request).unwrap()
+    });
+    assert!(!idle(&a), "the import returned with the producer held");
+    assert_eq!(view.device, Device::cuda(1));
+    assert!(view.data.managed().is_copied());
+    gate.release();
+    assert_eq!(
+        read_all_on(view.data.cuda_device_ptr().unwrap(), N, &b),
+        (5..5 + N as u32).collect::<Vec<_>>()
+    );
+    drop(view);
+    wait_for_count(&counter, 1);
+    let t = dlpack_tests::gpu::GpuTensor::new(a.alloc_zeros::<u32>(4).unwrap(), &a, &counter);
+    let err = GpuView::from_dlpack_with(t, &request.copy(Some(false)))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "copy=False but exporting a cuda:0 tensor to dl_device cuda:1 needs a copy"
+    );
+    assert_eq!(counter.get(), 2);
+    a.synchronize().unwrap();
+    assert_clean(&checker, "from_dlpack_with to another device");
+}
+
+/// Host tensors imported onto a CUDA device through the Rust import API.
+#[test]
+fn rust_consumers_import_host_tensors_onto_a_gpu() {
+    cuda::init().expect(NEEDS_DRIVER);
+    let checker = Checker::attach();
+    let ctx = CudaContext::new(0).unwrap();
+    let b = ctx.new_stream().unwrap();
+    let counter = Counter::new();
+    let values: Vec<u32> = (0..N as u32).rev().collect();
+    let t = dlpack_tests::types::tensor(values.clone(), &[N], &counter);
+    let request = ExportRequest::versioned()
+        .dl_device(Device::cuda(0))
+        .stream(Some(b.cu_stream() as i64));
+    let view = keeps_context(null_mut(), "host to device import", || {
+        GpuView::from_dlpack_with(t, &request).unwrap()
+    });
+    assert_eq!(view.device, Device::cuda(0));
+    assert_eq!(counter.get(), 1);
+    assert_eq!(
+        read_all_on(view.data.cuda_device_ptr().unwrap(), N, &b),
+        values
+    );
+    assert_clean(&checker, "from_dlpack_with, host to device");
+}
