@@ -56,6 +56,8 @@ pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
 pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};
 pub use request::ExportRequest;
+#[cfg(feature = "python")]
+pub(crate) use request::copies_between;
 
 use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use crate::tensor::device::{Device, DeviceType};

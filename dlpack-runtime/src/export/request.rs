@@ -131,7 +131,7 @@ impl ExportRequest {
 /// CUDA device memory to the host or to any CUDA device (the same device with `copy=True`,
 /// another by a copy between devices), and host memory (`cpu`, `cuda_host`) to a CUDA device.
 #[inline]
-pub(super) fn copies_between(device: Device, target: Device) -> bool {
+pub(crate) fn copies_between(device: Device, target: Device) -> bool {
     match (device.device_type, target.device_type) {
         (DeviceType::Cuda, DeviceType::Cuda) => true,
         (DeviceType::Cuda, _) => target == Device::CPU,
