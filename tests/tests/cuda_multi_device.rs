@@ -747,6 +747,33 @@ fn child_driver_calls() {
             assert_eq!(count("cuMemcpyDtoDAsync_v2"), 1, "{what}: {calls}");
         }
     }
+    // A host tensor to device 1: no producer stream, so no wait; one copy from the host.
+    let mut calls = None;
+    for _ in 0..3 {
+        let t = dlpack_tests::types::tensor(vec![1u32; N], &[N], &counter);
+        let request = ExportRequest::versioned()
+            .dl_device(Device::cuda(1))
+            .stream(Some(b1.cu_stream() as i64));
+        set_current(ctx0.cu_ctx());
+        let before = DriverCalls::now().unwrap();
+        let managed = t.into_dlpack_with(&request).unwrap();
+        calls = Some(DriverCalls::now().unwrap().since(&before));
+        drop(managed);
+        b1.synchronize().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let calls = calls.unwrap();
+    println!("driver calls, cpu:0 -> cuda:1 (dl_device, compact): {calls}");
+    let count = |name: &str| {
+        calls
+            .by_entry_point
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(count("cuMemcpyHtoDAsync_v2"), 1, "{calls}");
+    assert_eq!(count("cuStreamWaitEvent"), 0, "{calls}");
+    assert_eq!(count("cuStreamSynchronize"), 0, "{calls}");
 }
 
 /// The Rust import API: `DlpackImport::from_dlpack_with` asks the producer for another device

@@ -122,7 +122,11 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
 /// such a producer, or one that ignores `dl_device`) is copied to the host after an event
 /// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
-/// the copy reads after the work the producer ordered before that stream. The capsule is
+/// the copy reads after the work the producer ordered before that stream. With `device` a CUDA
+/// device (feature `cuda`), a host producer that refuses `dl_device` with `BufferError` (NumPy
+/// does) is asked again for its memory as it is (`max_version` only), and host memory, or CUDA
+/// memory of another device, handed over where that device was asked is copied onto it here, on
+/// the consumer's `stream` (a stream of that device), unless `copy=False`. The capsule is
 /// consumed as [`consume_capsule`] describes, and the tensor is validated by `T`'s import before
 /// anything reads it.
 ///
