@@ -4,7 +4,9 @@
 //! a CUDA device on the consumer's stream. On the simulator with two devices (its default) and
 //! four (`CUDA_SIM_DEVICES=4`, in a child process of this binary: the simulator reads its
 //! settings once per process), with the checker attached; on hardware where the machine has the
-//! GPUs (`scripts/gpu-suite.sh`), and said to be skipped where it has fewer.
+//! GPUs (`scripts/gpu-suite.sh`), and said to be skipped where it has fewer. The copies between
+//! devices are also run with peer access off (`CUDA_SIM_NO_PEER=all`: the driver stages them),
+//! and with the target's default streams (`stream=None`, `1`, `2`).
 //!
 //! Every ordering test has its negative control: the same exchange with the producer's pending
 //! work left unnamed is flagged by the checker. Every call is made with a known current context,
@@ -844,4 +846,94 @@ fn rust_consumers_import_host_tensors_onto_a_gpu() {
         values
     );
     assert_clean(&checker, "from_dlpack_with, host to device");
+}
+
+/// `stream=None`, `1` and `2` with `dl_device=cuda:1` name the default streams of device 1
+/// (resolved in its primary context), not device 0's: the copy goes there, after an event of
+/// the producer's pending work on device 0, and a read on that default stream sees the values.
+#[test]
+fn default_streams_name_the_target_devices_streams() {
+    if !devices(2, "default_streams_name_the_target_devices_streams") {
+        return;
+    }
+    let checker = Checker::attach();
+    let ctx0 = CudaContext::new(0).unwrap();
+    let ctx1 = CudaContext::new(1).unwrap();
+    let a = ctx0.new_stream().unwrap();
+    for (stream, raw) in [(None, 1usize), (Some(1), 1), (Some(2), 2)] {
+        let counter = Counter::new();
+        let (buf, gate) = pattern_behind_a_gate(&a, N, 3);
+        let t = dlpack_tests::gpu::GpuTensor::new(buf, &a, &counter);
+        let request = ExportRequest::versioned()
+            .dl_device(Device::cuda(1))
+            .stream(stream);
+        let managed = keeps_context(ctx0.cu_ctx(), "a default stream of the target", || {
+            t.into_dlpack_with(&request).unwrap()
+        });
+        assert!(
+            !idle(&a),
+            "stream={stream:?}: the export returned with the producer held"
+        );
+        let view = GpuView::from_managed(managed).unwrap();
+        assert_eq!(view.device, Device::cuda(1));
+        gate.release();
+        let ptr = view.data.cuda_device_ptr().unwrap();
+        let mut out = vec![0u32; N];
+        set_current(ctx1.cu_ctx());
+        // SAFETY: `ptr` is the copy's `N` u32 on device 1, whose primary context is current, so
+        // the special handle is its default stream; `out` has room; synchronized below.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), ptr, N * 4, raw as sys::CUstream)
+                .result()
+                .unwrap();
+            sys::cuStreamSynchronize(raw as sys::CUstream)
+                .result()
+                .unwrap();
+        }
+        assert_eq!(
+            out,
+            (3..3 + N as u32).collect::<Vec<_>>(),
+            "stream={stream:?}"
+        );
+        drop(view);
+        wait_for_count(&counter, 1);
+        a.synchronize().unwrap();
+    }
+    assert_clean(&checker, "default streams of the target device");
+}
+
+/// Devices that cannot access each other's memory (`CUDA_SIM_NO_PEER=all`): the copies between
+/// them still work (the driver stages them), ordered as with peer access; the negative control
+/// too. In a child: the simulator reads the setting once per process.
+#[test]
+fn copies_between_devices_without_peer_access() {
+    if !devices(2, "copies_between_devices_without_peer_access") {
+        return;
+    }
+    if cuda_sim_testing::driver() != Driver::Simulator {
+        eprintln!("skipped: peer access is turned off by the simulator's CUDA_SIM_NO_PEER");
+        return;
+    }
+    in_child(
+        "child_copies_without_peer_access",
+        &[("CUDA_SIM_NO_PEER", "all")],
+    );
+}
+
+#[test]
+#[ignore = "run by copies_between_devices_without_peer_access, with CUDA_SIM_NO_PEER=all"]
+fn child_copies_without_peer_access() {
+    assert!(device_count().unwrap() >= 2);
+    let mut can = 1;
+    // SAFETY: a live out-pointer; the driver is initialized (`device_count`).
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, 0, 1) }
+        .result()
+        .unwrap();
+    assert_eq!(can, 0, "CUDA_SIM_NO_PEER=all");
+    let checker = Checker::attach();
+    for (shape, strides, offset) in views() {
+        copy_between(&checker, (0, 1), (&shape, &strides, offset), true);
+    }
+    assert_clean(&checker, "copies between devices without peer access");
+    copy_between(&checker, (1, 0), (&[32, 48], &[48, 1], 0), false);
 }
