@@ -937,3 +937,43 @@ fn child_copies_without_peer_access() {
     assert_clean(&checker, "copies between devices without peer access");
     copy_between(&checker, (1, 0), (&[32, 48], &[48, 1], 0), false);
 }
+
+/// With `dl_device`, `stream` is a stream of that device: a stream of the tensor's own device is
+/// refused, naming both, and the source is dropped once.
+#[test]
+fn a_consumer_stream_of_another_device_than_dl_device_is_refused() {
+    if !devices(
+        2,
+        "a_consumer_stream_of_another_device_than_dl_device_is_refused",
+    ) {
+        return;
+    }
+    let counter = Counter::new();
+    let ctx0 = CudaContext::new(0).unwrap();
+    let a = ctx0.new_stream().unwrap();
+    let t = dlpack_tests::gpu::GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+    let err = t
+        .into_dlpack_with(
+            &ExportRequest::versioned()
+                .dl_device(Device::cuda(1))
+                .stream(Some(a.cu_stream() as i64)),
+        )
+        .unwrap_err();
+    match &err {
+        ExportError::Cuda(cuda::CudaError::StreamOnOtherDevice {
+            role: "consumer",
+            found: 0,
+            expected: 1,
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string().ends_with(
+            "belongs to CUDA device 0, expected device 1 (the tensor's, or the dl_device asked for)"
+        ),
+        "{err}"
+    );
+    assert_eq!(counter.get(), 1);
+    a.synchronize().unwrap();
+}

@@ -54,10 +54,11 @@ pub enum CudaError {
         /// The device the tensor names.
         expected: i32,
     },
-    /// A stream belongs to another device than the tensor (`cuStreamGetCtx`; for a producer
-    /// stream, its context's device).
+    /// A stream belongs to another device than the one it must be of (`cuStreamGetCtx`; for a
+    /// producer stream, its context's device): the tensor's, or for the consumer's stream of a
+    /// copy to another device, the `dl_device` asked for.
     #[error(
-        "{role} stream {stream:#x} belongs to CUDA device {found}, expected the tensor's device {expected}"
+        "{role} stream {stream:#x} belongs to CUDA device {found}, expected device {expected} (the tensor's, or the dl_device asked for)"
     )]
     StreamOnOtherDevice {
         /// `"consumer"` or `"producer"`.
@@ -66,7 +67,7 @@ pub enum CudaError {
         stream: u64,
         /// The device of the stream's context.
         found: i32,
-        /// The tensor's device.
+        /// The device the stream must be of.
         expected: i32,
     },
     /// A stream of a context other than its device's primary context, where this crate needs
