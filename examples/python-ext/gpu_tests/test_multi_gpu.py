@@ -202,3 +202,44 @@ def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
     assert _driver.cuSimViolations() >= 1, "the checker missed a read not ordered after the copy"
     assert "cuMemcpyDtoHAsync" in _report()
     _driver.cuSimReset()
+
+
+class CaiOnly:
+    """A producer that speaks only the CUDA Array Interface, over our tensor `x`."""
+
+    def __init__(self, x):
+        self._owner = x
+        exported = x.__cuda_array_interface__
+        self.__cuda_array_interface__ = dict(
+            shape=exported["shape"], typestr="<f4", data=(exported["data"][0], False),
+            version=3, strides=None, stream=exported["stream"])
+
+
+def test_our_consumer_copies_a_cai_producer_onto_another_device_after_its_stream():
+    # The exported stream is held by a gate: the copy on the consumer's stream of the other
+    # device waits for an event recorded on it; the checker reports no violation.
+    needs_two_devices()
+    x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
+    s = de.cuda_stream_on(1)
+    out = de.cuda_copy_to(CaiOnly(x), 1, s)
+    assert not gate_passed(gate)
+    gate.release()
+    total, device, copied = de.cuda_sum_on(out, 1, s)
+    assert (total, device, copied) == (expected_sum(), 1, True)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_cai_producer_that_names_no_stream():
+    # The negative control: with no stream named, nothing orders the copy to the other device
+    # after the held write, and the checker reports the copy's read.
+    needs_two_devices()
+    x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
+    unnamed = CaiOnly(x)
+    unnamed.__cuda_array_interface__["stream"] = None
+    s = de.cuda_stream_on(1)
+    out = de.cuda_copy_to(unnamed, 1, s)
+    gate.release()
+    de.cuda_sum_on(out, 1, s)
+    assert _driver.cuSimViolations() >= 1, "the checker missed the unordered copy"
+    assert "cuMemcpyPeerAsync" in _report()
+    _driver.cuSimReset()

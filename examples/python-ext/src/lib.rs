@@ -892,6 +892,24 @@ mod gpu {
         python::export_managed(x.py(), managed)
     }
 
+    /// `cuda_copy_to(x, device, stream) -> ExportOnce`: `x` imported onto CUDA device `device`
+    /// (`from_dlpack(x, device=(kDLCUDA, device))`, with `stream` a stream of that device: a
+    /// copy on it when `x` is elsewhere), handed back without reading it, for another consumer.
+    #[pyfunction]
+    pub fn cuda_copy_to<'py>(
+        x: &Bound<'py, PyAny>,
+        device: i32,
+        stream: i64,
+    ) -> PyResult<Bound<'py, python::ExportOnce>> {
+        let managed = python::managed_from_object(
+            x,
+            &FromDlpackOptions::new()
+                .device(dlpack_runtime::Device::cuda(device))
+                .stream(Some(stream)),
+        )?;
+        python::export_managed(x.py(), managed)
+    }
+
     /// `cuda_is_read_only(x) -> bool`: whether the import of `x` is read-only (the
     /// `DLPACK_FLAG_BITMASK_READ_ONLY` flag of what `from_dlpack` gets).
     #[pyfunction]
@@ -1261,6 +1279,7 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(gpu::cuda_device_count, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_stream_on, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_sum_on, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_copy_to, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_synchronize_holding_gil, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::host_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_to_host, m)?)?;
