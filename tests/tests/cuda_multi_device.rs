@@ -102,8 +102,10 @@ fn pattern_behind_a_gate(
     (buf, gate)
 }
 
-/// Reads `len` u32 at `ptr` on `stream`, then waits for `stream` only.
+/// Reads `len` u32 at `ptr` on `stream` (with its context current), then waits for `stream`
+/// only.
 fn read_all_on(ptr: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Vec<u32> {
+    set_current(stream.context().cu_ctx());
     let mut out = vec![0u32; len];
     // SAFETY: `ptr` is the start of `len` u32 of device memory; `out` has room; synchronized.
     unsafe {
@@ -115,8 +117,9 @@ fn read_all_on(ptr: sys::CUdeviceptr, len: usize, stream: &CudaStream) -> Vec<u3
     out
 }
 
-/// Whether `stream` has no pending work (`cuStreamQuery`).
+/// Whether `stream` has no pending work (`cuStreamQuery`, with its context current).
 fn idle(stream: &CudaStream) -> bool {
+    set_current(stream.context().cu_ctx());
     // SAFETY: a live stream; query only.
     let result = unsafe { sys::cuStreamQuery(stream.cu_stream()) };
     result == sys::CUresult::CUDA_SUCCESS
@@ -535,6 +538,7 @@ fn host_to_device(checker: &Option<Checker>, k: i32) {
                 ready.wait_on(&c).unwrap();
             }
             // Another stream of the device reads the copy: ordered by the ready event only.
+            set_current(ctx.cu_ctx());
             // SAFETY: `ptr` and `scratch_ptr` are `expected.len()` u32 of live allocations of
             // this device; stream-ordered on `c`.
             unsafe {
