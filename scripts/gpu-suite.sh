@@ -12,9 +12,12 @@
 # release, ready events, copy=True on the consumer's stream and dl_device=(CPU, 0) copies,
 # device checks; pending work is a gate on the producer's stream, so the same assertions hold
 # on hardware and on the simulator), tests/tests/cuda_driver.rs (the simulator's conformance
-# suite, so the model is checked against the hardware), then examples/python-ext/gpu_tests
-# (NumPy, PyTorch and CuPy both ways with their streams, copies, the C exchange API from torch;
-# the CUDA Array Interface both ways with the extension alone, CuPy and Numba).
+# suite, so the model is checked against the hardware), tests/tests/cuda_multi_device.rs (copies
+# to another GPU with dl_device after the producer's pending work, host tensors copied to a GPU,
+# the current context kept; on a machine with one GPU each of its tests says it is skipped, and
+# the suite says how many GPUs it found), then examples/python-ext/gpu_tests (NumPy, PyTorch and
+# CuPy both ways with their streams, copies, the C exchange API from torch; the CUDA Array
+# Interface both ways with the extension alone, CuPy and Numba; test_multi_gpu.py across GPUs).
 # The simulator-only negative controls (tests/tests/cuda_checker.rs, cuda_sim_kernels.rs,
 # cuda_sim_graphs.rs) do not run here.
 set -euo pipefail
@@ -24,12 +27,12 @@ build)
     source scripts/env.sh
     rm -rf gpu-bundle
     mkdir -p gpu-bundle
-    cargo test --locked --release -p dlpack-tests --features cuda --test cuda --test cuda_driver --no-run \
-        --message-format=json \
+    cargo test --locked --release -p dlpack-tests --features cuda --test cuda --test cuda_driver \
+        --test cuda_multi_device --no-run --message-format=json \
         | .venv/bin/python -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("cuda", "cuda_driver"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("cuda", "cuda_driver", "cuda_multi_device"):
         print(m["target"]["name"], m["executable"])' > gpu-bundle/.bin
     while read -r name exe; do
         cp "$exe" "gpu-bundle/$name-tests"
@@ -40,7 +43,8 @@ for line in sys.stdin:
     .venv/bin/python -m zipfile -e gpu-bundle/wheel/*.whl gpu-bundle/site
     cp examples/python-ext/gpu_tests/test_gpu.py examples/python-ext/gpu_tests/test_cuda_numpy.py \
         examples/python-ext/gpu_tests/test_cuda_array_interface.py \
-        examples/python-ext/gpu_tests/test_gpu_cai.py gpu-bundle/
+        examples/python-ext/gpu_tests/test_gpu_cai.py examples/python-ext/gpu_tests/test_multi_gpu.py \
+        gpu-bundle/
     du -sh gpu-bundle
     ;;
 run)
@@ -51,8 +55,15 @@ run)
         nvidia-smi -L || true
         ./gpu-bundle/cuda-tests --test-threads=1 --nocapture || status=$?
         ./gpu-bundle/cuda_driver-tests --test-threads=1 --nocapture || [ "$status" -ne 0 ] || status=$?
+        gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+        if [ "${gpus:-0}" -lt 2 ]; then
+            echo "gpu-suite: ${gpus:-0} GPU(s): the multi-device tests need two, and say they are skipped"
+        else
+            echo "gpu-suite: $gpus GPUs: the multi-device tests run"
+        fi
+        ./gpu-bundle/cuda_multi_device-tests --test-threads=1 --nocapture || [ "$status" -ne 0 ] || status=$?
         PYTHONPATH="$PWD/gpu-bundle/site" PYTHONUNBUFFERED=1 python3 -m pytest -q -s \
-            gpu-bundle/test_cuda_numpy.py gpu-bundle/test_gpu.py \
+            gpu-bundle/test_cuda_numpy.py gpu-bundle/test_gpu.py gpu-bundle/test_multi_gpu.py \
             || [ "$status" -ne 0 ] || status=$?
         # The CUDA Array Interface both ways: the extension alone, then CuPy and Numba
         # (numba-cuda); a library missing here is a skip whose reason -rs prints.

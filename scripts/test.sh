@@ -58,7 +58,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture
@@ -103,6 +103,9 @@ echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+echo "==> copies across CUDA devices from Python, on the CUDA simulator with two devices and with four"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
+CUDA_SIM_DEVICES=4 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
 echo "==> the CUDA Array Interface both ways from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_array_interface.py
 echo "==> the example extension as an abi3 wheel (pyo3/abi3-py311, as most published extensions ship): the same suites"

@@ -66,7 +66,7 @@
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
 //! | `candle` | no | `candle_core::Tensor` lent zero-copy (`candle::CandleTensor`), candle tensors built from any DLPack tensor (a copy); implies `float8` and `half`; needs Rust 1.94 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
-//! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
+//! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
 //!
 //! # Safety model
 //!

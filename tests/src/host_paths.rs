@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use dlpack_runtime::{
-    DataType, Device, DlpackExport, DlpackImport, DlpackImportStorage, DlpackStorage, ExportError,
-    ExportRequest, ImportedData, ManagedTensor,
+    DataType, Device, DeviceType, DlpackExport, DlpackImport, DlpackImportStorage, DlpackStorage,
+    ExportError, ExportRequest, ImportedData, ManagedTensor,
 };
 
 use crate::types::{Strided, Tensor, tensor};
@@ -244,7 +244,9 @@ fn refusals() {
         guard: counter.guard(),
     };
     assert!(t.into_dlpack().is_err());
-    // A stream for host memory other than None, and a device the tensor is not on.
+    // A stream for host memory other than None, a device no copy reaches (ROCm), and a CUDA
+    // device with copy=False: all refused before the driver is asked (with copy=None a CUDA
+    // device is a copy with the driver, tests/tests/cuda_multi_device.rs).
     assert!(
         counted(2, &counter)
             .into_dlpack_with(&ExportRequest::versioned().stream(Some(1)))
@@ -252,13 +254,24 @@ fn refusals() {
     );
     assert!(
         counted(2, &counter)
-            .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))
+            .into_dlpack_with(
+                &ExportRequest::versioned().dl_device(Device::new(DeviceType::Rocm, 0))
+            )
+            .is_err()
+    );
+    assert!(
+        counted(2, &counter)
+            .into_dlpack_with(
+                &ExportRequest::versioned()
+                    .dl_device(Device::cuda(0))
+                    .copy(Some(false))
+            )
             .is_err()
     );
     // A consumer that refuses the tensor gives it back to its deleter.
     let managed = tensor(vec![1i64, 2], &[2], &counter).into_dlpack().unwrap();
     assert!(Compact::<f32>::from_managed(managed).is_err());
-    assert_eq!(counter.get(), 4);
+    assert_eq!(counter.get(), 5);
 }
 
 #[cfg(feature = "cuda")]

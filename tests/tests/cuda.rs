@@ -719,6 +719,7 @@ fn dl_device_cpu_copies_to_the_host_after_the_pending_work() {
         )
         .unwrap_err(),
         ExportError::CopyRequired {
+            found: Device::cuda(0),
             requested: Device::CPU
         }
     );

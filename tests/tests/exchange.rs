@@ -646,24 +646,33 @@ fn copies_of_cuda_memory_need_the_driver() {
     assert_eq!(
         err,
         ExportError::CopyRequired {
+            found: Device::cuda(0),
             requested: Device::CPU
         }
     );
-    let err = make(4)
-        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
-        .unwrap_err();
     assert_eq!(
-        err,
-        ExportError::UnsupportedDevice {
-            found: Device::cuda(0),
-            requested: Device::cuda(1)
-        }
+        err.to_string(),
+        "copy=False but exporting a cuda:0 tensor to dl_device cpu:0 needs a copy"
     );
-    assert_eq!(counter.get(), 2);
+    assert_eq!(counter.get(), 1);
     let copy_true = ExportRequest::versioned().copy(Some(true));
     let to_host = ExportRequest::versioned().dl_device(Device::CPU);
+    // Another CUDA device: a copy between devices with the `cuda` feature.
+    let to_peer = ExportRequest::versioned().dl_device(Device::cuda(1));
     #[cfg(not(feature = "cuda"))]
     {
+        let err = make(4).into_dlpack_with(&to_peer).unwrap_err();
+        assert_eq!(
+            err,
+            ExportError::UnsupportedDevice {
+                found: Device::cuda(0),
+                requested: Device::cuda(1)
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "cannot export a cuda:0 tensor to dl_device cuda:1, expected cuda:0"
+        );
         assert_eq!(
             make(4).into_dlpack_with(&copy_true).unwrap_err(),
             ExportError::CopyUnsupported {
@@ -685,7 +694,13 @@ fn copies_of_cuda_memory_need_the_driver() {
         match cuda::init() {
             Err(CudaError::NoDriver) => {
                 assert_ne!(dlpack_tests::expected_driver(), Some(true));
-                for request in [copy_true, to_host, to_host.stream(None).copy(Some(true))] {
+                let requests = [
+                    copy_true,
+                    to_host,
+                    to_host.stream(None).copy(Some(true)),
+                    to_peer,
+                ];
+                for request in requests {
                     for len in [0, 4] {
                         assert_eq!(
                             make(len).into_dlpack_with(&request).unwrap_err(),
@@ -701,14 +716,19 @@ fn copies_of_cuda_memory_need_the_driver() {
                         .unwrap_err(),
                     ExportError::Stream(StreamError::Invalid { found: Some(1), .. })
                 ));
-                assert_eq!(counter.get(), 9);
+                assert_eq!(counter.get(), 10);
             }
             other => {
                 // With a driver (the simulator in the test command), the fake pointer is checked
                 // and refused before anything is copied; tests/tests/cuda.rs covers real copies.
                 assert_ne!(dlpack_tests::expected_driver(), Some(false), "{other:?}");
                 other.expect("the driver initializes");
-                for request in [copy_true, to_host, to_host.stream(None).copy(Some(true))] {
+                for request in [
+                    copy_true,
+                    to_host,
+                    to_host.stream(None).copy(Some(true)),
+                    to_peer,
+                ] {
                     let err = make(4).into_dlpack_with(&request).unwrap_err();
                     assert!(
                         matches!(err, ExportError::Cuda(CudaError::Driver { .. })),
@@ -787,14 +807,18 @@ fn copies_of_host_accessible_memory_go_to_the_host_only_when_asked() {
         .unwrap();
     assert!(!shared.is_copied());
     assert_eq!(Device::from_raw(shared.dl_tensor().device), pinned);
-    // The devices an export can serve, named in the refusal.
+    // The devices an export can serve, named in the refusal: with the `cuda` feature, host
+    // memory is also copied to any CUDA device.
+    let rocm = Device::new(dlpack_runtime::DeviceType::Rocm, 0);
     let err = make()
-        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(1)))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(rocm))
         .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "cannot export a cuda_host:0 tensor to dl_device cuda:1, expected cuda_host:0 or cpu:0"
-    );
+    let expected = if cfg!(feature = "cuda") {
+        "cannot export a cuda_host:0 tensor to dl_device rocm:0, expected cuda_host:0, cpu:0 or a CUDA device"
+    } else {
+        "cannot export a cuda_host:0 tensor to dl_device rocm:0, expected cuda_host:0 or cpu:0"
+    };
+    assert_eq!(err.to_string(), expected);
 }
 
 #[test]
@@ -811,14 +835,21 @@ fn request_checks() {
         err.to_string(),
         "stream=1 is not valid for a consumer on cpu:0, expected None"
     );
+    // A host tensor reaches a CUDA device only as a copy, with the `cuda` feature
+    // (tests/tests/cuda_multi_device.rs); ROCm never.
+    let unreachable = if cfg!(feature = "cuda") {
+        Device::new(dlpack_runtime::DeviceType::Rocm, 0)
+    } else {
+        Device::cuda(0)
+    };
     let err = Tensor::new(vec![1f32], &[1], &counter)
-        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(0)))
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(unreachable))
         .unwrap_err();
     assert_eq!(
         err,
         ExportError::UnsupportedDevice {
             found: Device::CPU,
-            requested: Device::cuda(0)
+            requested: unreachable
         }
     );
     let err = Tensor::new(vec![1f32], &[1], &counter)
@@ -831,6 +862,7 @@ fn request_checks() {
     assert_eq!(
         err,
         ExportError::CopyRequired {
+            found: Device::CPU,
             requested: Device::cuda(0)
         }
     );

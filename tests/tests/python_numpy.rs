@@ -515,16 +515,18 @@ fn producer_argument_errors() {
                 .unwrap()
                 .is_instance_of::<PyValueError>(py)
         );
-        // dl_device elsewhere: BufferError; copy=False then too.
+        // dl_device elsewhere: BufferError (a device no copy reaches: ROCm); copy=False to a
+        // device that needs a copy too.
         let kwargs = PyDict::new(py);
         kwargs.set_item("max_version", (1, 0)).unwrap();
-        kwargs.set_item("dl_device", (2, 0)).unwrap();
+        kwargs.set_item("dl_device", (10, 0)).unwrap();
         assert!(
             obj.call_method("__dlpack__", (), Some(&kwargs))
                 .err()
                 .unwrap()
                 .is_instance_of::<PyBufferError>(py)
         );
+        kwargs.set_item("dl_device", (2, 0)).unwrap();
         kwargs.set_item("copy", false).unwrap();
         let err = obj
             .call_method("__dlpack__", (), Some(&kwargs))
@@ -533,7 +535,7 @@ fn producer_argument_errors() {
         assert!(err.is_instance_of::<PyBufferError>(py));
         assert_eq!(
             err.value(py).to_string(),
-            "copy=False but exporting to cuda:0 needs a copy"
+            "copy=False but exporting a cpu:0 tensor to dl_device cuda:0 needs a copy"
         );
         // Wrong argument types: TypeError.
         let kwargs = PyDict::new(py);

@@ -84,13 +84,28 @@ fn copy_and_device_options_reach_the_producer() {
         )
         .unwrap();
         assert_eq!(same.data.as_ptr() as usize, address);
+        // A device NumPy cannot reach: refused with copy=False; without it, our consumer
+        // copies the array there itself with the `cuda` feature
+        // (examples/python-ext/gpu_tests/test_multi_gpu.py), and refuses without the feature.
         let err = python::from_dlpack_with::<Compact<f64>>(
             &arr,
-            &FromDlpackOptions::new().device(Device::cuda(0)),
+            &FromDlpackOptions::new()
+                .device(Device::cuda(0))
+                .copy(Some(false)),
         )
         .err()
         .unwrap();
         assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        #[cfg(not(feature = "cuda"))]
+        {
+            let err = python::from_dlpack_with::<Compact<f64>>(
+                &arr,
+                &FromDlpackOptions::new().device(Device::cuda(0)),
+            )
+            .err()
+            .unwrap();
+            assert!(err.is_instance_of::<PyBufferError>(py), "{err}");
+        }
     });
 }
 

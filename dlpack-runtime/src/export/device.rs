@@ -2,30 +2,32 @@
 //! before the consumer, and copies of CUDA memory, on the CUDA driver tier. `no_device.rs` is
 //! its twin without the feature.
 
-use cudarc::driver::CudaStream;
 use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, CudaStream};
 
-use super::copied::{build_copied, copy_to_host as host_copy};
+use super::copied::{build_copied, copy_of, copy_to_host as host_copy};
 use super::{
     DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, ProducerStream,
     build_export,
 };
 use crate::engine::cuda::{
-    AfterFailedWait, CurrentContext, DeviceMemory, ReadyEvents, after_failed_wait, bind,
-    check_consumer_stream, check_not_capturing, check_pointer, check_primary_stream,
-    check_producer_stream, context, copy_to_device, copy_to_host, execute, init, leak, max_pitch,
-    raw_stream, record_and_order, release_after_raw, stream_id, synchronize,
+    AfterFailedWait, CudaError, CurrentContext, DeviceMemory, PeerContexts, ReadyEvents,
+    after_failed_wait, bind, check_consumer_stream, check_not_capturing, check_pointer,
+    check_primary_stream, check_producer_stream, context, copy_to_device, copy_to_host,
+    enqueue_from_host, execute, execute_for, init, leak, max_pitch, raw_stream, record_and_order,
+    release_after_raw, stream_id, synchronize,
 };
 use crate::plan::copy::StridedCopy;
 use crate::plan::stream::{
-    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_sync,
+    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_copy_to, plan_sync,
 };
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::DataType;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
 
-/// Whether CUDA device memory can be copied for a consumer (`copy=True`, `dl_device=cpu:0`).
+/// Whether CUDA device memory can be copied for a consumer (`copy=True`, `dl_device=cpu:0`,
+/// `dl_device` another CUDA device), and host memory to a CUDA device (`dl_device=cuda:k`).
 pub(crate) const COPIES_CUDA_MEMORY: bool = true;
 
 /// The `#[dlpack(stream)]` fields of an export: streams with pending work on the data.
@@ -221,15 +223,18 @@ impl<'r> StreamWork<'r> {
         if needs_copy {
             if cuda {
                 let copy = copy_plan(device, request, &identities)?;
-                refuse_copy_under_capture(&copy, device)?;
+                // The device whose stream the copy goes on: `dl_device` when it names another
+                // CUDA device (a copy between devices), else the tensor's own.
+                let on = copy_device(device, request, &copy);
+                refuse_copy_under_capture(&copy, on)?;
                 // A copy of no elements reads nothing: nothing is ordered before it.
                 if copy.before != SyncPlan::Nothing && has_elements {
                     init()?;
-                    check_primary_stream(copy.on, device.device_id)?;
-                    execute(&copy.before, pending)?;
+                    check_primary_stream(copy.on, on.device_id)?;
+                    execute_for(&copy.before, pending, Some(on.device_id))?;
                 }
                 if let Some(upstream) = upstream.filter(|_| has_elements) {
-                    wait_before_copy(upstream, &copy, device)?;
+                    wait_before_copy(upstream, &copy, on)?;
                 }
                 self.copy = Some(copy);
                 return Ok(());
@@ -311,19 +316,45 @@ impl<'r> StreamWork<'r> {
                 let copy = copy_plan(device, request, &[])?;
                 let has_elements = managed.layout().map_or(true, |layout| layout.numel() > 0);
                 if let Some(ready) = managed.ready_events().filter(|_| has_elements) {
-                    wait_before_copy(ready, &copy, device)?;
+                    wait_before_copy(ready, &copy, copy_device(device, request, &copy))?;
                 }
                 copy
             }
         };
-        let (copied, ready) = copy_export(managed, request, &copy)?;
+        let copied = copy_export(managed, request, &copy)?;
+        Ok(self.keep_ready(copied))
+    }
+
+    /// The copy `request` asks of the host tensor `managed` (`cpu` or `cuda_host` memory) onto
+    /// the CUDA device `request.dl_device` names, on the consumer's stream of that device
+    /// ([`copy_from_host`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::CopyUnsupported`] when `dl_device` is not a CUDA device; those of
+    /// [`copy_from_host`].
+    pub(crate) fn copy_host_to_device(
+        &mut self,
+        managed: ManagedTensor,
+        request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError> {
+        let copied = copy_from_host(managed, request)?;
+        Ok(self.keep_ready(copied))
+    }
+
+    /// The copy of a device copy, keeping the event recorded after it (if any) as what the
+    /// tensor is ready after.
+    fn keep_ready(
+        &mut self,
+        (copied, ready): (ManagedTensor, Option<ReadyEvents>),
+    ) -> ManagedTensor {
         if let Some(ready) = ready {
             if self.want_ready {
                 self.ready = Some(ready.clone());
             }
             self.kept = ready;
         }
-        Ok(copied)
+        copied
     }
 }
 
@@ -443,8 +474,9 @@ fn device_copy_parts(c: &mut DeviceCopy) -> ExportParts<'_> {
     ExportParts::unique(&mut c.memory, &c.shape)
 }
 
-/// Where a copy of a CUDA tensor for `request` goes, for the producer streams `pending`
-/// ([`plan_copy`]).
+/// Where a copy of a tensor on `device` for `request` goes, for the producer streams `pending`
+/// ([`plan_copy`]; [`plan_copy_to`] for a copy to another CUDA device, whose stream identities
+/// name streams of that device).
 fn copy_plan(
     device: Device,
     request: &ExportRequest,
@@ -452,7 +484,26 @@ fn copy_plan(
 ) -> Result<CopyPlan, ExportError> {
     let target = request.dl_device.unwrap_or(device);
     let stream_request = parse_stream(target, request.stream)?;
+    if is_other_cuda_device(device, target) {
+        return Ok(plan_copy_to(device, pending, stream_request)?);
+    }
     Ok(plan_copy(device, pending, stream_request)?)
+}
+
+/// Whether `target` is a CUDA device other than `device` (or `device` is not CUDA device memory):
+/// a copy to it goes on a stream of `target`.
+fn is_other_cuda_device(device: Device, target: Device) -> bool {
+    target.device_type == DeviceType::Cuda && target != device
+}
+
+/// The CUDA device whose stream `copy` (of a tensor on `device`, for `request`) goes on: the
+/// `dl_device` of a copy to a CUDA device, the tensor's own device otherwise (`copy=True`, or a
+/// copy to the host, made on the tensor's device).
+fn copy_device(device: Device, request: &ExportRequest, copy: &CopyPlan) -> Device {
+    match request.dl_device {
+        Some(target) if !copy.to_host && target.device_type == DeviceType::Cuda => target,
+        _ => device,
+    }
 }
 
 /// Copies a CUDA tensor for its consumer (`copy=True`, or `dl_device=(CPU, 0)`; the `copy`,
@@ -480,13 +531,25 @@ fn copy_export(
     if device.device_type != DeviceType::Cuda {
         return Err(ExportError::CopyUnsupported { device });
     }
-    let ctx = context(device.device_id)?;
-    check_primary_stream(copy.on, device.device_id)?;
+    // The copy's device: the source's, or (a copy between devices) the `dl_device` asked for,
+    // whose primary context allocates the copy and whose stream (the consumer's) runs it.
+    let on = copy_device(device, request, copy);
+    let src_ctx = context(device.device_id)?;
+    let ctx = context(on.device_id)?;
+    check_primary_stream(copy.on, on.device_id)?;
     bind(ctx.cu_ctx())?;
     let stream = raw_stream(copy.on);
     let (operation, instead) = copy_refusal(copy);
     check_not_capturing(stream, operation, instead)?;
-    let max_pitch = max_pitch(&ctx)?;
+    let peer = (on != device).then(|| PeerContexts {
+        src: src_ctx.cu_ctx(),
+        dst: ctx.cu_ctx(),
+    });
+    let max_pitch = if peer.is_some() {
+        max_pitch(&ctx)?.min(max_pitch(&src_ctx)?)
+    } else {
+        max_pitch(&ctx)?
+    };
     let src = layout.first_element_ptr() as usize as sys::CUdeviceptr;
     let versioned = request.wants_versioned();
     if copy.to_host {
@@ -506,11 +569,35 @@ fn copy_export(
     let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
     let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
     let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
-    let enqueued = copy_to_device(&plan, src, &memory, stream);
+    let enqueued = copy_to_device(&plan, src, &memory, stream, peer);
+    hand_over(
+        source,
+        DeviceCopy { memory, shape },
+        &ctx,
+        stream,
+        copy,
+        enqueued,
+        versioned,
+    )
+}
+
+/// Releases `source` once `stream` (of `ctx`, current) has passed the copy into `copy` just
+/// enqueued on it (`enqueued`), without a host wait (stream-ordered release), or right after the
+/// host has waited for the stream when `plan.host_wait`; then builds the export of the copy,
+/// flagged `IS_COPIED`, with an event recorded on `stream` after it unless the host waited.
+fn hand_over<S: Send + 'static>(
+    source: S,
+    copy: DeviceCopy,
+    ctx: &CudaContext,
+    stream: sys::CUstream,
+    plan: &CopyPlan,
+    enqueued: Result<(), CudaError>,
+    versioned: bool,
+) -> Result<(ManagedTensor, Option<ReadyEvents>), ExportError> {
     // The copies read the source on `stream` (whether or not every block was enqueued); the
     // new memory's drop waits for the device.
     // A copy of no elements enqueued nothing: there is nothing to wait for.
-    if copy.host_wait && plan.bytes() > 0 {
+    if plan.host_wait && copy.memory.byte_len() > 0 {
         let waited = synchronize(stream);
         match waited.as_ref().map_err(after_failed_wait) {
             Ok(()) | Err(AfterFailedWait::Free) => drop(source),
@@ -521,14 +608,87 @@ fn copy_export(
         }
         enqueued.and(waited)?;
     } else {
-        let _ = release_after_raw(Box::new(source), ReadyEvents::default(), &ctx, stream);
+        let _ = release_after_raw(Box::new(source), ReadyEvents::default(), ctx, stream);
         enqueued?;
     }
-    let copied = build_copied(DeviceCopy { memory, shape }, &device_copy_parts, versioned)?;
-    let ready = if !copy.host_wait {
-        Some(ReadyEvents::record_raw(&ctx, stream)?)
+    let copied = build_copied(copy, &device_copy_parts, versioned)?;
+    let ready = if !plan.host_wait {
+        Some(ReadyEvents::record_raw(ctx, stream)?)
     } else {
         None
     };
     Ok((copied, ready))
+}
+
+/// Copies a host tensor (`cpu` or `cuda_host` memory) onto the CUDA device that
+/// `request.dl_device` names, for its consumer (the `dl_device` and `stream` parameters of the
+/// array API's
+/// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
+/// `stream` is a stream of that device): the host compacts the source into pageable memory of
+/// its own (borrowed shared from other imports for that time), and the driver copies that
+/// memory into new device memory of the device's primary context with one `cuMemcpyHtoDAsync`
+/// on the consumer's stream. The source is released as soon as it is compacted; the staging
+/// memory once the stream has passed the copy (stream-ordered release: an event, no host wait),
+/// unless `stream=-1`, where the host waits for the copy. The result is flagged `IS_COPIED`.
+///
+/// Pageable, not pinned, staging: pinning memory for one transfer costs more than the transfer
+/// it speeds up, and the driver stages pageable memory itself.
+///
+/// # Errors
+///
+/// [`ExportError::CopyUnsupported`] for a `dl_device` that is not a CUDA device;
+/// [`ExportError::Stream`]; [`ExportError::Cuda`] for a driver failure (no driver, a consumer's
+/// stream of another device or context, a stream being captured).
+fn copy_from_host(
+    source: ManagedTensor,
+    request: &ExportRequest,
+) -> Result<(ManagedTensor, Option<ReadyEvents>), ExportError> {
+    let _current = CurrentContext::save();
+    let device = Device::from_raw(source.dl_tensor().device);
+    let Some(target) = request
+        .dl_device
+        .filter(|t| t.device_type == DeviceType::Cuda)
+    else {
+        return Err(ExportError::CopyUnsupported { device });
+    };
+    let copy = copy_plan(device, request, &[])?;
+    init()?;
+    refuse_copy_under_capture(&copy, target)?;
+    let staged = copy_of(&source, true)?;
+    drop(source);
+    let (src, shape, dtype, bytes) = {
+        let layout = staged.layout()?;
+        let dtype = layout.dtype();
+        let Some(size) = dtype.element_bytes() else {
+            return Err(LayoutError::SubByteAccess { dtype }.into());
+        };
+        let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
+        (
+            layout.first_element_ptr().cast::<u8>(),
+            shape,
+            dtype,
+            layout.numel() * size,
+        )
+    };
+    let ctx = context(target.device_id)?;
+    check_primary_stream(copy.on, target.device_id)?;
+    bind(ctx.cu_ctx())?;
+    let stream = raw_stream(copy.on);
+    let (operation, instead) = COPY_UNDER_CAPTURE;
+    check_not_capturing(stream, operation, instead)?;
+    let memory = DeviceMemory::alloc(&ctx, bytes, dtype)?;
+    // SAFETY: `src` is the first of `bytes` compact bytes of `staged`, fresh host memory of this
+    // function that nothing else reaches; `hand_over` keeps it alive, unwritten, until the
+    // stream has passed the copy (or the host has waited for it); `stream` is the consumer's,
+    // valid for the call, checked to be of the bound primary context.
+    let enqueued = unsafe { enqueue_from_host(src, &memory, stream) };
+    hand_over(
+        staged,
+        DeviceCopy { memory, shape },
+        &ctx,
+        stream,
+        &copy,
+        enqueued,
+        request.wants_versioned(),
+    )
 }

@@ -36,8 +36,10 @@ pub enum ExportError {
         requested: Device,
     },
     /// `copy=False` but serving the request needs a copy.
-    #[error("copy=False but exporting to {requested} needs a copy")]
+    #[error("copy=False but exporting a {found} tensor to dl_device {requested} needs a copy")]
     CopyRequired {
+        /// The tensor's device.
+        found: Device,
         /// The device asked for.
         requested: Device,
     },
@@ -89,11 +91,16 @@ pub enum ExportError {
 
 /// The `dl_device` values an export of a `found` tensor can serve, for error messages.
 fn reachable_devices(found: Device) -> String {
+    let cuda = super::COPIES_CUDA_MEMORY;
     if found == Device::CPU {
-        "cpu:0".to_owned()
-    } else if found.is_host_accessible()
-        || super::COPIES_CUDA_MEMORY && found.device_type == DeviceType::Cuda
-    {
+        if cuda {
+            "cpu:0 or a CUDA device".to_owned()
+        } else {
+            "cpu:0".to_owned()
+        }
+    } else if cuda && matches!(found.device_type, DeviceType::Cuda | DeviceType::CudaHost) {
+        format!("{found}, cpu:0 or a CUDA device")
+    } else if found.is_host_accessible() {
         format!("{found} or cpu:0")
     } else {
         found.to_string()

@@ -56,6 +56,8 @@ pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
 pub(crate) use ready::{made_ready_on, wrap as carry_ready_events};
 pub use request::ExportRequest;
+#[cfg(feature = "python")]
+pub(crate) use request::copies_between;
 
 use crate::abi::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use crate::tensor::device::{Device, DeviceType};
@@ -272,8 +274,13 @@ fn copy_for(
     if device.device_type == DeviceType::Cuda {
         return sync.copy_device_memory(managed, request);
     }
+    let target = request.dl_device.unwrap_or(device);
+    if COPIES_CUDA_MEMORY && request::copies_between(device, target) {
+        // Host memory to a CUDA device, on the consumer's stream of that device.
+        return sync.copy_host_to_device(managed, request);
+    }
     // A host copy is `cpu:0` memory: it serves a request for `cpu:0` only.
-    if request.dl_device.unwrap_or(device) != Device::CPU {
+    if target != Device::CPU {
         return Err(ExportError::CopyUnsupported { device });
     }
     copy_of(&managed, request.wants_versioned())

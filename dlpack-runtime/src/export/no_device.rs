@@ -70,6 +70,17 @@ impl<'r> StreamWork<'r> {
         managed
     }
 
+    /// Host memory cannot be copied to a CUDA device without the `cuda` feature.
+    pub(crate) fn copy_host_to_device(
+        &mut self,
+        managed: ManagedTensor,
+        _request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError> {
+        Err(ExportError::CopyUnsupported {
+            device: Device::from_raw(managed.dl_tensor().device),
+        })
+    }
+
     /// CUDA memory cannot be copied without the `cuda` feature.
     pub(crate) fn copy_device_memory(
         &mut self,

@@ -76,7 +76,9 @@ impl ExportRequest {
     /// Checks what can be checked before exporting a tensor on `device`: `stream` must be legal
     /// for the device the consumer will use (`__dlpack__`'s `stream` parameter), and
     /// `dl_device` must be `device` itself, `cpu:0` for host-accessible memory, or (feature
-    /// `cuda`) `cpu:0` for CUDA memory, which is then copied (its `dl_device` and `copy`).
+    /// `cuda`) `cpu:0` or any CUDA device for CUDA memory, and any CUDA device for `cpu` and
+    /// `cuda_host` memory, which are then copied (its `dl_device` and `copy`). Whether the CUDA
+    /// device exists is the driver's to say, when the copy is made.
     ///
     /// # Errors
     ///
@@ -89,9 +91,12 @@ impl ExportRequest {
             return Ok(());
         }
         if self.copy == Some(false) {
-            return Err(ExportError::CopyRequired { requested: target });
+            return Err(ExportError::CopyRequired {
+                found: device,
+                requested: target,
+            });
         }
-        if COPIES_CUDA_MEMORY && device.device_type == DeviceType::Cuda && target == Device::CPU {
+        if COPIES_CUDA_MEMORY && copies_between(device, target) {
             return Ok(());
         }
         Err(ExportError::UnsupportedDevice {
@@ -119,6 +124,19 @@ impl ExportRequest {
     #[inline]
     pub(crate) fn wants_versioned(&self) -> bool {
         self.max_version.is_some_and(|v| v.major >= 1)
+    }
+}
+
+/// Whether a tensor on `device` can be copied to `target` with the CUDA driver (feature `cuda`):
+/// CUDA device memory to the host or to any CUDA device (the same device with `copy=True`,
+/// another by a copy between devices), and host memory (`cpu`, `cuda_host`) to a CUDA device.
+#[inline]
+pub(crate) fn copies_between(device: Device, target: Device) -> bool {
+    match (device.device_type, target.device_type) {
+        (DeviceType::Cuda, DeviceType::Cuda) => true,
+        (DeviceType::Cuda, _) => target == Device::CPU,
+        (DeviceType::Cpu | DeviceType::CudaHost, DeviceType::Cuda) => true,
+        _ => false,
     }
 }
 

@@ -60,6 +60,24 @@ pub trait DlpackImport: Sized {
     fn from_dlpack<P: DlpackExport + Send + 'static>(producer: P) -> Result<Self, ImportError> {
         Self::from_managed(producer.into_dlpack()?)
     }
+
+    /// Rust-to-Rust exchange as `request` asks: the Rust spelling of the array API's
+    /// `from_dlpack(x, device=..., copy=...)` with the consumer's `stream`. Exports `producer`
+    /// with `request` (its `dl_device`, `copy` and `stream`; with the `cuda` feature a
+    /// `dl_device` of another CUDA device, or of a CUDA device for host memory, is a copy on
+    /// `stream`, a stream of that device) and imports the result.
+    ///
+    /// # Errors
+    ///
+    /// [`ImportError::Export`] when the producer cannot serve `request` (such as
+    /// [`ExportError::CopyRequired`](crate::ExportError::CopyRequired) for `copy=False` to
+    /// another device), otherwise as [`DlpackImport::from_managed`].
+    fn from_dlpack_with<P: DlpackExport + Send + 'static>(
+        producer: P,
+        request: &crate::export::ExportRequest,
+    ) -> Result<Self, ImportError> {
+        Self::from_managed(producer.into_dlpack_with(request)?)
+    }
 }
 
 /// A type usable as the `#[dlpack(data)]` field of an imported tensor: it takes ownership of the

@@ -264,6 +264,46 @@ pub(crate) fn plan_copy(
     })
 }
 
+/// Decides where a copy of a tensor on `device` to another CUDA device is enqueued, for the
+/// producer's `pending` streams (of `device`) and the parsed `stream` argument `request`
+/// ([`parse_stream`] for the target device: the array API's `__dlpack__` says that with
+/// `dl_device`, `stream` is a stream of that device).
+///
+/// As [`plan_copy`], except that the stream identities of the request name streams of the
+/// target device, which are never the producer's (the legacy default stream of one device is
+/// not another's), so every pending stream gets an event the copy's stream waits on
+/// (`cuStreamWaitEvent` takes an event of another device); and `stream=-1`, which names no
+/// stream, puts the copy on the target's legacy default stream, which the host waits for.
+///
+/// # Errors
+///
+/// As [`plan_copy`].
+pub(crate) fn plan_copy_to(
+    device: Device,
+    pending: &[StreamId],
+    request: StreamRequest,
+) -> Result<CopyPlan, StreamError> {
+    let mut copy = plan_copy(device, pending, request)?;
+    if request == StreamRequest::NoSync {
+        copy.on = StreamId::LegacyDefault;
+    }
+    let mut record_on: Vec<StreamId> = Vec::with_capacity(pending.len());
+    for stream in pending {
+        if !record_on.contains(stream) {
+            record_on.push(*stream);
+        }
+    }
+    copy.before = if record_on.is_empty() {
+        SyncPlan::Nothing
+    } else {
+        SyncPlan::EventDependency {
+            record_on,
+            wait_on: copy.on,
+        }
+    };
+    Ok(copy)
+}
+
 /// A `stream` argument that is not legal for the device (the `stream` parameter of the array
 /// API's `__dlpack__`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -529,6 +569,53 @@ mod tests {
             plan_sync(Device::CPU, &[], StreamRequest::Host),
             Ok(SyncPlan::Nothing)
         );
+    }
+
+    /// A copy to another CUDA device goes on the consumer's stream of that device after an
+    /// event of every pending stream, its own identity included (the same special handle is
+    /// another stream on each device); `stream=-1` puts it on the target's legacy default
+    /// stream, and the host waits.
+    #[test]
+    fn copies_to_another_device_order_every_pending_stream() {
+        let (source, target) = (Device::cuda(0), Device::cuda(1));
+        let sets: [&[StreamId]; 4] = [
+            &[],
+            &[StreamId::LegacyDefault],
+            &[h(0x1000), h(0x2000), h(0x1000)],
+            &[StreamId::PerThreadDefault],
+        ];
+        for pending in sets {
+            let mut unique: Vec<StreamId> = Vec::new();
+            for s in pending {
+                if !unique.contains(s) {
+                    unique.push(*s);
+                }
+            }
+            for (value, on, host_wait) in [
+                (None, StreamId::LegacyDefault, false),
+                (Some(2), StreamId::PerThreadDefault, false),
+                (Some(0x1000), h(0x1000), false),
+                (Some(-1), StreamId::LegacyDefault, true),
+            ] {
+                let request = parse_stream(target, value).unwrap();
+                let copy = plan_copy_to(source, pending, request).unwrap();
+                assert_eq!(copy.on, on, "stream={value:?}");
+                assert_eq!(copy.host_wait, host_wait, "stream={value:?}");
+                assert!(!copy.to_host);
+                let expected = if unique.is_empty() {
+                    SyncPlan::Nothing
+                } else {
+                    SyncPlan::EventDependency {
+                        record_on: unique.clone(),
+                        wait_on: on,
+                    }
+                };
+                assert_eq!(
+                    copy.before, expected,
+                    "pending={pending:?} stream={value:?}"
+                );
+            }
+        }
     }
 
     /// Copies go on the consumer's stream after the producer's work, for every stream value

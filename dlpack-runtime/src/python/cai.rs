@@ -35,7 +35,8 @@ use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::engine::cuda::{
-    CudaError, check_producer_raw_stream, order_raw, pointer_device, pointer_range, raw_stream,
+    CudaError, CurrentContext, ReadyEvents, bind, check_not_capturing, check_producer_raw_stream,
+    context, order_raw, pointer_device, pointer_range, raw_stream,
 };
 use crate::export::{DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest};
 use crate::plan::cai::{self, CaiError, CaiFields, CaiTensor, DescrEntry};
@@ -273,6 +274,28 @@ pub(super) fn managed_from_interface(
         }),
         other => ExportError::from(other).into(),
     })?;
+    // A consumer on another CUDA device (`device=cuda:k`, served by a copy on its stream of
+    // that device, `settle`): the tensor carries an event recorded on the exported stream, which
+    // the copy's stream waits on (`cuStreamWaitEvent` takes another device's event).
+    if options
+        .device
+        .is_some_and(|wanted| wanted.device_type == DeviceType::Cuda && wanted != device)
+    {
+        let ctx = context(device.device_id).map_err(ExportError::from)?;
+        let _current = CurrentContext::save();
+        bind(ctx.cu_ctx()).map_err(ExportError::from)?;
+        // The exported stream is valid while `obj` lives (the interface's "Lifetime
+        // management"), checked above to be of this device; its special handles resolve in the
+        // bound primary context.
+        check_not_capturing(
+            raw_stream(stream),
+            "ordering a copy to another device after the exported stream",
+            "import after the capture ends",
+        )
+        .map_err(ExportError::from)?;
+        let kept = ReadyEvents::record_raw(&ctx, raw_stream(stream)).map_err(ExportError::from)?;
+        return Ok(crate::export::carry_ready_events(managed, kept));
+    }
     // A consumer on the host (`device=CPU`, served by a copy to the host) waits on the host,
     // with the GIL released; any other waits with its stream.
     let request = if options.device == Some(Device::CPU) {

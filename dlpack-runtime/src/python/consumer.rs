@@ -11,7 +11,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::abi::ffi::{self, DLManagedTensorVersioned};
-use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, serve};
+use crate::export::{COPIES_CUDA_MEMORY, ExportRequest, copies_between, serve};
 use crate::import::DlpackImport;
 use crate::tensor::device::Device;
 use crate::tensor::managed::ManagedTensor;
@@ -122,7 +122,11 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
 /// such a producer, or one that ignores `dl_device`) is copied to the host after an event
 /// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
-/// the copy reads after the work the producer ordered before that stream. The capsule is
+/// the copy reads after the work the producer ordered before that stream. With `device` a CUDA
+/// device (feature `cuda`), a host producer that refuses `dl_device` with `BufferError` (NumPy
+/// does) is asked again for its memory as it is (`max_version` only), and host memory, or CUDA
+/// memory of another device, handed over where that device was asked is copied onto it here, on
+/// the consumer's `stream` (a stream of that device), unless `copy=False`. The capsule is
 /// consumed as [`consume_capsule`] describes, and the tensor is validated by `T`'s import before
 /// anything reads it.
 ///
@@ -286,6 +290,15 @@ fn via_dunder(
                 return made_ready(settle(managed, options, true)?, options);
             }
             return Err(not_a_producer(obj, err));
+        }
+        Err(err) if err.is_instance_of::<PyBufferError>(py) && copies_host_memory(obj, options) => {
+            // A host producer that cannot reach the CUDA device asked for (NumPy refuses
+            // `dl_device` with `BufferError`): its memory as it is, copied onto the device here
+            // ([`settle`]). Host memory has no stream, so none is passed.
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "max_version"), max_version(py)?)?;
+            let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
+            (dunder.call((), Some(&kwargs))?, true)
         }
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
@@ -614,8 +627,43 @@ fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
     Ok(if usable { api as usize } else { 0 })
 }
 
+/// Whether a producer that refused `dl_device` with `BufferError` holds host memory
+/// (`__dlpack_device__` says `cpu` or `cuda_host`) that this consumer copies onto the CUDA device
+/// asked for itself (feature `cuda`; not with `copy=False`).
+fn copies_host_memory(obj: &Bound<'_, PyAny>, options: &FromDlpackOptions) -> bool {
+    let Some(wanted) = options.device else {
+        return false;
+    };
+    if !COPIES_CUDA_MEMORY
+        || wanted.device_type != crate::DeviceType::Cuda
+        || options.copy == Some(false)
+    {
+        return false;
+    }
+    let Ok((device_type, device_id)) = obj
+        .call_method0(intern!(obj.py(), "__dlpack_device__"))
+        .and_then(|device| device.extract::<(i32, i32)>())
+    else {
+        return false;
+    };
+    let found = Device::from_raw(ffi::DLDevice {
+        device_type,
+        device_id,
+    });
+    matches!(
+        found.device_type,
+        crate::DeviceType::Cpu | crate::DeviceType::CudaHost
+    )
+}
+
 /// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, a producer
 /// that refused the keywords, or one that ignored `dl_device`).
+///
+/// Host memory, or CUDA memory of another device, handed over where a CUDA device was asked
+/// for (a host producer that cannot copy to a device, such as NumPy, or one that ignored
+/// `dl_device`) is copied onto that device here (feature `cuda`), on the consumer's `stream`
+/// of that device, after what the producer ordered before it; the host does not wait, unless
+/// `stream=-1`.
 ///
 /// CUDA memory handed over despite `dl_device=(CPU, 0)` is copied to the host here, on the
 /// per-thread default stream, with the host waiting for the copy. The producer ordered its
@@ -639,6 +687,19 @@ fn settle(
         && COPIES_CUDA_MEMORY
         && found.device_type == crate::DeviceType::Cuda
         && options.copy != Some(false);
+    let copy_to_device = unreachable.filter(|&wanted| {
+        COPIES_CUDA_MEMORY
+            && wanted.device_type == crate::DeviceType::Cuda
+            && copies_between(found, wanted)
+            && options.copy != Some(false)
+    });
+    if let Some(wanted) = copy_to_device {
+        let request = ExportRequest::versioned()
+            .copy(Some(true))
+            .dl_device(wanted)
+            .stream(options.stream);
+        return serve(managed, &request).map_err(Into::into);
+    }
     if let Some(wanted) = unreachable {
         if !copy_to_host {
             return Err(PyBufferError::new_err(format!(

@@ -780,6 +780,121 @@ mod gpu {
         Ok((tensor, CudaGate { open, stream }))
     }
 
+    /// The primary context of CUDA device `device`, made once per device (device 0's by
+    /// `device0`, with its module streams).
+    fn device_context(device: usize) -> PyResult<Arc<CudaContext>> {
+        static CONTEXTS: Mutex<Vec<Option<Arc<CudaContext>>>> = Mutex::new(Vec::new());
+        if device == 0 {
+            return device0();
+        }
+        dlpack_runtime::cuda::init()?;
+        let mut contexts = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+        if contexts.len() <= device {
+            contexts.resize(device + 1, None);
+        }
+        if let Some(ctx) = &contexts[device] {
+            return Ok(ctx.clone());
+        }
+        let ctx = CudaContext::new(device).map_err(cuda_err)?;
+        contexts[device] = Some(ctx.clone());
+        Ok(ctx)
+    }
+
+    /// `cuda_device_count() -> int`: the devices the CUDA driver has.
+    #[pyfunction]
+    pub fn cuda_device_count() -> PyResult<usize> {
+        dlpack_runtime::cuda::init()?;
+        CudaContext::device_count()
+            .map(|n| n as usize)
+            .map_err(cuda_err)
+    }
+
+    /// `cuda_stream_on(device) -> int`: the handle of a non-blocking stream of CUDA device
+    /// `device`, made once per device and alive until the process exits (the module's streams
+    /// beside `cuda_stream`'s, for consumers on other devices).
+    #[pyfunction]
+    pub fn cuda_stream_on(device: usize) -> PyResult<usize> {
+        static STREAMS: Mutex<Vec<Option<Arc<CudaStream>>>> = Mutex::new(Vec::new());
+        let ctx = device_context(device)?;
+        let mut streams = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+        if streams.len() <= device {
+            streams.resize(device + 1, None);
+        }
+        if let Some(stream) = &streams[device] {
+            return Ok(stream.cu_stream() as usize);
+        }
+        let stream = ctx.new_stream().map_err(cuda_err)?;
+        let handle = stream.cu_stream() as usize;
+        streams[device] = Some(stream);
+        Ok(handle)
+    }
+
+    /// `cuda_arange_gated_on(n, timeout, device) -> (tensor, gate)`: as `cuda_arange_gated`, on
+    /// CUDA device `device`.
+    #[pyfunction]
+    pub fn cuda_arange_gated_on(
+        n: usize,
+        timeout: f64,
+        device: usize,
+    ) -> PyResult<(GpuTensor, CudaGate)> {
+        let stream = device_context(device)?.new_stream().map_err(cuda_err)?;
+        let host: Vec<f32> = (0..n).map(|v| v as f32).collect();
+        // Uploaded before the gate (a copy from pageable memory would wait behind it), then
+        // copied on the device behind it.
+        let staged = stream.clone_htod(&host).map_err(cuda_err)?;
+        let mut data = stream.alloc_zeros::<f32>(n).map_err(cuda_err)?;
+        stream.synchronize().map_err(cuda_err)?;
+        let open = gate_stream(&stream, timeout)?;
+        stream.memcpy_dtod(&staged, &mut data).map_err(cuda_err)?;
+        let tensor = GpuTensor {
+            data,
+            shape: vec![n],
+            stream: stream.clone(),
+        };
+        Ok((tensor, CudaGate { open, stream }))
+    }
+
+    /// `cuda_sum_on(x, device, stream, copy=None) -> (sum, device, is_copied)`: imports `x` onto
+    /// CUDA device `device` (`from_dlpack(x, device=(kDLCUDA, device), copy=copy)`, passing
+    /// `stream`, a stream of that device), then reads it on that stream with the device's context
+    /// bound (and the caller's restored); returns the sum, the device of the memory read, and
+    /// whether the import was a copy (`IS_COPIED`).
+    #[pyfunction]
+    #[pyo3(signature = (x, device, stream, copy=None))]
+    pub fn cuda_sum_on(
+        x: &Bound<'_, PyAny>,
+        device: i32,
+        stream: i64,
+        copy: Option<bool>,
+    ) -> PyResult<(f64, i32, bool)> {
+        let ctx = device_context(device as usize)?;
+        let view: GpuView = python::from_dlpack_with(
+            x,
+            &FromDlpackOptions::new()
+                .device(dlpack_runtime::Device::cuda(device))
+                .copy(copy)
+                .stream(Some(stream)),
+        )?;
+        let copied = view.data.managed().is_copied();
+        let found = view.data.device().device_id;
+        let numel = view.shape.iter().product();
+        let mut current: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: a live out-pointer.
+        unsafe { sys::cuCtxGetCurrent(&mut current) }
+            .result()
+            .map_err(cuda_err)?;
+        // SAFETY: a retained primary context.
+        unsafe { sys::cuCtxSetCurrent(ctx.cu_ctx()) }
+            .result()
+            .map_err(cuda_err)?;
+        let sum = sum_on(x.py(), &view.data, numel, stream as usize as sys::CUstream);
+        // SAFETY: the context (or NULL) that was current.
+        unsafe { sys::cuCtxSetCurrent(current) }
+            .result()
+            .map_err(cuda_err)?;
+        Ok((sum?, found, copied))
+    }
+
     /// Enqueues a gate on `stream`: the work enqueued after it waits until the returned flag is
     /// set (`CudaGate::release`) or `timeout` seconds have passed.
     fn gate_stream(stream: &CudaStream, timeout: f64) -> PyResult<Arc<(Mutex<bool>, Condvar)>> {
@@ -826,6 +941,24 @@ mod gpu {
         let managed = python::managed_from_object(
             x,
             &FromDlpackOptions::new().device(dlpack_runtime::Device::CPU),
+        )?;
+        python::export_managed(x.py(), managed)
+    }
+
+    /// `cuda_copy_to(x, device, stream) -> ExportOnce`: `x` imported onto CUDA device `device`
+    /// (`from_dlpack(x, device=(kDLCUDA, device))`, with `stream` a stream of that device: a
+    /// copy on it when `x` is elsewhere), handed back without reading it, for another consumer.
+    #[pyfunction]
+    pub fn cuda_copy_to<'py>(
+        x: &Bound<'py, PyAny>,
+        device: i32,
+        stream: i64,
+    ) -> PyResult<Bound<'py, python::ExportOnce>> {
+        let managed = python::managed_from_object(
+            x,
+            &FromDlpackOptions::new()
+                .device(dlpack_runtime::Device::cuda(device))
+                .stream(Some(stream)),
         )?;
         python::export_managed(x.py(), managed)
     }
@@ -1198,6 +1331,11 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(gpu::cuda_sum_via_c_api, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_stream, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_arange_gated, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_arange_gated_on, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_device_count, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_stream_on, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_sum_on, m)?)?;
+        m.add_function(wrap_pyfunction!(gpu::cuda_copy_to, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_synchronize_holding_gil, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::host_sum, m)?)?;
         m.add_function(wrap_pyfunction!(gpu::cuda_to_host, m)?)?;

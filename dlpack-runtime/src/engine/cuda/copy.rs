@@ -85,6 +85,18 @@ impl Drop for DeviceMemory {
 enum CopyTarget {
     Host(*mut u8),
     Device(sys::CUdeviceptr),
+    /// Device memory of another device than the source's: the contexts of the two.
+    Peer(sys::CUdeviceptr, PeerContexts),
+}
+
+/// The primary contexts of the two devices of a copy between devices: the source's and the
+/// destination's (`cuMemcpyPeerAsync`'s `srcContext` and `dstContext`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerContexts {
+    /// The context of the source's device.
+    pub(crate) src: sys::CUcontext,
+    /// The context of the destination's device.
+    pub(crate) dst: sys::CUcontext,
 }
 
 /// Enqueues one block of a strided copy from device memory (`src` is the source's first
@@ -114,6 +126,21 @@ fn enqueue(
             }
             .result()
             .map_err(driver_error("cuMemcpyDtoDAsync")),
+            // SAFETY: as above, into device memory of the context `peer.dst`; `from` is memory
+            // of the context `peer.src`; both are live primary contexts. The copy needs no peer
+            // access (the driver stages it when the devices cannot reach each other).
+            CopyTarget::Peer(p, peer) => unsafe {
+                sys::cuMemcpyPeerAsync(
+                    p + block.dst as u64,
+                    peer.dst,
+                    from,
+                    peer.src,
+                    block.width,
+                    stream,
+                )
+            }
+            .result()
+            .map_err(driver_error("cuMemcpyPeerAsync")),
         };
     }
     let (dst_type, dst_host, dst_device) = match dst {
@@ -123,7 +150,9 @@ fn enqueue(
             unsafe { p.add(block.dst) }.cast(),
             0,
         ),
-        CopyTarget::Device(p) => (
+        // Between devices, a 2-D block is a copy of unified addresses (the driver finds each
+        // pointer's device).
+        CopyTarget::Device(p) | CopyTarget::Peer(p, _) => (
             sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
             core::ptr::null_mut(),
             p + block.dst as u64,
@@ -252,12 +281,56 @@ pub(crate) unsafe fn copy_to_host(
 ///
 /// [`CudaError::Driver`] from the first copy that cannot be enqueued (those before it stay
 /// enqueued).
+///
+/// With `peer`, the source is memory of another device than `memory`'s: each block of one row
+/// is a `cuMemcpyPeerAsync` between the two contexts (a compact tensor is one such copy), each
+/// block of several rows a 2-D copy of unified addresses.
 pub(crate) fn copy_to_device(
     plan: &StridedCopy,
     src: sys::CUdeviceptr,
     memory: &DeviceMemory,
     stream: sys::CUstream,
+    peer: Option<PeerContexts>,
 ) -> Result<(), CudaError> {
     debug_assert!(plan.bytes() <= memory.byte_len);
-    plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(memory.ptr), stream))
+    let target = match peer {
+        Some(peer) => CopyTarget::Peer(memory.ptr, peer),
+        None => CopyTarget::Device(memory.ptr),
+    };
+    plan.try_for_each_block(|block| enqueue(block, src, target, stream))
+}
+
+/// Enqueues the copy of `src`, `memory.byte_len()` bytes of host memory, into `memory` on
+/// `stream` (a stream of `memory`'s context, which is current), with the GIL released while the
+/// driver takes the bytes where this thread holds it: from pageable memory the driver copies
+/// them to a staging buffer of its own before the call returns, which may block the host.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from `cuMemcpyHtoDAsync`.
+///
+/// # Safety
+///
+/// `src` points to `memory.byte_len()` readable bytes that stay alive, and are not written,
+/// until the copy has finished on `stream` (pageable memory is read before the call returns;
+/// pinned memory when the copy runs); `stream` is valid for the call.
+pub(crate) unsafe fn enqueue_from_host(
+    src: *const u8,
+    memory: &DeviceMemory,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    if memory.byte_len == 0 {
+        return Ok(());
+    }
+    let dst = memory.ptr;
+    let bytes = memory.byte_len;
+    let copy = || {
+        // SAFETY: `dst` is a live allocation of `bytes` bytes of the current context; `src`
+        // has `bytes` readable bytes (the caller's contract); `stream` is valid for the call.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, stream) }
+            .result()
+            .map_err(driver_error("cuMemcpyHtoDAsync"))
+    };
+    // SAFETY: one driver call on this function's own pointers; nothing touches Python.
+    unsafe { detached(copy) }
 }

@@ -320,6 +320,22 @@ pub(crate) fn order_raw(
 ///
 /// [`CudaError`] from the probe or the driver calls.
 pub(crate) fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), CudaError> {
+    execute_for(plan, pending, None)
+}
+
+/// [`execute`], with the consumer's stream of an event dependency on CUDA device
+/// `consumer_device` (`None`: the producer's device): a stream of another device may wait on an
+/// event of the producer's (`cuStreamWaitEvent` takes events of any context), and its special
+/// handles resolve in that device's primary context.
+///
+/// # Errors
+///
+/// As [`execute`].
+pub(crate) fn execute_for(
+    plan: &SyncPlan,
+    pending: &[&CudaStream],
+    consumer_device: Option<i32>,
+) -> Result<(), CudaError> {
     match plan {
         SyncPlan::Nothing => Ok(()),
         SyncPlan::EventDependency { record_on, wait_on } => {
@@ -328,7 +344,7 @@ pub(crate) fn execute(plan: &SyncPlan, pending: &[&CudaStream]) -> Result<(), Cu
                 .copied()
                 .filter(|s| record_on.contains(&stream_id(s)))
                 .collect();
-            record_and_order(record_on, *wait_on, &recorded).map(drop)
+            record_and_order_for(record_on, *wait_on, consumer_device, &recorded).map(drop)
         }
         SyncPlan::HostSync { streams } => {
             init()?;
@@ -366,13 +382,27 @@ pub(crate) fn record_and_order(
     wait_on: StreamId,
     pending: &[&CudaStream],
 ) -> Result<ReadyEvents, CudaError> {
+    record_and_order_for(record_on, wait_on, None, pending)
+}
+
+/// [`record_and_order`], with the consumer's stream `wait_on` on CUDA device
+/// `consumer_device` (`None`: the device of the pending streams). Each event is recorded in the
+/// context of the stream it is recorded on; the consumer's stream waits with its own context
+/// bound.
+fn record_and_order_for(
+    record_on: &[StreamId],
+    wait_on: StreamId,
+    consumer_device: Option<i32>,
+    pending: &[&CudaStream],
+) -> Result<ReadyEvents, CudaError> {
     init()?;
     let _current = CurrentContext::save();
     let Some(first) = pending.first() else {
         return Ok(ReadyEvents::default());
     };
-    // The consumer's stream is of the tensor's device, as every pending stream is (checked).
-    let primary = context(first.context().ordinal() as i32)?;
+    // The consumer's stream is of the tensor's device, as every pending stream is (checked),
+    // unless the consumer named another device (a copy to `dl_device`).
+    let primary = context(consumer_device.unwrap_or(first.context().ordinal() as i32))?;
     let consumer_capture = if record_on.is_empty() {
         // Only the consumer's own stream is pending: nothing waits.
         Capture::Not

@@ -17,11 +17,13 @@ mod reaper;
 mod tests;
 mod wait;
 
-pub(crate) use copy::{DeviceMemory, copy_to_device, copy_to_host, max_pitch};
+pub(crate) use copy::{
+    DeviceMemory, PeerContexts, copy_to_device, copy_to_host, enqueue_from_host, max_pitch,
+};
 #[cfg(any(feature = "python", test))]
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
-pub(crate) use event::{execute, record_and_order};
+pub(crate) use event::{execute, execute_for, record_and_order};
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, leak, release_after_raw};
 pub(crate) use wait::{HostWait, synchronize};
 
@@ -52,10 +54,11 @@ pub enum CudaError {
         /// The device the tensor names.
         expected: i32,
     },
-    /// A stream belongs to another device than the tensor (`cuStreamGetCtx`; for a producer
-    /// stream, its context's device).
+    /// A stream belongs to another device than the one it must be of (`cuStreamGetCtx`; for a
+    /// producer stream, its context's device): the tensor's, or for the consumer's stream of a
+    /// copy to another device, the `dl_device` asked for.
     #[error(
-        "{role} stream {stream:#x} belongs to CUDA device {found}, expected the tensor's device {expected}"
+        "{role} stream {stream:#x} belongs to CUDA device {found}, expected device {expected} (the tensor's, or the dl_device asked for)"
     )]
     StreamOnOtherDevice {
         /// `"consumer"` or `"producer"`.
@@ -64,7 +67,7 @@ pub enum CudaError {
         stream: u64,
         /// The device of the stream's context.
         found: i32,
-        /// The tensor's device.
+        /// The device the stream must be of.
         expected: i32,
     },
     /// A stream of a context other than its device's primary context, where this crate needs
