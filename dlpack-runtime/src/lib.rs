@@ -196,8 +196,10 @@ pub mod burn {
     //!   `ArcArray`, or the borrowed bytes of a zero-copy load) moves into the export with the
     //!   tensor, which keeps it alive while any consumer holds it. The layout is ndarray's:
     //!   shape and strides in elements (negative and zero strides included), so transposed,
-    //!   sliced, flipped and broadcast tensors are lent as they are. burn's CPU storage is
-    //!   copy-on-write, so burn never writes memory an export still lends.
+    //!   sliced, flipped and broadcast tensors are lent as burn holds them (burn-ndarray makes
+    //!   some of them copies of its own: `slice`, `flip`, `expand`). burn's CPU storage is
+    //!   copy-on-write, so burn never writes memory an export still lends. An autodiff tensor
+    //!   (`Autodiff<NdArray>`) is lent through its value: `tensor.inner()`.
     //! - **Export, any backend** ([`BurnData`]): the tensor's host data (`Tensor::into_data`,
     //!   burn's [`TensorData`](burn_tensor::TensorData)), lent read-only, compact row-major.
     //!   For device backends (`burn-cuda`, `burn-wgpu`, ...) that is a copy to host memory,
