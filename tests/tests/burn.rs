@@ -648,6 +648,37 @@ mod python {
         });
     }
 
+    /// Refusals reach Python as `BufferError`s naming what was expected, and release the
+    /// array.
+    #[test]
+    fn refusals_are_buffer_errors() {
+        Python::attach(|py| {
+            let l = locals(py);
+            for (code, message) in [
+                (
+                    "np.zeros(2, dtype=np.complex64)",
+                    "DLPack dtype complex64 has no burn dtype",
+                ),
+                (
+                    "np.zeros(2, dtype=np.int32)",
+                    "a DLPack int32 tensor cannot become a burn-ndarray Float tensor",
+                ),
+                (
+                    "np.zeros((2, 2), dtype=np.float32)",
+                    "a DLPack tensor of rank 2 cannot become a burn tensor of rank 1",
+                ),
+            ] {
+                let arr = run(py, &format!("result = {code}"), &l);
+                let err = tensor_from_py::<B, 1, Float>(&arr).unwrap_err();
+                assert!(
+                    err.is_instance_of::<pyo3::exceptions::PyBufferError>(py),
+                    "{code}: {err}"
+                );
+                assert!(err.to_string().contains(message), "{code}: {err}");
+            }
+        });
+    }
+
     /// The Python object stays alive while burn holds its memory, and is released once: the
     /// capsule's deleter drops it when the last burn tensor goes.
     #[test]
