@@ -204,9 +204,11 @@ pub mod burn {
     //!   burn's [`TensorData`](burn_tensor::TensorData)), lent read-only, compact row-major.
     //!   For device backends (`burn-cuda`, `burn-wgpu`, ...) that is a copy to host memory,
     //!   made after the device's pending work on the tensor (burn's `into_data` waits for it);
-    //!   the consumer gets CPU memory. Lending device memory in place would need the backend to
-    //!   expose its buffer's device pointer and the stream its work is ordered on, which burn's
-    //!   public API does not.
+    //!   the consumer gets CPU memory. Device memory is not lent in place: burn's `Tensor` gives
+    //!   no device pointer; the cubecl backends' primitive does (its client's `get_resource` of
+    //!   the tensor's handle), but cubecl exposes no stream or event for the tensor's pending
+    //!   work, so such an export could only wait on the host for all of the device's work
+    //!   (`client.sync()`), where DLPack asks for the consumer's stream to be ordered after it.
     //! - **Import** ([`tensor_from_managed`], [`tensor_from_dlpack`], and with the `python`
     //!   feature [`tensor_from_py`]): a C-contiguous host tensor aligned for its dtype becomes
     //!   a burn CPU tensor without a copy: burn-ndarray keeps foreign memory as borrowed
