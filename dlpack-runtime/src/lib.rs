@@ -65,6 +65,7 @@
 //! | `half` | no | `Element` for `half::f16`, `half::bf16` |
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
 //! | `candle` | no | `candle_core::Tensor` lent zero-copy (`candle::CandleTensor`), candle tensors built from any DLPack tensor (a copy); implies `float8` and `half`; needs Rust 1.94 |
+//! | `burn` | no | burn CPU tensors (`burn-ndarray`) lent zero-copy (`burn::BurnTensor`), any backend's tensor lent through its host data (`burn::BurnData`), burn CPU tensors built from any DLPack tensor (zero-copy for C-contiguous host memory); implies `half`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
 //!
@@ -184,6 +185,82 @@ pub mod candle {
     pub use crate::interop::candle::*;
     #[cfg(feature = "python")]
     pub use crate::python::candle::tensor_from_py;
+}
+#[cfg(feature = "burn")]
+pub mod burn {
+    //! burn interop (feature `burn`): burn tensors lent to any DLPack consumer, and burn CPU
+    //! tensors built from any DLPack producer.
+    //!
+    //! - **Export, CPU backend** ([`BurnTensor`]): a tensor of `burn_ndarray::NdArray` (any
+    //!   kind: `Float`, `Int`, `Bool`) is lent zero-copy, read-only: its storage (an ndarray
+    //!   `ArcArray`, or the borrowed bytes of a zero-copy load) moves into the export with the
+    //!   tensor, which keeps it alive while any consumer holds it. The layout is ndarray's:
+    //!   shape and strides in elements (negative and zero strides included), so transposed,
+    //!   sliced, flipped and broadcast tensors are lent as burn holds them (burn-ndarray makes
+    //!   some of them copies of its own: `slice`, `flip`, `expand`). burn's CPU storage is
+    //!   copy-on-write, so burn never writes memory an export still lends. An autodiff tensor
+    //!   (`Autodiff<NdArray>`) is lent through its value: `tensor.inner()`.
+    //! - **Export, any backend** ([`BurnData`]): the tensor's host data (`Tensor::into_data`,
+    //!   burn's [`TensorData`](burn_tensor::TensorData)), lent read-only, compact row-major.
+    //!   For device backends (`burn-cuda`, `burn-wgpu`, ...) that is a copy to host memory,
+    //!   made after the device's pending work on the tensor (burn's `into_data` waits for it);
+    //!   the consumer gets CPU memory. Device memory is not lent in place: burn's `Tensor` gives
+    //!   no device pointer; the cubecl backends' primitive does (its client's `get_resource` of
+    //!   the tensor's handle), but cubecl exposes no stream or event for the tensor's pending
+    //!   work, so such an export could only wait on the host for all of the device's work
+    //!   (`client.sync()`), where DLPack asks for the consumer's stream to be ordered after it.
+    //! - **Import** ([`tensor_from_managed`], [`tensor_from_dlpack`], and with the `python`
+    //!   feature [`tensor_from_py`]): a C-contiguous host tensor aligned for its dtype becomes
+    //!   a burn CPU tensor without a copy: burn-ndarray keeps foreign memory as borrowed
+    //!   storage (`NdArrayStorage::Borrowed`, over [`Bytes`](burn_tensor::Bytes) holding the
+    //!   import), reads it in place, never writes it, and copies it into storage of its own
+    //!   when an operation needs an owned array. The producer's deleter runs when the last
+    //!   tensor holding that storage is dropped. Other layouts (any strides, negative and zero
+    //!   included) are copied in row-major order, and the deleter runs once the copy is made.
+    //!   [`tensor_data_from_managed`] gives the same data as a `TensorData` for any backend's
+    //!   `Tensor::from_data`.
+    //!
+    //! | burn `DType` | DLPack dtype | CPU tensor kind |
+    //! |---|---|---|
+    //! | `F64`, `F32` | `float64`, `float32` | `Float` |
+    //! | `F16`, `BF16` | `float16`, `bfloat16` | none: burn-ndarray has no such storage; [`BurnData`] and [`tensor_data_from_managed`] carry them |
+    //! | `I64`, `I32`, `I16`, `I8` | `int64`, `int32`, `int16`, `int8` | `Int` |
+    //! | `U64`, `U32`, `U16`, `U8` | `uint64`, `uint32`, `uint16`, `uint8` | `Int` |
+    //! | `Bool` (stored as `bool` or `u8`) | `bool` | `Bool` |
+    //! | `Flex32`, `QFloat`, `Bool` stored as `u32` | none: [`BurnError::BurnDtype`], [`BurnError::Quantized`] | |
+    //!
+    //! ```
+    //! use burn_ndarray::NdArray;
+    //! use burn_tensor::{Int, Tensor};
+    //! use dlpack_runtime::burn::{BurnTensor, tensor_from_dlpack};
+    //! use dlpack_runtime::{DlpackImport, ImportedData};
+    //!
+    //! #[derive(DlpackImport)]
+    //! struct View {
+    //!     #[dlpack(data)]
+    //!     data: ImportedData<f32>,
+    //!     #[dlpack(shape)]
+    //!     shape: Vec<usize>,
+    //!     #[dlpack(strides)]
+    //!     strides: Vec<isize>,
+    //! }
+    //!
+    //! let device = Default::default();
+    //! let t = Tensor::<NdArray, 1, Int>::arange(0..6, &device).float().reshape([2, 3]);
+    //! // Transposed: a view with strides (1, 3), lent as it is.
+    //! let view = View::from_dlpack(BurnTensor::new(t.clone().transpose())?)?;
+    //! assert_eq!((view.shape.as_slice(), view.strides.as_slice()), ([3, 2].as_slice(), [1, 3].as_slice()));
+    //! assert_eq!(view.data.to_vec()?, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    //!
+    //! // And back into burn: C-contiguous, so burn reads the export's memory in place.
+    //! let back: Tensor<NdArray, 2> = tensor_from_dlpack(BurnTensor::new(t.clone())?)?;
+    //! assert_eq!(back.into_data(), t.into_data());
+    //! # Ok::<(), Box<dyn std::error::Error>>(())
+    //! ```
+
+    pub use crate::interop::burn::*;
+    #[cfg(feature = "python")]
+    pub use crate::python::burn::tensor_from_py;
 }
 #[cfg(feature = "cuda")]
 pub use interop::cuda;

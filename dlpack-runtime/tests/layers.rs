@@ -2,7 +2,7 @@
 //! lower one.
 //!
 //! The layers are the top-level folders of `src/`, lowest first in [`LAYERS`]; the crate root
-//! (`lib.rs`) and the [`ABOVE_ALL`] modules (`__private`, `__testing`, `candle`) sit above them all. Every
+//! (`lib.rs`) and the [`ABOVE_ALL`] modules (`__private`, `__testing`, `candle`, `burn`) sit above them all. Every
 //! `.rs` file under `src/` is parsed with `syn` and mapped to its module by its place
 //! (`engine/cuda/event.rs` is `engine::cuda::event`, `tensor/layout/mod.rs` is
 //! `tensor::layout`); inline modules (`mod tests { ... }`) extend the path of their file, and
@@ -57,9 +57,10 @@ const LAYERS: &[&str] = &[
 ];
 
 /// Top-level modules that sit, with the crate root, above every layer of [`LAYERS`]: the hidden
-/// modules of the derives and the tests, and `candle`, the public module that gathers the
-/// candle interop of `interop/` and its Python half of `python/` (re-exports only).
-const ABOVE_ALL: &[&str] = &["__private", "__testing", "candle"];
+/// modules of the derives and the tests, and `candle` and `burn`, the public modules that gather
+/// the candle and burn interop of `interop/` and their Python halves of `python/` (re-exports
+/// only).
+const ABOVE_ALL: &[&str] = &["__private", "__testing", "candle", "burn"];
 
 /// A layer: its rank (an index into [`LAYERS`], or `LAYERS.len()` above them all) and its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

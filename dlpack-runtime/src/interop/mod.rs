@@ -1,6 +1,8 @@
-//! Other crates' types as producers and consumers: cudarc (`cuda`), ndarray (`ndarray`) and
-//! candle (`candle`), each behind its feature.
+//! Other crates' types as producers and consumers: cudarc (`cuda`), ndarray (`ndarray`),
+//! candle (`candle`) and burn (`burn`), each behind its feature.
 
+#[cfg(feature = "burn")]
+pub mod burn;
 #[cfg(feature = "candle")]
 pub mod candle;
 #[cfg(feature = "cuda")]

@@ -203,6 +203,8 @@ use crate::plan::stream::StreamError;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::HeaderError;
 
+#[cfg(feature = "burn")]
+pub(crate) mod burn;
 #[cfg(feature = "cuda")]
 mod cai;
 #[cfg(feature = "candle")]
