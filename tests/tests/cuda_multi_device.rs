@@ -981,3 +981,97 @@ fn a_consumer_stream_of_another_device_than_dl_device_is_refused() {
     assert_eq!(counter.get(), 1);
     a.synchronize().unwrap();
 }
+
+/// A user's tensor of a `CudaSlice` on its context's default stream, exported with its stream.
+#[derive(DlpackExport)]
+struct SliceTensor {
+    #[dlpack(data)]
+    data: CudaSlice<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: Arc<CudaStream>,
+}
+
+/// A float32 view of any device memory, for the copies below.
+#[derive(DlpackImport)]
+struct AnyF32 {
+    #[dlpack(data)]
+    data: dlpack_runtime::ImportedData<f32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// The source of a copy (to another device, or `copy=True` on its own) is dropped by the
+/// release thread with its own device's context bound. A `CudaSlice` of a context that tracks
+/// no events (cudarc's `disable_event_tracking`, or a context used by one stream) frees its
+/// memory in the current context: dropped with none bound, the free failed, the memory leaked,
+/// and `CUDA_ERROR_INVALID_CONTEXT` was recorded in the user's context, failing their next
+/// call. In a child process: event tracking is a setting of the shared primary context.
+#[test]
+fn copy_sources_are_freed_in_their_own_context() {
+    if !devices(2, "copy_sources_are_freed_in_their_own_context") {
+        return;
+    }
+    in_child("child_copy_sources_are_freed_in_their_own_context", &[]);
+}
+
+#[test]
+#[ignore = "run by copy_sources_are_freed_in_their_own_context in a child process"]
+fn child_copy_sources_are_freed_in_their_own_context() {
+    let c0 = CudaContext::new(0).unwrap();
+    let c1 = CudaContext::new(1).unwrap();
+    // SAFETY: this process makes no use of the slices' events (they are never shared across
+    // streams without the exports' own ordering).
+    unsafe { c0.disable_event_tracking() };
+    let producer = c0.default_stream();
+    let consumers = [(0, c0.new_stream().unwrap()), (1, c1.new_stream().unwrap())];
+    const LEN: usize = 1 << 16;
+    let free_bytes = |ctx: &Arc<CudaContext>| {
+        ctx.bind_to_thread().unwrap();
+        cudarc::driver::result::mem_get_info().unwrap().0
+    };
+    let before = free_bytes(&c0);
+    for (device, consumer) in &consumers {
+        for round in 0..8 {
+            let data = producer.clone_htod(&vec![round as f32; LEN]).unwrap();
+            let tensor = SliceTensor {
+                data,
+                shape: vec![LEN],
+                stream: producer.clone(),
+            };
+            let request = ExportRequest::versioned()
+                .dl_device(Device::cuda(*device))
+                .copy(Some(true))
+                .stream(Some(consumer.cu_stream() as i64));
+            let view = AnyF32::from_dlpack_with(tensor, &request).unwrap();
+            assert_eq!(view.shape, [LEN]);
+            assert!(view.data.managed().is_copied());
+            let ptr = view.data.cuda_device_ptr().unwrap();
+            consumer.synchronize().unwrap();
+            let mut back = vec![0f32; LEN];
+            consumer.context().bind_to_thread().unwrap();
+            // SAFETY: `ptr` is `LEN` float32 of the copy, alive while `view` lives; the
+            // consumer's stream, which wrote it, has finished.
+            unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut back, ptr) }.unwrap();
+            assert!(back.iter().all(|&v| v == round as f32), "device {device}");
+            drop(view);
+            // Nothing was recorded in the user's contexts, and their next calls succeed.
+            c0.check_err().unwrap();
+            c1.check_err().unwrap();
+            producer.synchronize().unwrap();
+        }
+    }
+    // Every source is given back once its copy has run: the release thread frees each within
+    // moments of the consumer's stream passing the copy.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while free_bytes(&c0) != before {
+        assert!(
+            Instant::now() < deadline,
+            "device 0 did not get back the copies' sources: {} bytes free, {before} before",
+            free_bytes(&c0)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c0.check_err().unwrap();
+}

@@ -2,6 +2,8 @@
 //! before the consumer, and copies of CUDA memory, on the CUDA driver tier. `no_device.rs` is
 //! its twin without the feature.
 
+use std::sync::Arc;
+
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 
@@ -13,7 +15,7 @@ use super::{
 use crate::engine::cuda::{
     AfterFailedWait, CudaError, CurrentContext, DeviceMemory, PeerContexts, ReadyEvents,
     after_failed_wait, bind, check_consumer_stream, check_not_capturing, check_pointer,
-    check_primary_stream, check_producer_stream, context, copy_to_device, copy_to_host,
+    check_primary_stream, check_producer_stream, context, copy_to_device, copy_to_host, drop_in,
     enqueue_from_host, execute, execute_for, init, leak, max_pitch, raw_stream, record_and_order,
     release_after_raw, stream_id, synchronize,
 };
@@ -572,6 +574,7 @@ fn copy_export(
     let enqueued = copy_to_device(&plan, src, &memory, stream, peer);
     hand_over(
         source,
+        Some(&src_ctx),
         DeviceCopy { memory, shape },
         &ctx,
         stream,
@@ -583,10 +586,14 @@ fn copy_export(
 
 /// Releases `source` once `stream` (of `ctx`, current) has passed the copy into `copy` just
 /// enqueued on it (`enqueued`), without a host wait (stream-ordered release), or right after the
-/// host has waited for the stream when `plan.host_wait`; then builds the export of the copy,
-/// flagged `IS_COPIED`, with an event recorded on `stream` after it unless the host waited.
+/// host has waited for the stream when `plan.host_wait`, with `source_ctx` bound (the context of
+/// the source's device memory, another device's for a copy between devices; `None` for host
+/// memory); then builds the export of the copy, flagged `IS_COPIED`, with an event recorded on
+/// `stream` after it unless the host waited.
+#[allow(clippy::too_many_arguments)] // each is one piece of the hand-over, named at the call
 fn hand_over<S: Send + 'static>(
     source: S,
+    source_ctx: Option<&Arc<CudaContext>>,
     copy: DeviceCopy,
     ctx: &CudaContext,
     stream: sys::CUstream,
@@ -600,7 +607,11 @@ fn hand_over<S: Send + 'static>(
     if plan.host_wait && copy.memory.byte_len() > 0 {
         let waited = synchronize(stream);
         match waited.as_ref().map_err(after_failed_wait) {
-            Ok(()) | Err(AfterFailedWait::Free) => drop(source),
+            Ok(()) | Err(AfterFailedWait::Free) => {
+                drop_in(source_ctx.map(|c| &**c), source);
+                // Back to the copy's context, where its export is built.
+                bind(ctx.cu_ctx())?;
+            }
             Err(_) => {
                 leak("a tensor whose copy could not be waited for");
                 core::mem::forget(source);
@@ -608,7 +619,13 @@ fn hand_over<S: Send + 'static>(
         }
         enqueued.and(waited)?;
     } else {
-        let _ = release_after_raw(Box::new(source), ReadyEvents::default(), ctx, stream);
+        let _ = release_after_raw(
+            Box::new(source),
+            ReadyEvents::default(),
+            ctx,
+            stream,
+            source_ctx.cloned(),
+        );
         enqueued?;
     }
     let copied = build_copied(copy, &device_copy_parts, versioned)?;
@@ -684,6 +701,7 @@ fn copy_from_host(
     let enqueued = unsafe { enqueue_from_host(src, &memory, stream) };
     hand_over(
         staged,
+        None,
         DeviceCopy { memory, shape },
         &ctx,
         stream,

@@ -238,11 +238,20 @@ fn tracking_stream(stream: &Arc<CudaStream>) -> Arc<CudaStream> {
 /// context still runs: it may still be read).
 pub fn release_after(tensor: ManagedTensor, stream: &CudaStream) -> Result<(), CudaError> {
     let after = tensor.ready_events().cloned().unwrap_or_default();
+    // The tensor's deleter runs with its own device's primary context bound (the device of its
+    // memory, which may not be the stream's).
+    let device = tensor.dl_tensor().device;
+    let owner = if device.device_type == crate::abi::ffi::kDLCUDA {
+        crate::engine::cuda::context(device.device_id).ok()
+    } else {
+        None
+    };
     release_after_raw(
         Box::new(tensor),
         after,
         stream.context(),
         stream.cu_stream(),
+        owner,
     )
 }
 

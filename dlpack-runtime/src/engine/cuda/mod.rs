@@ -24,7 +24,7 @@ pub(crate) use copy::{
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
 pub(crate) use event::{execute, execute_for, record_and_order};
-pub(crate) use reaper::{AfterFailedWait, after_failed_wait, leak, release_after_raw};
+pub(crate) use reaper::{AfterFailedWait, after_failed_wait, drop_in, leak, release_after_raw};
 pub(crate) use wait::{HostWait, synchronize};
 
 /// A CUDA failure, or the absence of a driver.

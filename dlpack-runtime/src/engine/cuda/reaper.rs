@@ -12,11 +12,14 @@ use super::{CudaError, CurrentContext, HostWait, bind, check_not_capturing, init
 /// Work for the reaper thread: frees that must wait for the device.
 pub(super) enum Job {
     /// Drop `value` (an imported tensor, a copy's source) once `event` has completed, and the
-    /// events `after` (what the tensor was ready after).
+    /// events `after` (what the tensor was ready after), with `owner` bound: the context of the
+    /// value's device memory, whose drop may free it there (cudarc's `CudaSlice` frees in the
+    /// current context unless it tracks events).
     Release {
         event: PooledEvent,
         after: ReadyEvents,
         value: Box<dyn Send>,
+        owner: Option<Arc<CudaContext>>,
     },
     /// Free device memory of `ctx` once the device has finished all work submitted so far.
     Free {
@@ -81,8 +84,16 @@ impl Job {
         };
         match (verdict, self) {
             (AfterFailedWait::Retry, job) => return Some(job),
-            (AfterFailedWait::Free, Job::Release { event, value, .. }) => {
-                drop(value);
+            (
+                AfterFailedWait::Free,
+                Job::Release {
+                    event,
+                    value,
+                    owner,
+                    ..
+                },
+            ) => {
+                drop_in(owner.as_deref(), value);
                 drop(event);
             }
             (AfterFailedWait::Free, Job::Free { ptr, .. }) => {
@@ -100,6 +111,16 @@ impl Job {
         }
         None
     }
+}
+
+/// Drops `value` with `owner`, the context of its device memory, bound (when it can be: a
+/// context that cannot be bound is broken, and the drop's own calls fail there alike). The
+/// caller restores the thread's current context.
+pub(crate) fn drop_in<V>(owner: Option<&CudaContext>, value: V) {
+    if let Some(owner) = owner {
+        let _ = bind(owner.cu_ctx());
+    }
+    drop(value);
 }
 
 pub(crate) fn leak(what: &str) {
@@ -162,7 +183,9 @@ pub(super) fn reap(job: Job) -> Result<(), CudaError> {
 
 /// Stream-ordered release: drops `value` (a tensor) only after `stream`, a raw stream handle of
 /// `ctx` valid for the duration of the call, has completed the work enqueued on it so far. An
-/// event is recorded on `stream` now; the reaper thread waits for it, then drops `value`.
+/// event is recorded on `stream` now; the reaper thread waits for it, then drops `value` with
+/// `owner` bound, the context of the value's device memory (which may be another device's than
+/// `stream`'s: the source of a copy between devices).
 ///
 /// # Errors
 ///
@@ -176,6 +199,7 @@ pub(crate) fn release_after_raw(
     after: ReadyEvents,
     ctx: &CudaContext,
     stream: sys::CUstream,
+    owner: Option<Arc<CudaContext>>,
 ) -> Result<(), CudaError> {
     let _current = CurrentContext::save();
     let recorded = init()
@@ -194,6 +218,7 @@ pub(crate) fn release_after_raw(
             event,
             after,
             value,
+            owner,
         }),
         Err(err @ (CudaError::Capturing { .. } | CudaError::LegacyStreamUnderCapture)) => {
             // The captured work reads the tensor whenever the graph is launched: only a leak is
@@ -208,7 +233,7 @@ pub(crate) fn release_after_raw(
                 .and_then(|()| HostWait::Stream(stream).run())
                 .and_then(|()| after.synchronize());
             match waited.as_ref().map_err(after_failed_wait) {
-                Ok(()) | Err(AfterFailedWait::Free) => drop(value),
+                Ok(()) | Err(AfterFailedWait::Free) => drop_in(owner.as_deref(), value),
                 Err(_) => {
                     leak("a tensor whose release could not wait for the consumer's stream");
                     core::mem::forget(value);
