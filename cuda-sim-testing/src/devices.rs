@@ -38,10 +38,20 @@ pub fn device_count() -> Result<usize, DeviceCountError> {
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
+/// The environment variable that turns [`require_devices`]'s skips into failures.
+const NO_SKIP: &str = "CUDA_SIM_TESTING_NO_SKIP";
+
 /// Whether the driver in use has at least `needed` devices ([`device_count`]); if not, says on
-/// stderr that the test `test` is skipped and why, so that a multi-GPU test on a machine with
-/// fewer GPUs is reported as skipped rather than passing silently. Panics when the devices
-/// cannot be counted (no driver).
+/// stderr that the test `test` is skipped and why. libtest has no skipped state: the test then
+/// returns and is listed `ok`, and `cargo test` shows the stderr line of a passing test only
+/// with `--nocapture`. Where a skip would hide a gap (a machine meant to have the GPUs), set
+/// the environment variable `CUDA_SIM_TESTING_NO_SKIP=1`: the test then fails, with the same
+/// words, instead of being skipped.
+///
+/// # Panics
+///
+/// When the devices cannot be counted (no driver), and when there are fewer than `needed`
+/// while `CUDA_SIM_TESTING_NO_SKIP` is `1`.
 ///
 /// ```no_run
 /// #[test]
@@ -59,6 +69,10 @@ pub fn require_devices(needed: usize, test: &str) -> bool {
         return true;
     }
     let noun = if count == 1 { "device" } else { "devices" };
-    eprintln!("skipped: {test} needs {needed} CUDA devices, and the driver has {count} {noun}");
+    let why = format!("{test} needs {needed} CUDA devices, and the driver has {count} {noun}");
+    if std::env::var_os(NO_SKIP).is_some_and(|v| v == "1") {
+        panic!("{why} ({NO_SKIP}=1: not skipped)");
+    }
+    eprintln!("skipped: {why}");
     false
 }

@@ -216,6 +216,39 @@ fn device_count_is_the_drivers_count() {
     ));
 }
 
+/// `CUDA_SIM_TESTING_NO_SKIP=1` turns the skip into a failure naming the count (in a child,
+/// where the variable is set); without it the same call skips (above).
+#[test]
+fn no_skip_turns_a_skip_into_a_failure() {
+    if !on_simulator("no_skip_turns_a_skip_into_a_failure") {
+        return;
+    }
+    in_child(
+        "child_fails_instead_of_skipping",
+        &[("CUDA_SIM_TESTING_NO_SKIP", "1")],
+    );
+}
+
+#[test]
+#[ignore = "run by no_skip_turns_a_skip_into_a_failure, in a child with CUDA_SIM_TESTING_NO_SKIP=1"]
+fn child_fails_instead_of_skipping() {
+    let count = device_count().unwrap();
+    assert!(require_devices(
+        count,
+        "a test the driver has the devices for"
+    ));
+    let failed = std::panic::catch_unwind(|| require_devices(count + 1, "a needy test"))
+        .expect_err("not skipped: it fails");
+    let message = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(
+        message,
+        format!(
+            "a needy test needs {} CUDA devices, and the driver has {count} devices (CUDA_SIM_TESTING_NO_SKIP=1: not skipped)",
+            count + 1
+        )
+    );
+}
+
 #[test]
 fn device_count_follows_the_simulators_setting() {
     if !on_simulator("device_count_follows_the_simulators_setting") {
