@@ -114,19 +114,23 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
 /// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. A table whose call
 /// fails with `BufferError`, or fails without setting an exception (which `dlpack.h` does not
-/// allow, and some producers do), refuses that path. Otherwise, or then, it calls
-/// `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword left at
-/// its default is passed; so `__dlpack_device__` is not needed to choose a stream), and on
+/// allow, and some producers do), refuses that path. Otherwise, or then, with `device` a CUDA
+/// device (feature `cuda`), it asks `__dlpack_device__()` first: a producer on the host (`cpu`
+/// or `cuda_host`) is asked for its memory as it is, `__dlpack__(max_version=(1, 3))` with no
+/// `stream` (which must be `None` for a host tensor) and no `dl_device` or `copy`, and that
+/// memory is copied onto the device here, on the consumer's `stream` (a stream of that device;
+/// `copy=False` is refused with `BufferError` before the producer is asked). Any other producer
+/// is asked `__dlpack__(max_version=(1, 3), dl_device=..., copy=..., stream=...)` (no keyword
+/// left at its default is passed), and on
 /// `TypeError` retries `__dlpack__()` (with `stream` only, if one was given) for producers that
 /// predate the keywords, then serves `copy=True` and `device` itself (copying CUDA memory with
 /// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
 /// such a producer, or one that ignores `dl_device`) is copied to the host after an event
 /// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
 /// the copy reads after the work the producer ordered before that stream. With `device` a CUDA
-/// device (feature `cuda`), a host producer that refuses `dl_device` with `BufferError` (NumPy
-/// does) is asked again for its memory as it is (`max_version` only), and host memory, or CUDA
-/// memory of another device, handed over where that device was asked is copied onto it here, on
-/// the consumer's `stream` (a stream of that device), unless `copy=False`. The capsule is
+/// device (feature `cuda`), host memory, or CUDA memory of another device, handed over where
+/// that device was asked is copied onto it here, on the consumer's `stream` (a stream of that
+/// device), unless `copy=False`. The capsule is
 /// consumed as [`consume_capsule`] describes, and the tensor is validated by `T`'s import before
 /// anything reads it.
 ///
@@ -261,8 +265,12 @@ fn via_dunder(
     let py = obj.py();
     let plain = options.device.is_none() && options.copy.is_none() && options.stream.is_none();
     torch::refuse(obj, torch)?;
-    // The consumer's stream, if any, is the caller's choice; so the producer's device does not
-    // change the call, and `__dlpack_device__` is not asked.
+    // A host producer asked for a CUDA device is asked for its memory as it is: a CUDA `stream`
+    // or `dl_device` is no request a host tensor can serve (its `stream` must be `None`).
+    if let Some((found, wanted)) = host_producer_for_cuda(obj, options) {
+        return via_host_memory(obj, found, wanted, options);
+    }
+    // Otherwise the consumer's stream, if any, is the caller's choice, passed as it is.
     let first = if plain {
         call_plain(obj)
     } else {
@@ -290,15 +298,6 @@ fn via_dunder(
                 return made_ready(settle(managed, options, true)?, options);
             }
             return Err(not_a_producer(obj, err));
-        }
-        Err(err) if err.is_instance_of::<PyBufferError>(py) && copies_host_memory(obj, options) => {
-            // A host producer that cannot reach the CUDA device asked for (NumPy refuses
-            // `dl_device` with `BufferError`): its memory as it is, copied onto the device here
-            // ([`settle`]). Host memory has no stream, so none is passed.
-            let kwargs = PyDict::new(py);
-            kwargs.set_item(intern!(py, "max_version"), max_version(py)?)?;
-            let dunder = obj.getattr(intern!(py, "__dlpack__"))?;
-            (dunder.call((), Some(&kwargs))?, true)
         }
         Err(err) if err.is_instance_of::<PyTypeError>(py) => {
             // A producer older than `max_version`: `stream` is as old as `__dlpack__` itself.
@@ -627,25 +626,23 @@ fn lookup_exchange_api(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<usize> {
     Ok(if usable { api as usize } else { 0 })
 }
 
-/// Whether a producer that refused `dl_device` with `BufferError` holds host memory
-/// (`__dlpack_device__` says `cpu` or `cuda_host`) that this consumer copies onto the CUDA device
-/// asked for itself (feature `cuda`; not with `copy=False`).
-fn copies_host_memory(obj: &Bound<'_, PyAny>, options: &FromDlpackOptions) -> bool {
-    let Some(wanted) = options.device else {
-        return false;
-    };
-    if !COPIES_CUDA_MEMORY
-        || wanted.device_type != crate::DeviceType::Cuda
-        || options.copy == Some(false)
-    {
-        return false;
+/// The host device of `obj` and the CUDA device asked for, when `options.device` is a CUDA device
+/// (feature `cuda`) and `obj.__dlpack_device__()` names host memory (`cpu` or `cuda_host`), which
+/// this consumer copies onto that device itself ([`via_host_memory`]). `None` otherwise,
+/// including where `__dlpack_device__` is missing, fails or returns no `(int, int)`: such a
+/// producer is asked with the keywords, and its `__dlpack__` answers.
+fn host_producer_for_cuda(
+    obj: &Bound<'_, PyAny>,
+    options: &FromDlpackOptions,
+) -> Option<(Device, Device)> {
+    let wanted = options.device?;
+    if !COPIES_CUDA_MEMORY || wanted.device_type != crate::DeviceType::Cuda {
+        return None;
     }
-    let Ok((device_type, device_id)) = obj
+    let (device_type, device_id) = obj
         .call_method0(intern!(obj.py(), "__dlpack_device__"))
         .and_then(|device| device.extract::<(i32, i32)>())
-    else {
-        return false;
-    };
+        .ok()?;
     let found = Device::from_raw(ffi::DLDevice {
         device_type,
         device_id,
@@ -654,6 +651,39 @@ fn copies_host_memory(obj: &Bound<'_, PyAny>, options: &FromDlpackOptions) -> bo
         found.device_type,
         crate::DeviceType::Cpu | crate::DeviceType::CudaHost
     )
+    .then_some((found, wanted))
+}
+
+/// The import onto the CUDA device `wanted` of a producer whose memory is on the host device
+/// `found`: `__dlpack__(max_version=(1, 3))` (`__dlpack__()` for a producer older than
+/// `max_version`), as a host import asks, without `dl_device`, `copy` or `stream` (the `stream`
+/// of a host tensor must be `None`; the DLPack Python specification's stream table), then
+/// copied onto `wanted` here ([`settle`]) on the consumer's `stream`, after which the tensor is
+/// made ready for that stream ([`made_ready`]). `copy=False` is refused with `BufferError`
+/// before the producer is asked: host memory reaches a CUDA device only as a copy.
+fn via_host_memory(
+    obj: &Bound<'_, PyAny>,
+    found: Device,
+    wanted: Device,
+    options: &FromDlpackOptions,
+) -> PyResult<ManagedTensor> {
+    let py = obj.py();
+    if options.copy == Some(false) {
+        return Err(PyBufferError::new_err(format!(
+            "copy=False but importing a {found} tensor onto {wanted} needs a copy (from_dlpack(device=..., copy=False))"
+        )));
+    }
+    let capsule = match call_plain(obj) {
+        Ok(capsule) => capsule,
+        Err(err) if err.is_instance_of::<PyAttributeError>(py) => {
+            return Err(not_a_producer(obj, err));
+        }
+        Err(err) if err.is_instance_of::<PyTypeError>(py) => obj
+            .getattr(intern!(py, "__dlpack__"))
+            .and_then(|dunder| dunder.call0())?,
+        Err(err) => return Err(err),
+    };
+    made_ready(settle(consume_capsule(&capsule)?, options, true)?, options)
 }
 
 /// Applies `device` and `copy` to a tensor obtained without them (a raw capsule, a producer

@@ -1,5 +1,5 @@
 """Exports and imports across CUDA devices from Python (the example extension built with
-`--features cuda`; NumPy, no PyTorch or CuPy).
+`--features cuda`; NumPy, and PyTorch and JAX on the CPU where installed; no CuPy).
 
 * Our producers' `__dlpack__(dl_device=(kDLCUDA, k), stream=s, copy=...)` on a tensor of another
   device: a copy on `s` (a stream of device k) after the producer's pending work, flagged
@@ -7,6 +7,10 @@
 * Our consumer's `from_dlpack(x, device=(kDLCUDA, k), copy=...)` (through `cuda_sum_on`) of our
   CUDA tensors on another device, and of NumPy arrays, which NumPy cannot put on a device: the
   consumer copies them on its stream.
+* Host producers (NumPy, PyTorch CPU tensors, JAX CPU arrays, and spies that record their
+  keywords) asked for a CUDA device: our consumer asks them for their memory as it is, with no
+  `stream` and no `dl_device`, and copies it onto the device on its stream; producers on a CUDA
+  device do receive the stream.
 * The thread's current CUDA context is the same after every call.
 
 They run on the CUDA simulator (its default is two devices; `CUDA_SIM_DEVICES=4` runs the pairs
@@ -243,3 +247,114 @@ def test_the_checker_sees_a_cai_producer_that_names_no_stream():
     assert _driver.cuSimViolations() >= 1, "the checker missed the unordered copy"
     assert "cuMemcpyPeerAsync" in _report()
     _driver.cuSimReset()
+
+
+# Host producers asked for a CUDA device. Our consumer asks `__dlpack_device__()` first; a
+# producer on the host gets `__dlpack__(max_version=(1, 3))` only: no `stream` (which must be
+# None for a host tensor: PyTorch CPU tensors refuse any other with AssertionError, and try to
+# initialise CUDA for -1) and no `dl_device` (JAX CPU arrays raise "Unknown backend cuda"). The
+# consumer copies the host memory onto the device itself, on its stream.
+
+STREAMS = ["handle", None, -1]
+
+
+def consumer_stream(stream, device):
+    return de.cuda_stream_on(device) if stream == "handle" else stream
+
+
+def host_producer(kind):
+    """`arange(N)` as float32 from the library `kind`, on the host."""
+    if kind == "numpy":
+        return np.arange(N, dtype=np.float32)
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        return torch.arange(N, dtype=torch.float32)
+    import os
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(N, dtype=jnp.float32)
+    assert x.__dlpack_device__()[0] == 1, "JAX did not put the array on the CPU"
+    return x
+
+
+class Spy:
+    """A producer that forwards the DLPack protocol to `x` and records the keywords of each
+    `__dlpack__` call; `device` overrides what `__dlpack_device__` reports."""
+
+    def __init__(self, x, device=None):
+        self._x = x
+        self._device = device
+        self.calls = []
+
+    def __dlpack_device__(self):
+        return self._device if self._device is not None else self._x.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        self.calls.append(kwargs)
+        return self._x.__dlpack__(**kwargs)
+
+
+@pytest.mark.parametrize("stream", STREAMS, ids=["handle", "None", "minus1"])
+@pytest.mark.parametrize("device", range(min(DEVICES, 2)))
+@pytest.mark.parametrize("kind", ["numpy", "torch", "jax"])
+def test_host_producers_are_copied_onto_a_device_by_our_consumer(kind, device, stream):
+    x = host_producer(kind)
+    total, found, copied = de.cuda_sum_on(x, device, consumer_stream(stream, device))
+    assert (total, found, copied) == (expected_sum(), device, True)
+
+
+@pytest.mark.parametrize("stream", STREAMS + [1, 2], ids=["handle", "None", "minus1", "1", "2"])
+@pytest.mark.parametrize("device", range(min(DEVICES, 2)))
+@pytest.mark.parametrize("host", [(1, 0), (3, 0)], ids=["cpu", "cuda_host"])
+def test_a_host_producer_never_receives_a_stream_or_dl_device(host, device, stream):
+    spy = Spy(np.arange(N, dtype=np.float32), device=host)
+    total, found, copied = de.cuda_sum_on(spy, device, consumer_stream(stream, device))
+    assert (total, found, copied) == (expected_sum(), device, True)
+    assert spy.calls == [{"max_version": (1, 3)}]
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch", "jax"])
+def test_copy_false_onto_a_device_is_refused_before_a_host_producer_is_asked(kind):
+    spy = Spy(host_producer(kind))
+    with pytest.raises(BufferError, match="copy=False but importing a cpu:0 tensor onto cuda:0 needs a copy"):
+        de.cuda_sum_on(spy, 0, de.cuda_stream_on(0), copy=False)
+    assert spy.calls == []
+
+
+def test_a_cuda_producer_receives_the_stream_and_dl_device():
+    # The negative control: a producer on the device asked for is asked with the consumer's
+    # stream (and `dl_device`), which orders its pending work before the read.
+    s = de.cuda_stream_on(0)
+    spy = Spy(de.cuda_arange(N))
+    assert spy.__dlpack_device__() == (KDLCUDA, 0)
+    total, found, _ = de.cuda_sum_on(spy, 0, s)
+    assert (total, found) == (expected_sum(), 0)
+    assert spy.calls == [{"max_version": (1, 3), "dl_device": (KDLCUDA, 0), "stream": s}]
+
+
+def test_a_producer_on_another_device_receives_the_stream_of_the_device_asked_for():
+    needs_two_devices()
+    s = de.cuda_stream_on(1)
+    spy = Spy(de.cuda_arange(N))
+    total, found, copied = de.cuda_sum_on(spy, 1, s)
+    assert (total, found, copied) == (expected_sum(), 1, True)
+    assert spy.calls == [{"max_version": (1, 3), "dl_device": (KDLCUDA, 1), "stream": s}]
+
+
+def test_a_host_producer_older_than_max_version_is_asked_without_keywords():
+    class Old:
+        def __init__(self, a):
+            self.a = a
+            self.calls = 0
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+        def __dlpack__(self):
+            self.calls += 1
+            return self.a.__dlpack__()
+
+    old = Old(np.arange(N, dtype=np.float32))
+    total, found, copied = de.cuda_sum_on(old, 0, de.cuda_stream_on(0))
+    assert (total, found, copied) == (expected_sum(), 0, True)
+    assert old.calls == 1

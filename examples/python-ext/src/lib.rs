@@ -856,15 +856,16 @@ mod gpu {
 
     /// `cuda_sum_on(x, device, stream, copy=None) -> (sum, device, is_copied)`: imports `x` onto
     /// CUDA device `device` (`from_dlpack(x, device=(kDLCUDA, device), copy=copy)`, passing
-    /// `stream`, a stream of that device), then reads it on that stream with the device's context
-    /// bound (and the caller's restored); returns the sum, the device of the memory read, and
-    /// whether the import was a copy (`IS_COPIED`).
+    /// `stream`, a stream of that device, `None` or `-1`), then reads it on that stream (the
+    /// legacy default stream for `None` and `-1`) with the device's context bound (and the
+    /// caller's restored); returns the sum, the device of the memory read, and whether the import
+    /// was a copy (`IS_COPIED`).
     #[pyfunction]
     #[pyo3(signature = (x, device, stream, copy=None))]
     pub fn cuda_sum_on(
         x: &Bound<'_, PyAny>,
         device: i32,
-        stream: i64,
+        stream: Option<i64>,
         copy: Option<bool>,
     ) -> PyResult<(f64, i32, bool)> {
         let ctx = device_context(device as usize)?;
@@ -873,8 +874,14 @@ mod gpu {
             &FromDlpackOptions::new()
                 .device(dlpack_runtime::Device::cuda(device))
                 .copy(copy)
-                .stream(Some(stream)),
+                .stream(stream),
         )?;
+        // `None` names the legacy default stream (`CU_STREAM_LEGACY`, 1); `-1` names no stream
+        // (the caller vouches that the memory is ready), and the read goes on that one too.
+        let stream = match stream {
+            None | Some(-1) => 1,
+            Some(stream) => stream,
+        };
         let copied = view.data.managed().is_copied();
         let found = view.data.device().device_id;
         let numel = view.shape.iter().product();
