@@ -67,6 +67,21 @@
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
 //! except on request.
 //!
+//! Not modelled either: a host clock per thread. The checker keeps one host clock for the whole
+//! process, and every host synchronization (`cuStreamSynchronize`, `cuEventSynchronize`,
+//! `cuCtxSynchronize`, a query that returns `CUDA_SUCCESS`, a synchronous copy) joins into it
+//! what the wait has seen complete, whichever thread made it. Every operation enqueued
+//! afterwards, on any thread, is ordered after that work: threads of one process usually
+//! synchronize with each other by other means (locks, channels, joins) that the driver cannot
+//! see, and a clock per thread would report races between work that such means do order. The
+//! cost is the other way round: a race is reported only if no host wait, on any thread, has seen
+//! the first access complete before the second is enqueued. A library's background thread that
+//! waits on events (to release memory, say) can thus order a later unordered access, depending
+//! on the timing of the run. A test that wants a race flagged must make the first access
+//! impossible to observe until the racing operation is enqueued: hold its stream behind a gate
+//! (`cuda_sim_testing::Gate`, or a host function that waits) and open the gate only once the
+//! racing operation is enqueued.
+//!
 //! # Devices and peer access
 //!
 //! `CUDA_SIM_DEVICES` devices, each with its own range of device addresses (unified

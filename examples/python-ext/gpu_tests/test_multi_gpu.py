@@ -187,18 +187,34 @@ def test_our_host_tensors_are_copied_onto_a_device_by_their_producer():
     assert (total, device, copied) == (float(sum(range(32))), 0, True)
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
-def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
-    # The negative control: the copy is ordered on the stream the consumer named only; a read of
-    # it on another stream of the device, which nothing orders after the copy, is reported.
+def test_a_read_of_the_copy_on_the_consumers_stream_is_ordered_while_the_copy_is_pending():
+    # The positive counterpart of the test below: the read on the stream the consumer named is
+    # enqueued while the producer's write, and so the copy after it, is still held (the gate
+    # opens only once the read is enqueued); the checker reports no violation.
     needs_two_devices()
     s = de.cuda_stream_on(1)
     x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
     capsule = x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, 1), stream=s)
-    gate.release()
-    # The legacy default stream of device 1 (stream=1) is not the stream the copy is on, and
+    assert not gate_passed(gate)
+    total, device, copied = de.cuda_sum_on(capsule, 1, s, release=gate)
+    assert (total, device, copied) == (expected_sum(), 1, True)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
+    # The negative control: the copy is ordered on the stream the consumer named only; a read of
+    # it on another stream of the device, which nothing orders after the copy, is reported. The
+    # read is enqueued while the copy is still held behind the producer's gate (which opens only
+    # then): no host wait, on any thread, can have seen the copy complete and so ordered the
+    # read after it.
+    needs_two_devices()
+    s = de.cuda_stream_on(1)
+    x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
+    capsule = x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, 1), stream=s)
+    assert not gate_passed(gate)
+    # The per-thread default stream of device 1 (stream=2) is not the stream the copy is on, and
     # nothing made it wait: the read may come before the copy has written.
-    de.cuda_sum_on(capsule, 1, 2)
+    de.cuda_sum_on(capsule, 1, 2, release=gate)
     assert _driver.cuSimViolations() >= 1, "the checker missed a read not ordered after the copy"
     assert "cuMemcpyDtoHAsync" in _report()
     _driver.cuSimReset()
