@@ -85,7 +85,9 @@
 //! # Devices and peer access
 //!
 //! `CUDA_SIM_DEVICES` devices, each with its own range of device addresses (unified
-//! addressing: a pointer says its device). `cuDeviceCanAccessPeer(dev, peer)` answers 0 for a
+//! addressing: a pointer says its device): 1 TiB a device from `0x1000_0000_0000`, so that the
+//! ranges of all 64 devices end at `0x5000_0000_0000`, below the executable, its heap and every
+//! other mapping Linux gives a process; a host pointer is never taken for device memory. `cuDeviceCanAccessPeer(dev, peer)` answers 0 for a
 //! device with itself and 1 for two distinct devices, unless `CUDA_SIM_NO_PEER` lists the pair
 //! (or is `all`), so that the path of code that stages through the host when peer access is
 //! impossible can be tested too.
@@ -265,7 +267,7 @@ fn env(name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> u64 {
 
 pub(crate) fn config() -> &'static Config {
     static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
-        devices: env("CUDA_SIM_DEVICES", 2, 1..=64) as i32,
+        devices: env("CUDA_SIM_DEVICES", 2, 1..=engine::MAX_DEVICES) as i32,
         memory: env("CUDA_SIM_MEMORY", 4 << 30, 1..=1 << 40) as usize,
         op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0, 0..=10_000_000)),
         abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,
