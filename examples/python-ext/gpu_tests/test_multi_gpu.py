@@ -17,6 +17,7 @@ skipped on a machine with one.
 
 import ctypes
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -189,14 +190,20 @@ def test_our_host_tensors_are_copied_onto_a_device_by_their_producer():
 
 def test_a_read_of_the_copy_on_the_consumers_stream_is_ordered_while_the_copy_is_pending():
     # The positive counterpart of the test below: the read on the stream the consumer named is
-    # enqueued while the producer's write, and so the copy after it, is still held (the gate
-    # opens only once the read is enqueued); the checker reports no violation.
+    # enqueued while the producer's write, and so the copy after it, is still held; the checker
+    # reports no violation. The read goes to pageable host memory, so its enqueue returns only
+    # once the stream has run it: another thread opens the gate meanwhile.
     needs_two_devices()
     s = de.cuda_stream_on(1)
     x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
     capsule = x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, 1), stream=s)
     assert not gate_passed(gate)
-    total, device, copied = de.cuda_sum_on(capsule, 1, s, release=gate)
+    opener = threading.Timer(0.2, gate.release)
+    opener.start()
+    try:
+        total, device, copied = de.cuda_sum_on(capsule, 1, s)
+    finally:
+        opener.join()
     assert (total, device, copied) == (expected_sum(), 1, True)
 
 

@@ -729,7 +729,9 @@ mod gpu {
     /// caller's current stream handle; PyTorch reports its legacy default stream as 0, which
     /// DLPack spells 1), then reads it on that stream. A gate passed as `release` is opened once
     /// the read is enqueued, before the host waits for it: a test's read is then enqueued while
-    /// the gated work is still pending, whatever the timing of the run.
+    /// the gated work is still pending, whatever the timing of the run. The read goes to
+    /// pageable host memory, whose copy returns only once the stream has run it: `release` is
+    /// for a read on a stream that the gate does not hold (else the gate opens at its timeout).
     #[pyfunction]
     #[pyo3(signature = (x, stream, release=None))]
     pub fn cuda_sum(
