@@ -227,6 +227,37 @@ def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
     _driver.cuSimReset()
 
 
+def devices_in_words():
+    if DEVICES == 1:
+        return "1 CUDA device (0)"
+    return f"{DEVICES} CUDA devices (0 to {DEVICES - 1})"
+
+
+@pytest.mark.parametrize("ordinal", [DEVICES, 7 if DEVICES <= 7 else DEVICES + 7, -1])
+@pytest.mark.parametrize("source", ["cuda", "host"])
+def test_a_dl_device_the_process_does_not_have_is_a_buffer_error_naming_the_devices(ordinal, source):
+    x = de.cuda_arange(N) if source == "cuda" else de.Tensor.arange(4, 8)
+    expected = f"dl_device cuda:{ordinal} does not exist: the process has {devices_in_words()}"
+    for stream in (None, 2):
+        with pytest.raises(BufferError) as info:
+            x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, ordinal), stream=stream)
+        assert str(info.value) == expected
+    # The tensor is still exported as it is afterwards.
+    assert x.__dlpack_device__() == ((KDLCUDA, 0) if source == "cuda" else (1, 0))
+
+
+@pytest.mark.parametrize("ordinal", [2**31, -(2**31) - 1, 2**70])
+def test_a_dl_device_out_of_the_int32_range_is_an_overflow_error_naming_dl_device(ordinal):
+    x = de.cuda_arange(N)
+    with pytest.raises(OverflowError) as info:
+        x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, ordinal))
+    assert str(info.value) == (
+        f"{type(x).__qualname__}.__dlpack__() argument 'dl_device' is out of range: (2, {ordinal}), "
+        "expected a tuple of two ints from -2**31 to 2**31 - 1")
+    assert isinstance(info.value.__cause__, OverflowError)
+    assert info.value.__notes__ == ["while processing 'dl_device'"]
+
+
 class CaiOnly:
     """A producer that speaks only the CUDA Array Interface, over our tensor `x`."""
 
