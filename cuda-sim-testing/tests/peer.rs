@@ -742,3 +742,103 @@ fn a_captured_peer_copy_is_replayed_in_the_launch_streams_order() {
     // SAFETY: a live stream, destroyed once.
     ok(unsafe { sys::cuStreamDestroy_v2(b) }, "cuStreamDestroy");
 }
+
+/// The most devices the simulator allows: every device's address range stays clear of the host's
+/// memory, so small host buffers copy to and from each device: 64 bytes from the heap (the child
+/// runs with `MALLOC_ARENA_MAX=1`, so that glibc's `malloc` serves every thread from the heap
+/// after the executable, as it serves a program's main thread) and 64 bytes of a static of the
+/// executable's image.
+#[test]
+fn sixty_four_devices_take_no_host_address() {
+    if !on_simulator("sixty_four_devices_take_no_host_address") {
+        return;
+    }
+    in_child(
+        "child_sixty_four_devices",
+        &[("CUDA_SIM_DEVICES", "64"), ("MALLOC_ARENA_MAX", "1")],
+    );
+}
+
+/// 64 bytes in the executable's image (a static), beside its heap.
+static IMAGE_BYTES: std::sync::Mutex<[u8; 64]> = std::sync::Mutex::new([0; 64]);
+
+/// Copies `host` (64 bytes) to `p` and back into `back` (64 bytes), returning the results.
+fn round_trip(p: sys::CUdeviceptr, host: *const u8, back: *mut u8) -> (CUresult, CUresult) {
+    // SAFETY: `host` holds 64 bytes (caller); `p` is a live allocation of 64 bytes.
+    let to = unsafe { sys::cuMemcpyHtoD_v2(p, host.cast(), 64) };
+    // SAFETY: `back` has room for 64 bytes (caller); `p` is a live allocation of as many.
+    let from = unsafe { sys::cuMemcpyDtoH_v2(back.cast(), p, 64) };
+    (to, from)
+}
+
+#[test]
+#[ignore = "run by sixty_four_devices_take_no_host_address, with CUDA_SIM_DEVICES=64"]
+fn child_sixty_four_devices() {
+    assert_eq!(device_count().unwrap(), 64);
+    let ctx = contexts(64);
+    let mut pointers = Vec::new();
+    for (d, &c) in ctx.iter().enumerate() {
+        make_current(c);
+        let mut p = 0;
+        // SAFETY: a live out-pointer, a current context.
+        ok(unsafe { sys::cuMemAlloc_v2(&mut p, 64) }, "cuMemAlloc");
+        // From the heap: a small allocation, as a 64-byte malloc gets it.
+        let host: Vec<u8> = (0..64).map(|i| (i as u8) ^ (d as u8)).collect();
+        let mut back = vec![0u8; 64];
+        let results = round_trip(p, host.as_ptr(), back.as_mut_ptr());
+        assert_eq!(
+            results,
+            (CUresult::CUDA_SUCCESS, CUresult::CUDA_SUCCESS),
+            "device {d}: copies from and to heap buffers at {:p} and {:p}",
+            host.as_ptr(),
+            back.as_ptr()
+        );
+        assert_eq!(back, host, "device {d}, through heap buffers");
+        // From and to the executable's image.
+        let mut image = IMAGE_BYTES.lock().unwrap();
+        image.fill(d as u8);
+        let expected = *image;
+        let mut out = [0u8; 64];
+        let results = round_trip(p, image.as_ptr(), out.as_mut_ptr());
+        assert_eq!(
+            results,
+            (CUresult::CUDA_SUCCESS, CUresult::CUDA_SUCCESS),
+            "device {d}: a copy from a static at {:p}",
+            image.as_ptr()
+        );
+        image.fill(0);
+        let results = round_trip(p, expected.as_ptr(), image.as_mut_ptr());
+        assert_eq!(
+            results,
+            (CUresult::CUDA_SUCCESS, CUresult::CUDA_SUCCESS),
+            "device {d}: a copy to a static at {:p}",
+            image.as_ptr()
+        );
+        assert_eq!(
+            (*image, out),
+            (expected, expected),
+            "device {d}, through a static"
+        );
+        drop(image);
+        let mut device = -1i32;
+        // SAFETY: a live out-pointer of the attribute's type; `p` is a live allocation.
+        ok(
+            unsafe {
+                sys::cuPointerGetAttribute(
+                    (&raw mut device).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    p,
+                )
+            },
+            "cuPointerGetAttribute",
+        );
+        assert_eq!(
+            device, d as i32,
+            "the device of an allocation of device {d}"
+        );
+        pointers.push(p);
+    }
+    for (&c, p) in ctx.iter().zip(pointers) {
+        free(c, p);
+    }
+}

@@ -364,9 +364,29 @@ fn extent(len: usize) -> u64 {
     (len as u64).div_ceil(ALIGN as u64) * ALIGN as u64 + ALIGN as u64
 }
 
-/// Device address space: per device, a range of addresses no host mapping uses, never reused,
-/// so a stale pointer is always recognized.
-const ADDRESS_BASE: u64 = 0x3000_0000_0000;
+/// Device address space: per device, a span of [`DEVICE_SPAN`] addresses from
+/// `ADDRESS_BASE + device * DEVICE_SPAN`, never reused, so a stale pointer is always recognized.
+/// The spans of all 64 devices `CUDA_SIM_DEVICES` allows, `[0x1000_0000_0000,
+/// 0x5000_0000_0000)` (16 to 80 TiB), lie where Linux maps nothing for a process: above a
+/// non-PIE executable and its heap (from 4 MiB up), below the lowest address a PIE executable
+/// and its heap take (`0x5555_5555_4000` on x86-64, higher on 64-bit Arm), and far below the
+/// shared libraries and `mmap` area, which grow down from under the stack at the top of the
+/// 47-bit (x86-64) or 48-bit (Arm) address space. A host pointer is thus never taken for device
+/// memory, whatever the number of devices. Nothing is reserved with `mmap`: the addresses are
+/// only numbers, never dereferenced, and a reservation of 64 TiB of address space would fail
+/// under an address-space limit (`ulimit -v`, valgrind, sanitizers).
+const ADDRESS_BASE: u64 = 0x1000_0000_0000;
+
+/// The device addresses of one device: 1 TiB, the most `CUDA_SIM_MEMORY` allows for all
+/// devices together. Addresses are not reused, so a long run can use them all up: an
+/// allocation past the end is refused (`CUDA_ERROR_OUT_OF_MEMORY`), never given an address of
+/// the next device.
+const DEVICE_SPAN: u64 = 1 << 40;
+
+/// The most devices `CUDA_SIM_DEVICES` allows: the address space is laid out for them.
+pub(crate) const MAX_DEVICES: u64 = 64;
+
+const _: () = assert!(ADDRESS_BASE + MAX_DEVICES * DEVICE_SPAN <= 0x5000_0000_0000);
 
 pub(crate) struct Memory {
     pub(crate) live: BTreeMap<u64, Alloc>,
@@ -417,7 +437,7 @@ impl Memory {
     /// out): one range per device, which no host mapping of a process uses.
     pub(crate) fn is_device_address(&self, ptr: u64) -> bool {
         let devices = crate::config().devices.max(1) as u64;
-        ptr >= ADDRESS_BASE && ptr < ADDRESS_BASE + (devices << 40)
+        ptr >= ADDRESS_BASE && ptr < ADDRESS_BASE + devices * DEVICE_SPAN
     }
 
     pub(crate) fn pinned_at(&self, addr: usize, len: usize) -> Option<&Pinned> {
@@ -432,12 +452,13 @@ impl Memory {
         if self.used.saturating_add(len) > crate::config().memory {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
-        let buf = DevBuf::new(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        let next = self
-            .next
-            .entry(device)
-            .or_insert(ADDRESS_BASE + ((device as u64) << 40));
+        let start = ADDRESS_BASE + device as u64 * DEVICE_SPAN;
+        let next = self.next.entry(device).or_insert(start);
         let base = *next;
+        if extent(len) > start + DEVICE_SPAN - base {
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        let buf = DevBuf::new(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         *next += extent(len);
         self.next_id += 1;
         self.used += len;

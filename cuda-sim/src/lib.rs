@@ -67,10 +67,27 @@
 //! return `CUDA_ERROR_NOT_SUPPORTED` and name themselves on stderr, once each. Nothing aborts,
 //! except on request.
 //!
+//! Not modelled either: a host clock per thread. The checker keeps one host clock for the whole
+//! process, and every host synchronization (`cuStreamSynchronize`, `cuEventSynchronize`,
+//! `cuCtxSynchronize`, a query that returns `CUDA_SUCCESS`, a synchronous copy) joins into it
+//! what the wait has seen complete, whichever thread made it. Every operation enqueued
+//! afterwards, on any thread, is ordered after that work: threads of one process usually
+//! synchronize with each other by other means (locks, channels, joins) that the driver cannot
+//! see, and a clock per thread would report races between work that such means do order. The
+//! cost is the other way round: a race is reported only if no host wait, on any thread, has seen
+//! the first access complete before the second is enqueued. A library's background thread that
+//! waits on events (to release memory, say) can thus order a later unordered access, depending
+//! on the timing of the run. A test that wants a race flagged must make the first access
+//! impossible to observe until the racing operation is enqueued: hold its stream behind a gate
+//! (`cuda_sim_testing::Gate`, or a host function that waits) and open the gate only once the
+//! racing operation is enqueued.
+//!
 //! # Devices and peer access
 //!
 //! `CUDA_SIM_DEVICES` devices, each with its own range of device addresses (unified
-//! addressing: a pointer says its device). `cuDeviceCanAccessPeer(dev, peer)` answers 0 for a
+//! addressing: a pointer says its device): 1 TiB a device from `0x1000_0000_0000`, so that the
+//! ranges of all 64 devices end at `0x5000_0000_0000`, below the executable, its heap and every
+//! other mapping Linux gives a process; a host pointer is never taken for device memory. `cuDeviceCanAccessPeer(dev, peer)` answers 0 for a
 //! device with itself and 1 for two distinct devices, unless `CUDA_SIM_NO_PEER` lists the pair
 //! (or is `all`), so that the path of code that stages through the host when peer access is
 //! impossible can be tested too.
@@ -250,7 +267,7 @@ fn env(name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> u64 {
 
 pub(crate) fn config() -> &'static Config {
     static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
-        devices: env("CUDA_SIM_DEVICES", 2, 1..=64) as i32,
+        devices: env("CUDA_SIM_DEVICES", 2, 1..=engine::MAX_DEVICES) as i32,
         memory: env("CUDA_SIM_MEMORY", 4 << 30, 1..=1 << 40) as usize,
         op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0, 0..=10_000_000)),
         abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,

@@ -387,22 +387,21 @@ fn copy_false_to_another_gpu_is_refused_naming_both_devices() {
         return;
     }
     let checker = Checker::attach();
-    // A device the driver does not have: the driver's error, the source dropped once.
+    // A device the driver does not have: refused naming it and the devices there are, the
+    // source dropped once (more cases in
+    // a_dl_device_the_process_does_not_have_is_refused_naming_the_devices).
     let missing = device_count().unwrap() as i32;
     let s0 = CudaContext::new(0).unwrap().new_stream().unwrap();
     let t = dlpack_tests::gpu::GpuTensor::new(s0.alloc_zeros::<u32>(4).unwrap(), &s0, &counter);
     let err = t
         .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::cuda(missing)))
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ExportError::Cuda(cuda::CudaError::Driver {
-                code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
-                ..
-            })
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        ExportError::NoSuchDevice {
+            requested: Device::cuda(missing),
+            count: missing
+        }
     );
     assert_eq!(counter.get(), 2);
     let ctx1 = CudaContext::new(1).unwrap();
@@ -1074,4 +1073,60 @@ fn child_copy_sources_are_freed_in_their_own_context() {
         std::thread::sleep(Duration::from_millis(10));
     }
     c0.check_err().unwrap();
+}
+
+/// A `dl_device` that names a CUDA device the process does not have (an ordinal past the last,
+/// or negative) is refused with [`ExportError::NoSuchDevice`], naming the device asked for and
+/// the devices there are, for a CUDA tensor (with and without a consumer stream) and for a host
+/// tensor; the source is dropped once, and the thread's current context is kept.
+#[test]
+fn a_dl_device_the_process_does_not_have_is_refused_naming_the_devices() {
+    if !devices(
+        1,
+        "a_dl_device_the_process_does_not_have_is_refused_naming_the_devices",
+    ) {
+        return;
+    }
+    let count = device_count().unwrap() as i32;
+    let devices = if count == 1 {
+        "1 CUDA device (0)".to_owned()
+    } else {
+        format!("{count} CUDA devices (0 to {})", count - 1)
+    };
+    let ctx0 = CudaContext::new(0).unwrap();
+    let a = ctx0.new_stream().unwrap();
+    for ordinal in [count, count + 5, -1, i32::MIN] {
+        let requested = Device::cuda(ordinal);
+        let expected =
+            format!("dl_device cuda:{ordinal} does not exist: the process has {devices}");
+        let check = |err: ExportError, what: &str| {
+            assert_eq!(
+                err,
+                ExportError::NoSuchDevice { requested, count },
+                "{what} to cuda:{ordinal}"
+            );
+            assert_eq!(err.to_string(), expected, "{what}");
+        };
+        for stream in [None, Some(2)] {
+            let counter = Counter::new();
+            let t =
+                dlpack_tests::gpu::GpuTensor::new(a.alloc_zeros::<u32>(N).unwrap(), &a, &counter);
+            let request = ExportRequest::versioned()
+                .dl_device(requested)
+                .stream(stream);
+            let err = keeps_context(null_mut(), "a refused export", || {
+                t.into_dlpack_with(&request).unwrap_err()
+            });
+            check(err, &format!("a cuda:0 tensor, stream {stream:?}"));
+            assert_eq!(counter.get(), 1, "the source is dropped once");
+        }
+        let counter = Counter::new();
+        let t = dlpack_tests::types::tensor(vec![1u32; N], &[N], &counter);
+        let err = t
+            .into_dlpack_with(&ExportRequest::versioned().dl_device(requested))
+            .unwrap_err();
+        check(err, "a cpu:0 tensor");
+        assert_eq!(counter.get(), 1, "the host source is dropped once");
+    }
+    a.synchronize().unwrap();
 }

@@ -487,7 +487,17 @@ fn copy_plan(
     let target = request.dl_device.unwrap_or(device);
     let stream_request = parse_stream(target, request.stream)?;
     if is_other_cuda_device(device, target) {
-        return Ok(plan_copy_to(device, pending, stream_request)?);
+        let plan = plan_copy_to(device, pending, stream_request)?;
+        // The device must exist before anything is asked of it (its primary context is retained
+        // once per process, so this costs nothing after the first copy to it).
+        context(target.device_id).map_err(|e| match e {
+            CudaError::NoSuchDevice { count, .. } => ExportError::NoSuchDevice {
+                requested: target,
+                count,
+            },
+            e => e.into(),
+        })?;
+        return Ok(plan);
     }
     Ok(plan_copy(device, pending, stream_request)?)
 }

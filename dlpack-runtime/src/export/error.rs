@@ -35,6 +35,18 @@ pub enum ExportError {
         /// The device asked for.
         requested: Device,
     },
+    /// The `dl_device` asked for is a CUDA device that the process does not have (feature
+    /// `cuda`): its ordinal is negative, or not below the number of CUDA devices.
+    #[error(
+        "dl_device {requested} does not exist: the process has {}",
+        cuda_devices(*count)
+    )]
+    NoSuchDevice {
+        /// The device asked for.
+        requested: Device,
+        /// The number of CUDA devices of the process.
+        count: i32,
+    },
     /// `copy=False` but serving the request needs a copy.
     #[error("copy=False but exporting a {found} tensor to dl_device {requested} needs a copy")]
     CopyRequired {
@@ -87,6 +99,15 @@ pub enum ExportError {
         /// Device the buffer reports.
         buffer: Device,
     },
+}
+
+/// `count` CUDA devices in words, with the valid ordinals: "2 CUDA devices (0 to 1)".
+pub(crate) fn cuda_devices(count: i32) -> String {
+    match count {
+        ..=0 => "no CUDA device".to_owned(),
+        1 => "1 CUDA device (0)".to_owned(),
+        n => format!("{n} CUDA devices (0 to {})", n - 1),
+    }
 }
 
 /// The `dl_device` values an export of a `found` tensor can serve, for error messages.

@@ -78,7 +78,8 @@ impl ExportRequest {
     /// `dl_device` must be `device` itself, `cpu:0` for host-accessible memory, or (feature
     /// `cuda`) `cpu:0` or any CUDA device for CUDA memory, and any CUDA device for `cpu` and
     /// `cuda_host` memory, which are then copied (its `dl_device` and `copy`). Whether the CUDA
-    /// device exists is the driver's to say, when the copy is made.
+    /// device exists is the driver's to say, when the copy is planned
+    /// ([`ExportError::NoSuchDevice`]).
     ///
     /// # Errors
     ///

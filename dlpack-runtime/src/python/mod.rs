@@ -175,7 +175,7 @@
 //! | error | Python exception |
 //! |---|---|
 //! | [`StreamError`], [`ExportError::Stream`] (illegal `stream` value) | `ValueError` |
-//! | every other [`ExportError`] (`dl_device`, `copy=False`, read-only legacy, layout) | `BufferError` |
+//! | every other [`ExportError`] (`dl_device`, a `dl_device` CUDA device the process does not have, `copy=False`, read-only legacy, layout) | `BufferError` |
 //! | [`ImportError`] (version, layout, dtype, constraints), [`HeaderError`] | `BufferError` |
 //! | [`LayoutError::IndexRank`], [`LayoutError::IndexOutOfBounds`] (typed access: `get`, `set`) | `IndexError` |
 //! | [`LayoutError::Borrow`] (another import of the same memory holds a conflicting borrow, in this crate's registry or in rust-numpy's: [`BorrowError`](crate::BorrowError)), at an access or, for a consumer marked `#[dlpack(borrow = "...")]`, at import, where pyo3 adds a note naming the argument (`while processing 'b'`) | `BufferError` |
@@ -192,7 +192,7 @@
 //! | an object without `__dlpack__` that is not a capsule (a `str`, a list) | `TypeError`, with a note naming the argument (`while processing 'x'`, printed by Python 3.11+ tracebacks) when pyo3 converts a pyfunction argument |
 //! | wrong argument types (`stream` not an int, `max_version` not a tuple), unknown or repeated keywords | `TypeError` (from pyo3, or from the methods [`add_dlpack_methods`] installs) |
 //! | a `max_version` or `dl_device` tuple whose length is not 2 | `ValueError` (pyo3's conversion, on both paths) |
-//! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`) | `OverflowError` |
+//! | integers out of range (`stream=2**70`, `max_version=(-1, 0)`, `dl_device=(2, 2**31)`) | `OverflowError`; from the methods [`add_dlpack_methods`] installs, naming the parameter, the value and the range (`argument 'dl_device' is out of range: (2, 2147483648), expected a tuple of two ints from -2**31 to 2**31 - 1`) |
 
 use pyo3::PyErr;
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyValueError};

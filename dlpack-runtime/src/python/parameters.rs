@@ -7,7 +7,7 @@
 //! keyword-only, as the array API's signature makes them
 //! (`__dlpack__(self, /, *, stream=None, max_version=None, dl_device=None, copy=None)`).
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
@@ -82,9 +82,11 @@ macro_rules! text_signature {
 pub(crate) const COUNT: usize = 4;
 
 dlpack_parameters! {
-    stream: i64, quick_int, Kind::Int;
-    max_version: (u32, u32), quick_pair, Kind::Pair("a (major, minor) tuple");
-    dl_device: (i32, i32), quick_pair, Kind::Pair("a (device_type, device_id) tuple");
+    stream: i64, quick_int, Kind::Int("an int from -2**63 to 2**63 - 1");
+    max_version: (u32, u32), quick_pair,
+        Kind::Pair("a (major, minor) tuple", "a tuple of two ints from 0 to 2**32 - 1");
+    dl_device: (i32, i32), quick_pair,
+        Kind::Pair("a (device_type, device_id) tuple", "a tuple of two ints from -2**31 to 2**31 - 1");
     copy: bool, quick_bool, Kind::Bool;
 }
 
@@ -98,17 +100,19 @@ impl DlpackArguments {
 /// The Python kind a `__dlpack__` argument must have.
 #[derive(Clone, Copy)]
 pub(crate) enum Kind {
-    Int,
-    /// A tuple of two ints, described in words.
-    Pair(&'static str),
+    /// An int, with its range in words.
+    Int(&'static str),
+    /// A tuple of two ints, described in words, then with the range of its ints.
+    Pair(&'static str, &'static str),
     Bool,
 }
 
-/// `value` converted to `V`, `None` for an absent argument or Python's `None`. A value of the
-/// expected kind that does not convert (an int out of range, a tuple of another length or with
-/// a non-integer) keeps its own error (`OverflowError`, `ValueError`, `TypeError`) with the
-/// note `while processing '<parameter>'`, as pyo3 does for its arguments; a value of another
-/// kind is a `TypeError` naming the parameter.
+/// `value` converted to `V`, `None` for an absent argument or Python's `None`. An int out of
+/// range is an `OverflowError` naming the parameter, the value and the range (the conversion's
+/// own error as its cause). Another value of the expected kind that does not convert (a tuple of
+/// another length or with a non-integer) keeps its own error (`ValueError`, `TypeError`). Both
+/// carry the note `while processing '<parameter>'`, as pyo3 does for its arguments; a value of
+/// another kind is a `TypeError` naming the parameter.
 fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
     method: &dyn Fn() -> String,
     value: Option<Borrowed<'_, 'py, PyAny>>,
@@ -119,14 +123,25 @@ fn optional<'py, V: for<'a> FromPyObject<'a, 'py>>(
         return Ok(None);
     };
     value.extract::<V>().map(Some).map_err(|err| {
-        let (of_kind, expected) = match kind {
-            Kind::Int => (value.is_instance_of::<PyInt>(), "an int"),
-            Kind::Pair(expected) => (value.is_instance_of::<PyTuple>(), expected),
-            Kind::Bool => (value.is_instance_of::<PyBool>(), "a bool"),
+        let (of_kind, expected, range) = match kind {
+            Kind::Int(range) => (value.is_instance_of::<PyInt>(), "an int", range),
+            Kind::Pair(expected, range) => (value.is_instance_of::<PyTuple>(), expected, range),
+            Kind::Bool => (value.is_instance_of::<PyBool>(), "a bool", "a bool"),
         };
         if of_kind {
-            let err: PyErr = err.into();
+            let mut err: PyErr = err.into();
             let py = value.py();
+            if err.is_instance_of::<PyOverflowError>(py) {
+                let overflow = PyOverflowError::new_err(format!(
+                    "{}() argument '{parameter}' is out of range: {}, expected {range}",
+                    method(),
+                    value
+                        .repr()
+                        .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+                ));
+                overflow.set_cause(py, Some(err));
+                err = overflow;
+            }
             // As pyo3's `argument_extraction_error`: a note where the interpreter has notes
             // (3.11 and later); the error is kept as it is where adding one fails.
             let _ = err.value(py).call_method1(

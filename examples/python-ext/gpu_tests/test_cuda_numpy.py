@@ -161,10 +161,12 @@ class SkipSync:
 def test_the_checker_sees_a_consumer_that_skips_synchronization():
     # The negative control of the zero-violation checks: a read on the consumer's stream that
     # nothing orders after the producer's write is reported. The stream is created first, as
-    # creating it synchronizes the context (which would order the write before the read).
+    # creating it synchronizes the context (which would order the write before the read). The
+    # write is held behind a gate until the read is enqueued: no host wait, on any thread, can
+    # have seen it complete and so ordered the read after it.
     s = de.cuda_stream()
-    x = de.cuda_arange(N)
-    de.cuda_sum(SkipSync(x), s)  # the value read may be anything
+    x, gate = gated()
+    de.cuda_sum(SkipSync(x), s, release=gate)  # the value read may be anything
     report = _report()
     assert _driver.cuSimViolations() >= 1, "the checker missed an unsynchronized read"
     assert "cuMemcpyDtoHAsync" in report, report
@@ -360,10 +362,12 @@ def test_a_relay_orders_the_second_consumer_stream_after_the_producer():
 @pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
 def test_the_checker_sees_a_relay_that_was_never_made_ready():
     # The negative control: the first import asks for no synchronization (stream=-1), so the
-    # relay carries nothing to order the second stream after; its read is reported.
+    # relay carries nothing to order the second stream after; its read is reported. The
+    # producer's write is held behind a gate until the read is enqueued (as above).
     s1 = de.cuda_stream(1)
-    relay = de.cuda_relay(de.cuda_arange(N), -1)
-    de.cuda_sum(relay, s1)  # the value read may be anything
+    x, gate = gated()
+    relay = de.cuda_relay(x, -1)
+    de.cuda_sum(relay, s1, release=gate)  # the value read may be anything
     report = _report()
     assert _driver.cuSimViolations() >= 1, "the checker missed the unordered read of the relay"
     assert "cuMemcpyHtoDAsync" in report, report

@@ -21,6 +21,7 @@ skipped on a machine with one.
 
 import ctypes
 import itertools
+import threading
 
 import numpy as np
 import pytest
@@ -191,21 +192,74 @@ def test_our_host_tensors_are_copied_onto_a_device_by_their_producer():
     assert (total, device, copied) == (float(sum(range(32))), 0, True)
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
-def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
-    # The negative control: the copy is ordered on the stream the consumer named only; a read of
-    # it on another stream of the device, which nothing orders after the copy, is reported.
+def test_a_read_of_the_copy_on_the_consumers_stream_is_ordered_while_the_copy_is_pending():
+    # The positive counterpart of the test below: the read on the stream the consumer named is
+    # enqueued while the producer's write, and so the copy after it, is still held; the checker
+    # reports no violation. The read goes to pageable host memory, so its enqueue returns only
+    # once the stream has run it: another thread opens the gate meanwhile.
     needs_two_devices()
     s = de.cuda_stream_on(1)
     x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
     capsule = x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, 1), stream=s)
-    gate.release()
-    # The legacy default stream of device 1 (stream=1) is not the stream the copy is on, and
+    assert not gate_passed(gate)
+    opener = threading.Timer(0.2, gate.release)
+    opener.start()
+    try:
+        total, device, copied = de.cuda_sum_on(capsule, 1, s)
+    finally:
+        opener.join()
+    assert (total, device, copied) == (expected_sum(), 1, True)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="needs the CUDA simulator's happens-before checker")
+def test_the_checker_sees_a_read_of_the_copy_on_another_stream():
+    # The negative control: the copy is ordered on the stream the consumer named only; a read of
+    # it on another stream of the device, which nothing orders after the copy, is reported. The
+    # read is enqueued while the copy is still held behind the producer's gate (which opens only
+    # then): no host wait, on any thread, can have seen the copy complete and so ordered the
+    # read after it.
+    needs_two_devices()
+    s = de.cuda_stream_on(1)
+    x, gate = de.cuda_arange_gated_on(N, GATE_TIMEOUT, 0)
+    capsule = x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, 1), stream=s)
+    assert not gate_passed(gate)
+    # The per-thread default stream of device 1 (stream=2) is not the stream the copy is on, and
     # nothing made it wait: the read may come before the copy has written.
-    de.cuda_sum_on(capsule, 1, 2)
+    de.cuda_sum_on(capsule, 1, 2, release=gate)
     assert _driver.cuSimViolations() >= 1, "the checker missed a read not ordered after the copy"
     assert "cuMemcpyDtoHAsync" in _report()
     _driver.cuSimReset()
+
+
+def devices_in_words():
+    if DEVICES == 1:
+        return "1 CUDA device (0)"
+    return f"{DEVICES} CUDA devices (0 to {DEVICES - 1})"
+
+
+@pytest.mark.parametrize("ordinal", [DEVICES, 7 if DEVICES <= 7 else DEVICES + 7, -1])
+@pytest.mark.parametrize("source", ["cuda", "host"])
+def test_a_dl_device_the_process_does_not_have_is_a_buffer_error_naming_the_devices(ordinal, source):
+    x = de.cuda_arange(N) if source == "cuda" else de.Tensor.arange(4, 8)
+    expected = f"dl_device cuda:{ordinal} does not exist: the process has {devices_in_words()}"
+    for stream in (None, 2):
+        with pytest.raises(BufferError) as info:
+            x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, ordinal), stream=stream)
+        assert str(info.value) == expected
+    # The tensor is still exported as it is afterwards.
+    assert x.__dlpack_device__() == ((KDLCUDA, 0) if source == "cuda" else (1, 0))
+
+
+@pytest.mark.parametrize("ordinal", [2**31, -(2**31) - 1, 2**70])
+def test_a_dl_device_out_of_the_int32_range_is_an_overflow_error_naming_dl_device(ordinal):
+    x = de.cuda_arange(N)
+    with pytest.raises(OverflowError) as info:
+        x.__dlpack__(max_version=(1, 3), dl_device=(KDLCUDA, ordinal))
+    assert str(info.value) == (
+        f"{type(x).__qualname__}.__dlpack__() argument 'dl_device' is out of range: (2, {ordinal}), "
+        "expected a tuple of two ints from -2**31 to 2**31 - 1")
+    assert isinstance(info.value.__cause__, OverflowError)
+    assert info.value.__notes__ == ["while processing 'dl_device'"]
 
 
 class CaiOnly:

@@ -697,36 +697,59 @@ mod gpu {
         view: &ImportedData<f32>,
         numel: usize,
         stream: sys::CUstream,
+        release: Option<&CudaGate>,
     ) -> PyResult<f64> {
         let ptr = view.cuda_device_ptr()?;
         // Plain integers cross `detach` (raw pointers are not `Send`).
         let stream = stream as usize;
+        let release = release.map(|gate| gate.open.clone());
         let host = py.detach(move || -> Result<Vec<f32>, cudarc::driver::DriverError> {
             let mut host = vec![0f32; numel];
             let stream = stream as sys::CUstream;
             // SAFETY: `ptr` addresses `numel` contiguous f32 of the imported tensor
             // (C-contiguous: the consumer has no strides field), which the caller keeps alive;
             // `host` has room for them; synchronized before it is read.
-            unsafe {
+            let enqueued = unsafe {
                 sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), ptr, numel * 4, stream)
-                    .result()?;
-                sys::cuStreamSynchronize(stream).result()?;
             }
+            .result();
+            // The gate opens once the read is enqueued (or failed to be), before the host waits.
+            if let Some(open) = &release {
+                open_gate(open);
+            }
+            enqueued?;
+            // SAFETY: a live stream handle (the caller's).
+            unsafe { sys::cuStreamSynchronize(stream) }.result()?;
             Ok(host)
         });
         Ok(host.map_err(cuda_err)?.iter().map(|&v| f64::from(v)).sum())
     }
 
-    /// `cuda_sum(x, stream)`: imports a CUDA producer passing `stream` (the caller's current
-    /// stream handle; PyTorch reports its legacy default stream as 0, which DLPack spells 1),
-    /// then reads it on that stream.
+    /// `cuda_sum(x, stream, release=None)`: imports a CUDA producer passing `stream` (the
+    /// caller's current stream handle; PyTorch reports its legacy default stream as 0, which
+    /// DLPack spells 1), then reads it on that stream. A gate passed as `release` is opened once
+    /// the read is enqueued, before the host waits for it: a test's read is then enqueued while
+    /// the gated work is still pending, whatever the timing of the run. The read goes to
+    /// pageable host memory, whose copy returns only once the stream has run it: `release` is
+    /// for a read on a stream that the gate does not hold (else the gate opens at its timeout).
     #[pyfunction]
-    pub fn cuda_sum(x: &Bound<'_, PyAny>, stream: i64) -> PyResult<f64> {
+    #[pyo3(signature = (x, stream, release=None))]
+    pub fn cuda_sum(
+        x: &Bound<'_, PyAny>,
+        stream: i64,
+        release: Option<PyRef<'_, CudaGate>>,
+    ) -> PyResult<f64> {
         let stream = if stream == 0 { 1 } else { stream };
         let view: GpuView =
             python::from_dlpack_with(x, &FromDlpackOptions::new().stream(Some(stream)))?;
         let numel = view.shape.iter().product();
-        sum_on(x.py(), &view.data, numel, stream as usize as sys::CUstream)
+        sum_on(
+            x.py(),
+            &view.data,
+            numel,
+            stream as usize as sys::CUstream,
+            release.as_deref(),
+        )
     }
 
     /// A gate on a CUDA stream: work enqueued on the stream after the gate waits until
@@ -748,13 +771,18 @@ mod gpu {
         let _ = cv.wait_timeout_while(guard, Duration::from_secs_f64(timeout), |open| !*open);
     }
 
+    /// Opens a gate: the host function waiting on it returns.
+    fn open_gate(gate: &(Mutex<bool>, Condvar)) {
+        let (open, cv) = gate;
+        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+
     #[pymethods]
     impl CudaGate {
         /// Lets the stream go on. Any thread may call it.
         fn release(&self) {
-            let (open, cv) = &*self.open;
-            *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            cv.notify_all();
+            open_gate(&self.open);
         }
 
         /// The held stream's handle (`CUstream` as an integer).
@@ -854,19 +882,21 @@ mod gpu {
         Ok((tensor, CudaGate { open, stream }))
     }
 
-    /// `cuda_sum_on(x, device, stream, copy=None) -> (sum, device, is_copied)`: imports `x` onto
-    /// CUDA device `device` (`from_dlpack(x, device=(kDLCUDA, device), copy=copy)`, passing
-    /// `stream`, a stream of that device, `None` or `-1`), then reads it on that stream (the
-    /// legacy default stream for `None` and `-1`) with the device's context bound (and the
-    /// caller's restored); returns the sum, the device of the memory read, and whether the import
-    /// was a copy (`IS_COPIED`).
+    /// `cuda_sum_on(x, device, stream, copy=None, release=None) -> (sum, device, is_copied)`:
+    /// imports `x` onto CUDA device `device` (`from_dlpack(x, device=(kDLCUDA, device),
+    /// copy=copy)`, passing `stream`, a stream of that device, `None` or `-1`), then reads it on
+    /// that stream (the legacy default stream for `None` and `-1`) with the device's context
+    /// bound (and the caller's restored); returns the sum, the device of the memory read, and
+    /// whether the import was a copy (`IS_COPIED`). A gate passed as `release` is opened once the
+    /// read is enqueued, before the host waits for it (as `cuda_sum`).
     #[pyfunction]
-    #[pyo3(signature = (x, device, stream, copy=None))]
+    #[pyo3(signature = (x, device, stream, copy=None, release=None))]
     pub fn cuda_sum_on(
         x: &Bound<'_, PyAny>,
         device: i32,
         stream: Option<i64>,
         copy: Option<bool>,
+        release: Option<PyRef<'_, CudaGate>>,
     ) -> PyResult<(f64, i32, bool)> {
         let ctx = device_context(device as usize)?;
         let view: GpuView = python::from_dlpack_with(
@@ -894,7 +924,13 @@ mod gpu {
         unsafe { sys::cuCtxSetCurrent(ctx.cu_ctx()) }
             .result()
             .map_err(cuda_err)?;
-        let sum = sum_on(x.py(), &view.data, numel, stream as usize as sys::CUstream);
+        let sum = sum_on(
+            x.py(),
+            &view.data,
+            numel,
+            stream as usize as sys::CUstream,
+            release.as_deref(),
+        );
         // SAFETY: the context (or NULL) that was current.
         unsafe { sys::cuCtxSetCurrent(current) }
             .result()
@@ -1286,7 +1322,10 @@ mod gpu {
         }
         let view = GpuView::from_managed(managed)?;
         let numel = view.shape.iter().product();
-        Ok((sum_on(x.py(), &view.data, numel, stream.cast())?, true))
+        Ok((
+            sum_on(x.py(), &view.data, numel, stream.cast(), None)?,
+            true,
+        ))
     }
 }
 

@@ -44,6 +44,18 @@ pub enum CudaError {
         /// Its result code.
         code: sys::CUresult,
     },
+    /// A CUDA device ordinal that the driver does not have: negative, or not below the number
+    /// of CUDA devices of the process.
+    #[error(
+        "CUDA device {device} does not exist: the process has {}",
+        crate::export::cuda_devices(*count)
+    )]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        device: i32,
+        /// The number of CUDA devices of the process (`cuDeviceGetCount`).
+        count: i32,
+    },
     /// A data pointer lives on another device than the tensor says.
     #[error("data pointer {pointer:#x} belongs to CUDA device {found}, expected device {expected}")]
     WrongDevice {
@@ -199,7 +211,8 @@ pub(crate) fn stream_id(stream: &CudaStream) -> StreamId {
 ///
 /// # Errors
 ///
-/// [`CudaError::NoDriver`]; [`CudaError::Driver`] for an ordinal the driver does not know.
+/// [`CudaError::NoDriver`]; [`CudaError::NoSuchDevice`] for an ordinal the driver does not
+/// have; [`CudaError::Driver`] for another failure.
 pub(crate) fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
     init()?;
     static CONTEXTS: OnceLock<Mutex<HashMap<i32, Arc<CudaContext>>>> = OnceLock::new();
@@ -207,13 +220,25 @@ pub(crate) fn context(ordinal: i32) -> Result<Arc<CudaContext>, CudaError> {
     if let Some(ctx) = contexts.lock().ok().and_then(|c| c.get(&ordinal).cloned()) {
         return Ok(ctx);
     }
-    let index = usize::try_from(ordinal).map_err(|_| CudaError::Driver {
-        call: "cuDeviceGet",
-        code: sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
-    })?;
+    let no_such_device = || -> CudaError {
+        match CudaContext::device_count() {
+            Ok(count) => CudaError::NoSuchDevice {
+                device: ordinal,
+                count,
+            },
+            Err(e) => driver_error("cuDeviceGetCount")(e),
+        }
+    };
+    let index = usize::try_from(ordinal).map_err(|_| no_such_device())?;
     // Creating (and dropping a context that lost a race) binds it: leave the thread's as it was.
     let _current = CurrentContext::save();
-    let ctx = CudaContext::new(index).map_err(driver_error("cuDevicePrimaryCtxRetain"))?;
+    let ctx = CudaContext::new(index).map_err(|e| {
+        if e.0 == sys::CUresult::CUDA_ERROR_INVALID_DEVICE {
+            no_such_device()
+        } else {
+            driver_error("cuDevicePrimaryCtxRetain")(e)
+        }
+    })?;
     let kept = match contexts.lock() {
         Ok(mut c) => c.entry(ordinal).or_insert(ctx).clone(),
         Err(_) => ctx,
