@@ -5,7 +5,8 @@
 //! `#[derive(DlpackImport)]`, and it can lend its memory to NumPy, PyTorch, JAX, CuPy or another
 //! Rust crate, and be built from theirs, without copying. This crate holds the DLPack ABI
 //! ([`ffi`]), ownership ([`ManagedTensor`]), validation ([`TensorLayout`]), the stream rules
-//! and, behind features, the CUDA (module `cuda`) and Python (module `python`) glue.
+//! and, behind features, the CUDA (module `cuda`), ROCm/HIP (module `hip`) and Python (module
+//! `python`) glue.
 //!
 //! # Quick start
 //!
@@ -68,6 +69,7 @@
 //! | `burn` | no | burn CPU tensors (`burn-ndarray`) lent zero-copy (`burn::BurnTensor`), any backend's tensor lent through its host data (`burn::BurnData`), burn CPU tensors built from any DLPack tensor (zero-copy for C-contiguous host memory); implies `half`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
+//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
 //!
 //! # Safety model
 //!
@@ -264,6 +266,8 @@ pub mod burn {
 }
 #[cfg(feature = "cuda")]
 pub use interop::cuda;
+#[cfg(feature = "hip")]
+pub use interop::hip;
 pub use plan::cai::CaiError;
 pub use plan::stream::StreamError;
 pub use tensor::device::{Device, DeviceType};
@@ -285,7 +289,7 @@ pub use tensor::managed::{HeaderError, ManagedTensor, RawManagedTensor, Writabil
 /// | `dtype` | the exported dtype, for storage whose element type is erased (bytes holding float16, say); the layout is checked against the buffer's length in bytes | [`DataType`] | `#[dlpack(dtype)] dtype: DataType` |
 /// | `device` | the device; must agree with the buffer's (checked at export) | [`Device`] | `#[dlpack(device)] device: Device` |
 /// | `readonly` | `true` exports read-only (`DLPACK_FLAG_BITMASK_READ_ONLY`) | `bool` | `#[dlpack(readonly)] frozen: bool` |
-/// | `stream` | a stream with pending work on the data (feature `cuda`; several fields allowed): the consumer's stream is made to wait on an event recorded there | [`AsProducerStream`]: cudarc `CudaStream`, `Arc<CudaStream>`, `Option<_>` | `#[dlpack(stream)] stream: Arc<CudaStream>` |
+/// | `stream` | a stream with pending work on the data (feature `cuda`; several fields allowed): the consumer's stream is made to wait on an event recorded there | [`AsProducerStream`]: cudarc `CudaStream`, `Arc<CudaStream>`, `Option<_>`; with the `hip` feature `HipStream`, `Arc<HipStream>` (for ROCm tensors) | `#[dlpack(stream)] stream: Arc<CudaStream>` |
 ///
 /// Container options, on the struct:
 ///

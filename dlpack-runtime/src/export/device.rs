@@ -1,6 +1,7 @@
 //! The export's device work (feature `cuda`): ordering the producer's pending stream work
-//! before the consumer, and copies of CUDA memory, on the CUDA driver tier. `no_device.rs` is
-//! its twin without the feature.
+//! before the consumer, and copies of CUDA memory, on the CUDA driver tier; with the `hip`
+//! feature, the same for ROCm tensors on the HIP driver tier (`rocm`). `no_device.rs` is its
+//! twin without the feature.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaStream};
 
 use super::copied::{build_copied, copy_of, copy_to_host as host_copy};
+use super::parts::AnyStream;
 use super::{
     DlpackExport, ExportBuffer, ExportError, ExportParts, ExportRequest, ProducerStream,
     build_export,
@@ -32,8 +34,20 @@ use crate::tensor::managed::ManagedTensor;
 /// `dl_device` another CUDA device), and host memory to a CUDA device (`dl_device=cuda:k`).
 pub(crate) const COPIES_CUDA_MEMORY: bool = true;
 
+#[cfg(feature = "hip")]
+mod rocm;
+
 /// The `#[dlpack(stream)]` fields of an export: streams with pending work on the data.
-pub(crate) type Streams<'a> = Vec<&'a CudaStream>;
+pub(crate) type Streams<'a> = Vec<AnyStream<'a>>;
+
+/// The identity of a producer stream within one exchange.
+fn any_stream_id(stream: AnyStream<'_>) -> StreamId {
+    match stream {
+        AnyStream::Cuda(stream) => stream_id(stream),
+        #[cfg(feature = "hip")]
+        AnyStream::Hip(stream) => rocm::hip_stream_id(stream.raw()),
+    }
+}
 
 impl<'a> ExportParts<'a> {
     /// Adds a stream with pending work on the data (a `#[dlpack(stream)]` field; `None`: no
@@ -67,10 +81,10 @@ impl<'a> ExportParts<'a> {
     pub(crate) fn covering_stream(&self) -> Option<StreamId> {
         let buffer = self.buffer();
         if let Some(first) = self.streams.first() {
-            return Some(stream_id(first));
+            return Some(any_stream_id(*first));
         }
         if let Some(stream) = buffer.producer_stream() {
-            return Some(stream_id(stream.0));
+            return Some(any_stream_id(stream.0));
         }
         buffer
             .ready_events()
@@ -86,7 +100,37 @@ impl<'a> ExportParts<'a> {
 /// devices that name CUDA work of their own.
 #[inline(always)]
 pub(crate) fn touches_cuda(parts: &ExportParts<'_>) -> bool {
-    is_cuda_memory(parts.facts.device) || !parts.streams.is_empty()
+    is_cuda_memory(parts.facts.device)
+        || parts
+            .streams
+            .iter()
+            .any(|stream| matches!(stream, AnyStream::Cuda(_)))
+}
+
+/// The CUDA streams of `pending`, the producer streams of a tensor on `device` (not ROCm
+/// memory).
+///
+/// # Errors
+///
+/// `HipError::ForeignStream` (feature `hip`) for a HIP stream.
+fn cuda_streams<'a>(
+    device: Device,
+    pending: &[AnyStream<'a>],
+) -> Result<Vec<&'a CudaStream>, ExportError> {
+    let _ = device;
+    pending
+        .iter()
+        .map(|stream| match *stream {
+            AnyStream::Cuda(stream) => Ok(stream),
+            #[cfg(feature = "hip")]
+            AnyStream::Hip(_) => Err(crate::engine::hip::HipError::ForeignStream {
+                found: "HIP",
+                expected: "CUDA",
+                device,
+            }
+            .into()),
+        })
+        .collect()
 }
 
 /// Whether `device` is memory of the CUDA driver: device, pinned host or managed memory.
@@ -187,6 +231,13 @@ impl<'r> StreamWork<'r> {
         }
         // A relay: imported memory lent on, ready after the events it carries.
         let upstream = buffer.ready_events().filter(|events| !events.is_empty());
+        #[cfg(feature = "hip")]
+        if rocm::is_rocm_memory(device) {
+            // ROCm work never touches the CUDA driver; relays carry CUDA events only, which
+            // no ROCm tensor has.
+            return self.order_rocm(device, data, has_elements, &pending);
+        }
+        let pending = cuda_streams(device, &pending)?;
         if pending.is_empty()
             && upstream.is_none()
             && !(device.device_type == DeviceType::Cuda && has_elements)

@@ -69,6 +69,11 @@ pub enum ExportError {
     #[cfg(feature = "cuda")]
     #[error(transparent)]
     Cuda(#[from] crate::engine::cuda::CudaError),
+    /// A HIP runtime call (stream ordering of a ROCm tensor, a copy, a check) failed, no HIP
+    /// runtime is present, or a stream of the wrong API was named (feature `hip`).
+    #[cfg(feature = "hip")]
+    #[error(transparent)]
+    Hip(#[from] crate::engine::hip::HipError),
     /// A legacy tensor was asked, with `copy=False`, of a tensor that exists only as a
     /// versioned one (without `copy=False` the consumer gets a copy).
     #[error(
@@ -121,7 +126,9 @@ fn reachable_devices(found: Device) -> String {
         }
     } else if cuda && matches!(found.device_type, DeviceType::Cuda | DeviceType::CudaHost) {
         format!("{found}, cpu:0 or a CUDA device")
-    } else if found.is_host_accessible() {
+    } else if found.is_host_accessible()
+        || cfg!(feature = "hip") && found.device_type == DeviceType::Rocm
+    {
         format!("{found} or cpu:0")
     } else {
         found.to_string()

@@ -53,6 +53,8 @@ pub use error::ExportError;
 #[cfg(feature = "cuda")]
 pub(crate) use error::cuda_devices;
 #[cfg(feature = "cuda")]
+pub(crate) use parts::AnyStream;
+#[cfg(feature = "cuda")]
 pub use parts::ProducerStream;
 pub use parts::{AsProducerStream, AsShape, AsStrides, ExportParts};
 #[cfg(all(feature = "cuda", feature = "python"))]
@@ -275,6 +277,10 @@ fn copy_for(
     let device = Device::from_raw(managed.dl_tensor().device);
     if device.device_type == DeviceType::Cuda {
         return sync.copy_device_memory(managed, request);
+    }
+    #[cfg(feature = "hip")]
+    if device.device_type == DeviceType::Rocm {
+        return sync.copy_rocm_memory(managed, request);
     }
     let target = request.dl_device.unwrap_or(device);
     if COPIES_CUDA_MEMORY && request::copies_between(device, target) {

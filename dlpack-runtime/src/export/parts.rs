@@ -396,7 +396,8 @@ impl<'a> ExportParts<'a> {
 /// pending work on the tensor (feature `cuda`). Several fields may play this role.
 ///
 /// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work). A user stream type implements it by handing out a `ProducerStream`
+/// no pending work); with the `hip` feature also for [`HipStream`](crate::hip::HipStream) and
+/// `Arc<HipStream>` (pending work on a ROCm tensor). A user stream type implements it by handing out a `ProducerStream`
 /// made from a cudarc stream (`ProducerStream::from(&stream)`); a stream owned by another
 /// library (a raw `CUstream`) becomes one with cudarc's `CudaContext::wrap_borrowed_stream`,
 /// which never destroys it.
@@ -417,8 +418,22 @@ pub trait AsProducerStream {
 
 /// A stream with pending work on an export's data, borrowed for the export (feature `cuda`):
 /// what [`AsProducerStream`] and [`ExportBuffer::producer_stream`](crate::ExportBuffer::producer_stream)
-/// hand over. Made from a cudarc `CudaStream` with `From` (`ProducerStream::from(&stream)`), so
-/// that those traits name no type of cudarc and keep their signatures across its versions.
+/// hand over. Made with `From` from a cudarc `CudaStream` (`ProducerStream::from(&stream)`) or,
+/// with the `hip` feature, from a [`HipStream`](crate::hip::HipStream), so that those traits name
+/// no type of cudarc and keep their signatures across its versions. A CUDA stream names work
+/// on a CUDA tensor, a HIP stream work on a ROCm one; the other way round is refused at export.
 #[cfg(feature = "cuda")]
 #[derive(Debug, Clone, Copy)]
-pub struct ProducerStream<'a>(pub(crate) &'a cudarc::driver::CudaStream);
+pub struct ProducerStream<'a>(pub(crate) AnyStream<'a>);
+
+/// The stream a [`ProducerStream`] carries: one of the CUDA driver's or one of the HIP
+/// runtime's.
+#[cfg(feature = "cuda")]
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AnyStream<'a> {
+    /// A cudarc stream.
+    Cuda(&'a cudarc::driver::CudaStream),
+    /// A HIP stream.
+    #[cfg(feature = "hip")]
+    Hip(&'a crate::engine::hip::HipStream),
+}

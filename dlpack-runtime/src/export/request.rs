@@ -136,6 +136,8 @@ pub(crate) fn copies_between(device: Device, target: Device) -> bool {
     match (device.device_type, target.device_type) {
         (DeviceType::Cuda, DeviceType::Cuda) => true,
         (DeviceType::Cuda, _) => target == Device::CPU,
+        // ROCm device memory to the host, on the HIP driver tier.
+        (DeviceType::Rocm, _) => cfg!(feature = "hip") && target == Device::CPU,
         (DeviceType::Cpu | DeviceType::CudaHost, DeviceType::Cuda) => true,
         _ => false,
     }

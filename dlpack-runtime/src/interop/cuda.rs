@@ -150,7 +150,7 @@ pub use crate::engine::cuda::{CudaError, ReadyEvents, init};
 use crate::engine::cuda::{CurrentContext, release_after_raw};
 pub use crate::export::export_with_ready_events;
 
-use crate::export::{AsProducerStream, ExportBuffer, ProducerStream};
+use crate::export::{AnyStream, AsProducerStream, ExportBuffer, ProducerStream};
 use crate::import::ImportedData;
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::{DataType, Element};
@@ -290,7 +290,7 @@ impl<T: Element> ImportedData<T> {
 
 impl<'a> From<&'a CudaStream> for ProducerStream<'a> {
     fn from(stream: &'a CudaStream) -> Self {
-        Self(stream)
+        Self(AnyStream::Cuda(stream))
     }
 }
 

@@ -1,4 +1,4 @@
-//! Other crates' types as producers and consumers: cudarc (`cuda`), ndarray (`ndarray`),
+//! Other crates' types as producers and consumers: cudarc (`cuda`), HIP (`hip`), ndarray (`ndarray`),
 //! candle (`candle`) and burn (`burn`), each behind its feature.
 
 #[cfg(feature = "burn")]
@@ -7,5 +7,7 @@ pub mod burn;
 pub mod candle;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "hip")]
+pub mod hip;
 #[cfg(feature = "ndarray")]
 mod ndarray;

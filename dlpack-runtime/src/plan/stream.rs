@@ -156,7 +156,7 @@ pub(crate) enum SyncPlan {
 /// # Errors
 ///
 /// [`StreamError::Unsupported`] when pending work on a device type whose streams this crate
-/// cannot order (ROCm and others) would need synchronization.
+/// cannot order (ROCm without the `hip` feature, and others) would need synchronization.
 pub(crate) fn plan_sync(
     device: Device,
     pending: &[StreamId],
@@ -165,7 +165,7 @@ pub(crate) fn plan_sync(
     if pending.is_empty() || request == StreamRequest::NoSync {
         return Ok(SyncPlan::Nothing);
     }
-    if device.device_type.streams() != StreamApi::Cuda {
+    if !orders_streams(device) {
         let found = match request {
             StreamRequest::Handle(h) => h.get() as i64,
             StreamRequest::PerThreadDefault => 2,
@@ -192,6 +192,16 @@ pub(crate) fn plan_sync(
                 })
             }
         }
+    }
+}
+
+/// Whether this build orders pending work on `device`'s streams: CUDA's (feature `cuda`), and
+/// ROCm's with the `hip` feature.
+fn orders_streams(device: Device) -> bool {
+    match device.device_type.streams() {
+        StreamApi::Cuda => true,
+        StreamApi::Rocm => cfg!(feature = "hip"),
+        StreamApi::Host | StreamApi::Unstandardized => false,
     }
 }
 
@@ -549,15 +559,57 @@ mod tests {
         assert_eq!(plan_sync(managed, &[], request), Ok(SyncPlan::Nothing));
     }
 
+    /// ROCm streams are ordered with the `hip` feature (an event dependency on the consumer's
+    /// stream, nothing for the same stream or `stream=-1`) and refused without it; device
+    /// types whose streams are not standardized refuse pending work always.
     #[test]
     fn devices_without_stream_support_refuse_pending_work() {
         let rocm = dev(DeviceType::Rocm);
         let request = parse_stream(rocm, Some(0x5000)).unwrap();
+        if cfg!(feature = "hip") {
+            assert_eq!(
+                plan_sync(rocm, &[h(0x1000)], request),
+                Ok(SyncPlan::EventDependency {
+                    record_on: vec![h(0x1000)],
+                    wait_on: h(0x5000)
+                })
+            );
+            assert_eq!(
+                plan_sync(rocm, &[h(0x5000)], request),
+                Ok(SyncPlan::Nothing)
+            );
+            // `stream=0` and `None`: the default stream.
+            assert_eq!(
+                plan_sync(rocm, &[h(0x1000)], parse_stream(rocm, Some(0)).unwrap()),
+                Ok(SyncPlan::EventDependency {
+                    record_on: vec![h(0x1000)],
+                    wait_on: StreamId::LegacyDefault
+                })
+            );
+            // ROCm host memory read on the host: a host wait.
+            let rocm_host = dev(DeviceType::RocmHost);
+            assert_eq!(
+                plan_sync(rocm_host, &[h(0x1000)], StreamRequest::Host),
+                Ok(SyncPlan::HostSync {
+                    streams: vec![h(0x1000)]
+                })
+            );
+        } else {
+            assert_eq!(
+                plan_sync(rocm, &[h(0x1000)], request),
+                Err(StreamError::Unsupported {
+                    found: 0x5000,
+                    device: rocm
+                })
+            );
+        }
+        // Nothing can order Vulkan's streams, whatever the features.
+        let vulkan = dev(DeviceType::Vulkan);
         assert_eq!(
-            plan_sync(rocm, &[h(0x1000)], request),
+            plan_sync(vulkan, &[h(0x1000)], parse_stream(vulkan, None).unwrap()),
             Err(StreamError::Unsupported {
-                found: 0x5000,
-                device: rocm
+                found: 0,
+                device: vulkan
             })
         );
         assert_eq!(

@@ -182,6 +182,7 @@
 //! | rust-numpy's own refusal of its `PyReadonlyArray`/`PyReadwriteArray` argument that conflicts with a borrow of this crate (not this crate's error) | `TypeError` "The given array is already borrowed" (rust-numpy's `BorrowError`) |
 //! | every other [`LayoutError`] (not host-accessible, not contiguous, read-only, ...) | `BufferError` |
 //! | `cuda::CudaError` (feature `cuda`) | `BufferError` |
+//! | `hip::HipError` (feature `hip`; inside `ExportError::Hip` too): no HIP runtime, a pointer or stream of another device, a CUDA stream for a ROCm tensor, a stream being captured | `BufferError` |
 //! | [`CaiError`](crate::CaiError) (a `__cuda_array_interface__` that cannot be read): a missing or mistyped field | `TypeError` |
 //! | [`CaiError`](crate::CaiError): a mask, a structured `descr`, a `typestr` without a DLPack dtype, a layout the shared layout checks refuse (more than 64 axes) | `BufferError` |
 //! | [`CaiError`](crate::CaiError): a `data` pointer that is not CUDA memory the driver knows, a `stream` the driver does not know | `BufferError` |
@@ -313,6 +314,13 @@ impl From<StreamError> for PyErr {
 #[cfg(feature = "cuda")]
 impl From<crate::interop::cuda::CudaError> for PyErr {
     fn from(err: crate::interop::cuda::CudaError) -> Self {
+        PyBufferError::new_err(err.to_string())
+    }
+}
+
+#[cfg(feature = "hip")]
+impl From<crate::interop::hip::HipError> for PyErr {
+    fn from(err: crate::interop::hip::HipError) -> Self {
         PyBufferError::new_err(err.to_string())
     }
 }

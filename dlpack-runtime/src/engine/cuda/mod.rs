@@ -25,6 +25,8 @@ pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
 pub(crate) use event::{execute, execute_for, record_and_order};
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, drop_in, leak, release_after_raw};
+#[cfg(feature = "hip")]
+pub(crate) use wait::detached;
 pub(crate) use wait::{HostWait, synchronize};
 
 /// A CUDA failure, or the absence of a driver.

@@ -1,0 +1,326 @@
+//! HIP device memory: [`HipSlice`], a minimal owned buffer of one stream, and the copies of a
+//! ROCm export to the host.
+
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::sys::{self, hipStream_t};
+use super::{CurrentDevice, HipError, HipStream, api, check, check_not_capturing};
+use crate::engine::cuda::detached;
+use crate::tensor::dtype::Element;
+
+/// `len` elements of `T` in device memory of one HIP device, allocated and freed in the order
+/// of one stream (`hipMallocAsync`, `hipFreeAsync`); every operation on it is enqueued on that
+/// stream, so its work is pending there until the stream has passed it.
+///
+/// As the `#[dlpack(data)]` field of a derived type it exports as `kDLROCM` memory of its
+/// stream's device, and names its stream as a producer stream: the consumer's stream is made
+/// to wait for the work pending on it.
+#[derive(Debug)]
+pub struct HipSlice<T: Element> {
+    /// The device address (0 for no elements).
+    ptr: u64,
+    len: usize,
+    stream: Arc<HipStream>,
+    _element: PhantomData<T>,
+}
+
+impl<T: Element> HipSlice<T> {
+    /// `len` elements set to zero bytes, on `stream`'s device, in `stream`'s order
+    /// (`hipMallocAsync`, `hipMemsetAsync`); the host does not wait.
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::NoDriver`]; [`HipError::Driver`] (out of memory, a size overflow as
+    /// `hipErrorInvalidValue`).
+    pub fn alloc_zeros(stream: &Arc<HipStream>, len: usize) -> Result<Self, HipError> {
+        let mut slice = Self::alloc(stream, len)?;
+        slice.memset(0)?;
+        Ok(slice)
+    }
+
+    /// A copy of `values` on `stream`'s device, in `stream`'s order (`hipMallocAsync`,
+    /// `hipMemcpyAsync` from pageable memory, which the runtime reads before it returns).
+    ///
+    /// # Errors
+    ///
+    /// As [`HipSlice::alloc_zeros`].
+    pub fn from_host(stream: &Arc<HipStream>, values: &[T]) -> Result<Self, HipError> {
+        let mut slice = Self::alloc(stream, values.len())?;
+        slice.copy_from_host(values)?;
+        Ok(slice)
+    }
+
+    fn alloc(stream: &Arc<HipStream>, len: usize) -> Result<Self, HipError> {
+        let api = api()?;
+        let bytes = len.checked_mul(size_of::<T>()).ok_or(HipError::Driver {
+            call: "hipMallocAsync",
+            code: sys::ERROR_INVALID_VALUE,
+            name: "hipErrorInvalidValue".to_owned(),
+        })?;
+        let mut ptr: *mut c_void = core::ptr::null_mut();
+        if bytes > 0 {
+            let current = CurrentDevice::save()?;
+            current.set(stream.device())?;
+            check(
+                "hipMallocAsync",
+                // SAFETY: a valid out-pointer; the stream is live (the `Arc` holds it), of the
+                // current device.
+                unsafe { (api.hipMallocAsync)(&mut ptr, bytes, stream.raw()) },
+                api,
+            )?;
+        }
+        Ok(Self {
+            ptr: ptr as u64,
+            len,
+            stream: Arc::clone(stream),
+            _element: PhantomData,
+        })
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the slice has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The size in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len * size_of::<T>()
+    }
+
+    /// The device address of the first element (0 for no elements).
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The HIP device ordinal of the memory.
+    pub fn device(&self) -> i32 {
+        self.stream.device()
+    }
+
+    /// The stream the slice's work is ordered on.
+    pub fn stream(&self) -> &Arc<HipStream> {
+        &self.stream
+    }
+
+    /// Sets every byte to `byte`, on the slice's stream (`hipMemsetAsync`); the host does not
+    /// wait.
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::Driver`].
+    pub fn memset(&mut self, byte: u8) -> Result<(), HipError> {
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        let api = api()?;
+        let current = CurrentDevice::save()?;
+        current.set(self.device())?;
+        check(
+            "hipMemsetAsync",
+            // SAFETY: `byte_len` bytes of our allocation; the stream is live, of its device.
+            unsafe {
+                (api.hipMemsetAsync)(
+                    self.ptr as usize as *mut c_void,
+                    i32::from(byte),
+                    self.byte_len(),
+                    self.stream.raw(),
+                )
+            },
+            api,
+        )
+    }
+
+    /// Copies `values` (as many as the slice has elements) into the slice, on its stream
+    /// (`hipMemcpyAsync` from pageable memory: the runtime reads `values` before it returns).
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::Driver`] with `hipErrorInvalidValue` when `values` has another length.
+    pub fn copy_from_host(&mut self, values: &[T]) -> Result<(), HipError> {
+        let api = api()?;
+        if values.len() != self.len {
+            return check("hipMemcpyAsync", sys::ERROR_INVALID_VALUE, api);
+        }
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        let current = CurrentDevice::save()?;
+        current.set(self.device())?;
+        let (dst, src, bytes, stream) = (
+            self.ptr as usize,
+            values.as_ptr() as usize,
+            self.byte_len(),
+            self.stream.raw() as usize,
+        );
+        let copy = move || {
+            check(
+                "hipMemcpyAsync",
+                // SAFETY: `bytes` bytes of our allocation and of `values`, which the runtime reads
+                // before it returns (pageable memory); the stream is live.
+                unsafe {
+                    (api.hipMemcpyAsync)(
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        bytes,
+                        sys::MEMCPY_HOST_TO_DEVICE,
+                        stream as hipStream_t,
+                    )
+                },
+                api,
+            )
+        };
+        // SAFETY: one HIP call on this function's pointers; nothing touches Python.
+        unsafe { detached(copy) }
+    }
+
+    /// The slice's values, after the work pending on its stream: the host waits for the stream
+    /// (asking first whether it is being captured).
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::Capturing`] for a stream being captured; [`HipError::Driver`].
+    pub fn to_host(&self) -> Result<Vec<T>, HipError> {
+        let mut values: Vec<T> = Vec::with_capacity(self.len);
+        if self.ptr != 0 {
+            let current = CurrentDevice::save()?;
+            current.set(self.device())?;
+            check_not_capturing(
+                self.stream.raw(),
+                "a copy to the host",
+                "copy after the capture ends",
+            )?;
+            // SAFETY: `values` has room for `byte_len` bytes; our allocation has them; the
+            // stream is live and not capturing (checked).
+            unsafe {
+                copy_to_host_on(
+                    self.stream.raw(),
+                    self.ptr,
+                    self.byte_len(),
+                    values.as_mut_ptr().cast(),
+                )
+            }?;
+        }
+        // SAFETY: the copy wrote all `len` elements (it completed); `T: Element` values are
+        // plain data written from device memory of elements of `T`.
+        unsafe { values.set_len(self.len) };
+        Ok(values)
+    }
+}
+
+impl<T: Element> Drop for HipSlice<T> {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        let Ok(api) = api() else { return };
+        let Ok(current) = CurrentDevice::save() else {
+            return;
+        };
+        if current.set(self.device()).is_err() {
+            return;
+        }
+        // A free enqueued on a stream being captured would join the capture: leaked instead.
+        if super::capture_of(self.stream.raw()) != Ok(super::Capture::Not) {
+            return;
+        }
+        // SAFETY: our allocation, freed once, in the order of the stream that made it (live:
+        // the `Arc` holds it); its device is current.
+        let _ = unsafe { (api.hipFreeAsync)(self.ptr as usize as *mut c_void, self.stream.raw()) };
+    }
+}
+
+/// Copies `bytes` bytes of device memory at `src` to `dst` on `stream` (`hipMemcpyAsync`) and
+/// waits for the stream, with the GIL released meanwhile where this thread holds it.
+///
+/// # Safety
+///
+/// `src` is `bytes` bytes of device memory of the current device, `dst` has room for `bytes`;
+/// `stream` is valid for the call and not being captured (asked by the caller).
+unsafe fn copy_to_host_on(
+    stream: hipStream_t,
+    src: u64,
+    bytes: usize,
+    dst: *mut u8,
+) -> Result<(), HipError> {
+    let api = api()?;
+    let (stream, dst) = (stream as usize, dst as usize);
+    let copy = move || {
+        let enqueued = check(
+            "hipMemcpyAsync",
+            // SAFETY: the caller's contract.
+            unsafe {
+                (api.hipMemcpyAsync)(
+                    dst as *mut c_void,
+                    src as usize as *const c_void,
+                    bytes,
+                    sys::MEMCPY_DEVICE_TO_HOST,
+                    stream as hipStream_t,
+                )
+            },
+            api,
+        );
+        // Waited for even after a failed enqueue: what was enqueued writes to `dst`.
+        let waited = check(
+            "hipStreamSynchronize",
+            // SAFETY: a live stream, not capturing (caller).
+            unsafe { (api.hipStreamSynchronize)(stream as hipStream_t) },
+            api,
+        );
+        enqueued.and(waited)
+    };
+    // SAFETY: HIP calls on the caller's pointers; nothing touches Python.
+    unsafe { detached(copy) }
+}
+
+/// The stream this crate copies ROCm memory of `device` to the host on: non-blocking, made once
+/// per device and kept for the process's lifetime, never captured (no other code knows it).
+///
+/// # Errors
+///
+/// As [`HipStream::new_non_blocking`].
+pub(crate) fn copy_stream(device: i32) -> Result<hipStream_t, HipError> {
+    static STREAMS: OnceLock<Mutex<HashMap<i32, usize>>> = OnceLock::new();
+    let streams = STREAMS.get_or_init(Default::default);
+    let mut streams = streams.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&raw) = streams.get(&device) {
+        return Ok(raw as hipStream_t);
+    }
+    let stream = HipStream::new_non_blocking(device)?;
+    let raw = stream.raw();
+    // Kept for the process's lifetime.
+    core::mem::forget(stream);
+    streams.insert(device, raw as usize);
+    Ok(raw)
+}
+
+/// Copies the `bytes` bytes of device memory of HIP device `device` at `src` to `dst`, on
+/// [`copy_stream`] (which the caller has made wait for the producer's pending work), and waits
+/// for the copy on the host.
+///
+/// # Safety
+///
+/// `src` is `bytes` bytes of device memory of `device`, alive until this returns; `dst` has
+/// room for `bytes` bytes.
+pub(crate) unsafe fn copy_span_to_host(
+    device: i32,
+    src: u64,
+    bytes: usize,
+    dst: *mut u8,
+) -> Result<(), HipError> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    let stream = copy_stream(device)?;
+    // SAFETY: the caller's contract; `copy_stream` is live, of `device`, never captured.
+    unsafe { copy_to_host_on(stream, src, bytes, dst) }
+}

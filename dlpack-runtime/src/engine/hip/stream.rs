@@ -1,0 +1,302 @@
+//! HIP streams ([`HipStream`]), events, the event dependency of a hand-off and host waits.
+
+use core::ffi::c_void;
+
+use super::sys::{self, hipEvent_t, hipStream_t};
+use super::{Capture, CurrentDevice, HipError, api, capture_of, check, check_not_capturing};
+use crate::engine::cuda::detached;
+
+/// A HIP stream of one device: owned (made by [`HipStream::new`], destroyed on drop with its
+/// device current) or borrowed (a handle of another library, [`HipStream::borrowed`], or the
+/// device's default stream, [`HipStream::default_stream`]: never destroyed).
+///
+/// As a `#[dlpack(stream)]` field (`HipStream`, `Arc<HipStream>`, `Option` of either) it names
+/// pending work on a ROCm tensor: the consumer's stream is made to wait on an event recorded on
+/// it (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks.
+#[derive(Debug)]
+pub struct HipStream {
+    /// The `hipStream_t`, as an address (NULL: the device's default stream).
+    raw: usize,
+    device: i32,
+    owned: bool,
+}
+
+impl HipStream {
+    /// A new blocking stream of HIP device `device` (`hipStreamCreateWithFlags`,
+    /// `hipStreamDefault`: it synchronizes with the default stream).
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::NoDriver`] without ROCm; [`HipError::NoSuchDevice`]; [`HipError::Driver`].
+    pub fn new(device: i32) -> Result<Self, HipError> {
+        Self::with_flags(device, 0)
+    }
+
+    /// A new non-blocking stream of HIP device `device` (`hipStreamNonBlocking`: it does not
+    /// synchronize with the default stream).
+    ///
+    /// # Errors
+    ///
+    /// As [`HipStream::new`].
+    pub fn new_non_blocking(device: i32) -> Result<Self, HipError> {
+        Self::with_flags(device, sys::STREAM_NON_BLOCKING)
+    }
+
+    fn with_flags(device: i32, flags: u32) -> Result<Self, HipError> {
+        let api = api()?;
+        let current = CurrentDevice::save()?;
+        current.set(device)?;
+        let mut raw: hipStream_t = core::ptr::null_mut();
+        check(
+            "hipStreamCreateWithFlags",
+            // SAFETY: a valid out-pointer; the flags are `hipStreamDefault` or
+            // `hipStreamNonBlocking`; the stream belongs to the current device, `device`.
+            unsafe { (api.hipStreamCreateWithFlags)(&mut raw, flags) },
+            api,
+        )?;
+        Ok(Self {
+            raw: raw as usize,
+            device,
+            owned: true,
+        })
+    }
+
+    /// A stream of another library (a `hipStream_t` it owns), never destroyed by this value.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a live stream of HIP device `device` (or NULL, its default stream), and stays
+    /// alive as long as this value and every export that names it.
+    pub unsafe fn borrowed(device: i32, raw: *mut c_void) -> Self {
+        Self {
+            raw: raw as usize,
+            device,
+            owned: false,
+        }
+    }
+
+    /// The default (null) stream of HIP device `device`, with the legacy default stream's
+    /// implicit synchronization with blocking streams.
+    pub fn default_stream(device: i32) -> Self {
+        Self {
+            raw: 0,
+            device,
+            owned: false,
+        }
+    }
+
+    /// The `hipStream_t` (NULL for the default stream): the value a consumer passes as
+    /// `stream=` to `__dlpack__` (`0` names the default stream on ROCm).
+    pub fn raw(&self) -> *mut c_void {
+        self.raw as *mut c_void
+    }
+
+    /// The HIP device ordinal of the stream.
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    /// Whether the stream is being captured into a HIP graph (`hipStreamIsCapturing`, which
+    /// never invalidates a capture).
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::NoDriver`]; [`HipError::Driver`].
+    pub fn is_capturing(&self) -> Result<bool, HipError> {
+        let current = CurrentDevice::save()?;
+        current.set(self.device)?;
+        Ok(capture_of(self.raw())? != Capture::Not)
+    }
+
+    /// Blocks the host until the stream has finished its work (`hipStreamSynchronize`), with the
+    /// GIL released meanwhile where this thread holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::Capturing`] for a stream being captured, asked before the wait (HIP before
+    /// ROCm 7.14 would return success and invalidate the capture);
+    /// [`HipError::DefaultStreamUnderCapture`]; [`HipError::Driver`].
+    pub fn synchronize(&self) -> Result<(), HipError> {
+        synchronize_streams(self.device, &[self.raw()])
+    }
+}
+
+impl Drop for HipStream {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let Ok(api) = api() else { return };
+        let Ok(current) = CurrentDevice::save() else {
+            return;
+        };
+        if current.set(self.device).is_ok() {
+            // SAFETY: the stream is ours (made by `with_flags`), used no more; its device is
+            // current. A failure leaves nothing to do (errors in drop are not raised).
+            let _ = unsafe { (api.hipStreamDestroy)(self.raw()) };
+        }
+    }
+}
+
+/// An event of the current device (timing disabled), destroyed on drop.
+pub(crate) struct HipEvent {
+    raw: hipEvent_t,
+}
+
+impl HipEvent {
+    /// A new event of the current device (`hipEventCreateWithFlags`, `hipEventDisableTiming`).
+    pub(crate) fn new() -> Result<Self, HipError> {
+        let api = api()?;
+        let mut raw: hipEvent_t = core::ptr::null_mut();
+        check(
+            "hipEventCreateWithFlags",
+            // SAFETY: a valid out-pointer; a documented flag.
+            unsafe { (api.hipEventCreateWithFlags)(&mut raw, sys::EVENT_DISABLE_TIMING) },
+            api,
+        )?;
+        Ok(Self { raw })
+    }
+
+    /// Records the event on `stream` (valid for the call, of the event's device).
+    pub(crate) fn record(&self, stream: hipStream_t) -> Result<(), HipError> {
+        let api = api()?;
+        check(
+            "hipEventRecord",
+            // SAFETY: a live event of ours; `stream` is valid for the call (caller).
+            unsafe { (api.hipEventRecord)(self.raw, stream) },
+            api,
+        )
+    }
+
+    /// Makes `stream` (valid for the call) wait for the event's recorded work
+    /// (`hipStreamWaitEvent`, flags 0): the host does not block.
+    pub(crate) fn wait_on(&self, stream: hipStream_t) -> Result<(), HipError> {
+        let api = api()?;
+        check(
+            "hipStreamWaitEvent",
+            // SAFETY: a live, recorded event of ours; `stream` is valid for the call (caller).
+            unsafe { (api.hipStreamWaitEvent)(stream, self.raw, 0) },
+            api,
+        )
+    }
+}
+
+impl Drop for HipEvent {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: our event, used no more; `hipStreamWaitEvent` took its state when it was
+            // called, so a stream waiting on it is unaffected.
+            let _ = unsafe { (api.hipEventDestroy)(self.raw) };
+        }
+    }
+}
+
+/// How the consumer's stream waits on a producer's event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Neither stream is captured, or both are in the same capture (an edge of the graph).
+    Now,
+    /// The consumer's stream is captured and the event is recorded outside the capture: the
+    /// graph gets a wait node, and every launch waits for the event's most recent record.
+    External,
+}
+
+/// Orders the work pending on each of `producers` (live streams of HIP device `device`) before
+/// the consumer's stream `consumer` (valid for the call, of `device`; NULL its default
+/// stream): an event recorded on each producer stream other than the consumer's, which the
+/// consumer's stream waits on (`hipEventRecord`, `hipStreamWaitEvent`). The host never blocks.
+///
+/// Capture status is asked of both streams first (`hipStreamIsCapturing`): a consumer stream
+/// being captured waits as part of the capture (its event is then kept for the process's
+/// lifetime: every launch of the graph waits on it); a producer stream captured in the same
+/// capture gets an event inside it; a producer stream captured apart from the consumer is
+/// refused ([`HipError::Capturing`]), as is the default stream while a blocking stream of the
+/// device is captured ([`HipError::DefaultStreamUnderCapture`]). The thread's current device
+/// is left as it was.
+///
+/// # Errors
+///
+/// As above; [`HipError::Driver`] from the runtime.
+pub(crate) fn order_before(
+    device: i32,
+    producers: &[hipStream_t],
+    consumer: hipStream_t,
+) -> Result<(), HipError> {
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    let consumer_capture = capture_of(consumer)?;
+    if consumer_capture == Capture::Implicit {
+        return Err(HipError::DefaultStreamUnderCapture);
+    }
+    let mut seen: Vec<hipStream_t> = Vec::with_capacity(producers.len());
+    for &producer in producers {
+        if producer == consumer || seen.contains(&producer) {
+            continue;
+        }
+        seen.push(producer);
+        let how = match (capture_of(producer)?, consumer_capture) {
+            (Capture::Implicit, _) | (_, Capture::Implicit) => {
+                return Err(HipError::DefaultStreamUnderCapture);
+            }
+            (Capture::Active { id: p }, Capture::Active { id: c }) if p == c => Wait::Now,
+            (Capture::Active { .. }, _) => {
+                return Err(HipError::Capturing {
+                    stream: producer as u64,
+                    operation: "ordering the producer's captured work before a consumer outside its capture",
+                    instead: "export after the capture ends (and after a launch of its graph), or to a stream of the same capture",
+                });
+            }
+            (Capture::Not, Capture::Not) => Wait::Now,
+            (Capture::Not, Capture::Active { .. }) => Wait::External,
+        };
+        let event = HipEvent::new()?;
+        event.record(producer)?;
+        event.wait_on(consumer)?;
+        if how == Wait::External {
+            // Every launch of the graph waits for this event's most recent record: it must
+            // neither be destroyed nor recorded again while the graph may be launched, which
+            // this tier cannot know. Kept for the process's lifetime (one event per export to
+            // a capturing stream).
+            core::mem::forget(event);
+        }
+    }
+    Ok(())
+}
+
+/// Blocks the host until each of `streams` (live streams of HIP device `device`; NULL its
+/// default stream) has finished (`hipStreamSynchronize`), with the GIL released meanwhile where
+/// this thread holds it. Each stream's capture status is asked first: a stream being captured
+/// is refused before any wait ([`HipError::Capturing`]), since HIP before ROCm 7.14 would
+/// return success and silently invalidate the capture. The thread's current device is left as
+/// it was.
+///
+/// # Errors
+///
+/// As above; [`HipError::Driver`] from the runtime.
+pub(crate) fn synchronize_streams(device: i32, streams: &[hipStream_t]) -> Result<(), HipError> {
+    let api = api()?;
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    for &stream in streams {
+        check_not_capturing(
+            stream,
+            "a host wait for the producer's work",
+            "read on the host after the capture ends, or pass the capturing stream as the consumer's stream",
+        )?;
+    }
+    for &stream in streams {
+        let stream = stream as usize;
+        let wait = move || {
+            check(
+                "hipStreamSynchronize",
+                // SAFETY: `stream` is a live stream of the current device (caller), not capturing
+                // (checked above).
+                unsafe { (api.hipStreamSynchronize)(stream as hipStream_t) },
+                api,
+            )
+        };
+        // SAFETY: one HIP call; nothing touches Python.
+        unsafe { detached(wait) }?;
+    }
+    Ok(())
+}

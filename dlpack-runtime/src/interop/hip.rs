@@ -1,0 +1,82 @@
+//! ROCm/HIP (feature `hip`): stream-ordered hand-off of `kDLROCM` tensors, on a hand-written
+//! binding of the HIP runtime loaded at run time from `libamdhip64.so` (then `.so.7`, `.so.6`,
+//! `$ROCM_PATH/lib/` and `/opt/rocm/lib/`). The crate builds without ROCm; without the runtime
+//! every entry point returns [`HipError::NoDriver`], never panics.
+//!
+//! The `hip` feature implies `cuda`: the export machinery of the hand-off is shared with the
+//! CUDA tier, so cudarc is compiled, but a ROCm export never calls the CUDA driver.
+//!
+//! A producer names pending work on a ROCm tensor with a [`HipStream`] (`#[dlpack(stream)]`
+//! field: `HipStream`, `Arc<HipStream>`, or `Option` of either), or holds its data in a
+//! [`HipSlice`], whose own stream is pending. An export to a consumer's stream (the `stream`
+//! argument of `__dlpack__`, ROCm column: `None` and `0` the default stream, `-1` no
+//! synchronization, `> 2` a `hipStream_t`; `1` and `2` are refused):
+//!
+//! - makes the consumer's stream wait on an event recorded on each pending producer stream
+//!   (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks. The producer's own stream
+//!   and `stream=-1` need nothing;
+//! - blocks the host only where the consumer reads on the host (`kDLROCMHost` memory with
+//!   `dl_device=(CPU, 0)`), with the GIL released meanwhile;
+//! - copies device memory to the host for `dl_device=(CPU, 0)`: one transfer of the tensor's
+//!   span on a stream of this crate made to wait for the producer's work, compacted on the
+//!   host, flagged `IS_COPIED`;
+//! - checks that the data pointer (`hipPointerGetAttributes`) and every stream
+//!   (`hipStreamGetDevice`) belong to the tensor's device, and that no CUDA stream is named
+//!   for a ROCm tensor (nor a HIP stream for a CUDA one): [`HipError::ForeignStream`].
+//!
+//! # Graph capture
+//!
+//! HIP before ROCm 7.14 does not report the errors of capture-unsafe calls made during a
+//! capture (pytorch/pytorch#187110): a host synchronization of a capturing stream returns
+//! success and the capture is silently invalidated. This crate therefore asks
+//! `hipStreamIsCapturing` (and `hipStreamGetCaptureInfo`) before every host-side wait or query
+//! and refuses with [`HipError::Capturing`]; it never relies on an error from the call. A
+//! consumer stream being captured waits on the producer's event as part of the capture (the
+//! event is kept for the process's lifetime, since every launch waits on it); a producer
+//! stream captured apart from the consumer's is refused.
+//!
+//! Not yet for ROCm: ready events that outlive the call, stream-ordered release of imports,
+//! copies on or between ROCm devices (`copy=True` without `dl_device=(CPU, 0)`), relays.
+
+pub use crate::engine::hip::{
+    HipError, HipSlice, HipStream, check_pointer, device_count, init, pointer_device,
+};
+use crate::export::{AnyStream, AsProducerStream, ExportBuffer, ProducerStream};
+use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::dtype::{DataType, Element};
+
+// SAFETY: a `HipSlice<T>` owns `len` elements of `T` in device memory of its stream's device
+// (`hipMallocAsync`, aligned to at least 256 bytes, enough for every element type); the
+// mutable pointer comes from `&mut self`. `T: Element` gives the dtype.
+unsafe impl<T: Element> ExportBuffer for HipSlice<T> {
+    fn dtype(&self) -> DataType {
+        T::DTYPE
+    }
+    fn device(&self) -> Device {
+        Device::new(DeviceType::Rocm, HipSlice::device(self))
+    }
+    fn byte_len(&self) -> usize {
+        HipSlice::byte_len(self)
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.device_ptr() as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.device_ptr() as usize as *mut core::ffi::c_void)
+    }
+    fn producer_stream(&self) -> Option<ProducerStream<'_>> {
+        Some(ProducerStream::from(&**self.stream()))
+    }
+}
+
+impl<'a> From<&'a HipStream> for ProducerStream<'a> {
+    fn from(stream: &'a HipStream) -> Self {
+        Self(AnyStream::Hip(stream))
+    }
+}
+
+impl AsProducerStream for HipStream {
+    fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
+        Some(ProducerStream::from(self))
+    }
+}
