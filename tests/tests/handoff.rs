@@ -1,0 +1,913 @@
+//! One set of hand-off cases, written once against a small [`Backend`] trait and run on each
+//! driver face of the simulator: CUDA (cudarc streams and `CudaSlice`) and, with the `hip`
+//! feature, HIP (`HipStream` and `HipSlice`). Each face runs the same cases (modules `cuda` and
+//! `hip`). Pending producer work is a gate on the producer's stream (a host function that
+//! blocks until the test releases it), so every ordering asserted is deterministic; the
+//! simulator's happens-before checker must report no violation where the hand-off is ordered,
+//! and must report the race of the negative controls.
+//!
+//! Run: `sim=$(./scripts/cuda-sim.sh); LD_LIBRARY_PATH=$sim cargo test -p dlpack-tests
+//! --features cuda,hip --test handoff`.
+#![cfg(feature = "cuda")]
+
+use std::time::Duration;
+
+use cuda_sim_testing::Checker;
+use dlpack_runtime::{DeviceType, DlpackExport, ExportError, ExportRequest, ManagedTensor};
+
+/// Elements of every tensor.
+const N: usize = 256;
+/// The byte the producer's pending write sets (each `u32` is four of them).
+const BYTE: u8 = 0x5a;
+
+const NEEDS_SIMULATOR: &str =
+    "needs the simulator on the library path (scripts/cuda-sim.sh), whose checker the cases assert";
+
+/// What an export error is, across the faces.
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    /// A stream being captured refused (`CudaError::Capturing`, `HipError::Capturing`).
+    Capturing,
+    /// A data pointer of another device.
+    WrongDevice,
+    /// A stream of another device, as `"producer"` or `"consumer"`.
+    StreamOnOtherDevice(&'static str),
+    /// A stream of the other API.
+    #[cfg_attr(not(feature = "hip"), allow(dead_code))]
+    Foreign,
+    /// Anything else, in words.
+    Other(String),
+}
+
+/// A driver face: its streams, buffers, gates and captures, and how its errors read.
+trait Backend {
+    /// A stream of the face.
+    type Stream: Clone + Send + Sync + 'static;
+    /// `u32` device memory.
+    type Buffer: Send + 'static;
+    /// Pending work held on a stream until released.
+    type Gate: Send + 'static;
+
+    /// A new stream of `device` (the runtime loaded first).
+    fn stream(device: i32) -> Self::Stream;
+    /// The stream as the `stream=` argument of `__dlpack__`.
+    fn value(stream: &Self::Stream) -> i64;
+    /// `N` zeroed elements, in the order of `stream`.
+    fn zeros(stream: &Self::Stream) -> Self::Buffer;
+    /// The device address of the buffer.
+    fn ptr(buffer: &Self::Buffer) -> u64;
+    /// Enqueues a write of `byte` to every byte of the `N` elements at `ptr` on `stream`.
+    fn fill(ptr: u64, stream: &Self::Stream);
+    /// Enqueues a device copy of `N` elements from `src` to `dst` on `stream`.
+    fn copy(dst: u64, src: u64, stream: &Self::Stream);
+    /// The buffer's values, after its stream's work.
+    fn read(buffer: &Self::Buffer) -> Vec<u32>;
+    /// Waits for the stream.
+    fn sync(stream: &Self::Stream);
+    /// Holds `stream` (everything enqueued after waits) until released; opens by itself after
+    /// `timeout`.
+    fn hold(stream: &Self::Stream, timeout: Duration) -> Self::Gate;
+    /// Releases the gate; whether it had opened by itself (a host wait for the held stream).
+    fn release(gate: Self::Gate) -> bool;
+    /// Starts capturing `stream` (relaxed mode).
+    fn begin_capture(stream: &Self::Stream);
+    /// Ends the capture of `stream`: the driver's code when the capture failed (invalidated).
+    fn end_capture(stream: &Self::Stream) -> Result<(), i64>;
+    /// A derived tensor of `data` with the producer stream `stream`, exported for `request`.
+    fn export(
+        data: Self::Buffer,
+        stream: &Self::Stream,
+        request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError>;
+    /// The memory of `data` (on one device) exported as if it lived on `device`, with no
+    /// producer stream.
+    fn export_claimed(
+        data: Self::Buffer,
+        device: i32,
+        request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError>;
+    /// [`Backend::export`] with a stream of the other API as one more producer stream.
+    #[cfg(feature = "hip")]
+    fn export_with_foreign_stream(
+        data: Self::Buffer,
+        stream: &Self::Stream,
+        request: &ExportRequest,
+    ) -> Result<ManagedTensor, ExportError>;
+    /// What `err` is.
+    fn kind(err: &ExportError) -> Kind;
+}
+
+/// The face's device 0 streams `a` (producer) and `b` (consumer), and the checker, reset.
+fn setup<B: Backend>() -> (B::Stream, B::Stream, Checker) {
+    let a = B::stream(0);
+    let b = B::stream(0);
+    let checker = Checker::attach().expect(NEEDS_SIMULATOR);
+    (a, b, checker)
+}
+
+fn versioned(stream: Option<i64>) -> ExportRequest {
+    ExportRequest::versioned().stream(stream)
+}
+
+fn filled() -> Vec<u32> {
+    vec![u32::from_ne_bytes([BYTE; 4]); N]
+}
+
+/// Exports a tensor whose write is pending on `a` (behind a gate) to the consumer `request`
+/// names, and copies it on `b` (the consumer's read) into a scratch buffer, still behind the
+/// gate; returns the violations the checker saw then, and the values read after the release.
+fn consumer_read<B: Backend>(
+    a: &B::Stream,
+    b: &B::Stream,
+    checker: &Checker,
+    stream: Option<i64>,
+) -> (u64, Vec<u32>) {
+    let data = B::zeros(a);
+    let scratch = B::zeros(b);
+    B::sync(a);
+    B::sync(b);
+    checker.reset();
+    let gate = B::hold(a, Duration::from_secs(30));
+    B::fill(B::ptr(&data), a);
+    let managed = B::export(data, a, &versioned(stream)).expect("the export succeeds");
+    B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, b);
+    let violations = checker.violations();
+    assert!(!B::release(gate), "the export waited for the held stream");
+    B::sync(a);
+    let values = B::read(&scratch);
+    drop(managed);
+    B::sync(a);
+    (violations, values)
+}
+
+fn pending_work_is_ordered_before_the_consumer_stream<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let (violations, values) = consumer_read::<B>(&a, &b, &checker, Some(B::value(&b)));
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the consumer read after the producer's write"
+    );
+}
+
+fn without_ordering_the_race_is_reported<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    // Negative control: `stream=-1`, the consumer takes the ordering on itself and does not.
+    let (violations, _) = consumer_read::<B>(&a, &b, &checker, Some(-1));
+    assert!(violations >= 1, "the unordered read is reported");
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
+}
+
+fn the_producers_own_stream_needs_nothing<B: Backend>() {
+    let (a, _b, checker) = setup::<B>();
+    // The consumer reads on the producer's stream: stream order alone orders it.
+    let (violations, values) = consumer_read::<B>(&a, &a, &checker, Some(B::value(&a)));
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(values, filled());
+}
+
+fn the_host_is_not_blocked<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let data = B::zeros(&a);
+    B::sync(&a);
+    // A gate that opens by itself after 5 s: an export that waited on the host for the held
+    // stream would return only then, and the release would say so.
+    let gate = B::hold(&a, Duration::from_secs(5));
+    B::fill(B::ptr(&data), &a);
+    let started = std::time::Instant::now();
+    let managed = B::export(data, &a, &versioned(Some(B::value(&b)))).unwrap();
+    let took = started.elapsed();
+    assert!(
+        !B::release(gate),
+        "the export blocked the host for {took:?}"
+    );
+    B::sync(&b);
+    drop(managed);
+    B::sync(&a);
+    checker.assert_clean("an export behind a held producer stream");
+}
+
+fn a_copy_to_the_host_has_the_producers_values<B: Backend>() {
+    let (a, _b, checker) = setup::<B>();
+    let data = B::zeros(&a);
+    B::sync(&a);
+    let gate = B::hold(&a, Duration::from_secs(30));
+    B::fill(B::ptr(&data), &a);
+    // The copy waits for the held write on the host: the gate is opened from another thread.
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        B::release(gate)
+    });
+    let request = ExportRequest::versioned()
+        .dl_device(dlpack_runtime::Device::CPU)
+        .copy(Some(true));
+    let managed = B::export(data, &a, &request).expect("a copy to the host");
+    assert!(!opener.join().unwrap(), "the gate opened by itself");
+    assert_eq!(
+        managed.dl_tensor().device.device_type,
+        DeviceType::Cpu.to_raw()
+    );
+    // SAFETY: a compact host tensor of `N` u32 values (a fresh copy this test owns).
+    let values =
+        unsafe { std::slice::from_raw_parts(managed.dl_tensor().data as *const u32, N) }.to_vec();
+    assert_eq!(
+        values,
+        filled(),
+        "the copy is ordered after the producer's write"
+    );
+    drop(managed);
+    B::sync(&a);
+    checker.assert_clean("a copy to the host");
+}
+
+fn a_producer_stream_captured_apart_from_the_consumer_is_refused<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let c = B::stream(0);
+    // The data lives on `c` (never captured), so that dropping the refused export frees
+    // nothing inside the capture; `a` names the captured pending work.
+    let data = B::zeros(&c);
+    B::sync(&c);
+    B::begin_capture(&a);
+    let err = B::export(data, &a, &versioned(Some(B::value(&b)))).unwrap_err();
+    assert_eq!(B::kind(&err), Kind::Capturing, "{err}");
+    assert_eq!(B::end_capture(&a), Ok(()), "the capture stays valid");
+    B::sync(&c);
+    checker.assert_clean("a refused export from a capturing stream");
+}
+
+fn a_consumer_stream_being_captured_waits_inside_the_capture<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let data = B::zeros(&a);
+    B::fill(B::ptr(&data), &a);
+    B::begin_capture(&b);
+    let managed = B::export(data, &a, &versioned(Some(B::value(&b))))
+        .expect("an export to a capturing consumer");
+    assert_eq!(B::end_capture(&b), Ok(()), "the capture stays valid");
+    B::sync(&a);
+    drop(managed);
+    B::sync(&a);
+    checker.assert_clean("an export to a capturing consumer");
+}
+
+fn a_pointer_of_another_device_is_refused<B: Backend>() {
+    let (_a, b, _checker) = setup::<B>();
+    let other = B::stream(1);
+    let data = B::zeros(&other);
+    B::sync(&other);
+    let err = B::export_claimed(data, 0, &versioned(Some(B::value(&b)))).unwrap_err();
+    assert_eq!(B::kind(&err), Kind::WrongDevice, "{err}");
+}
+
+fn a_producer_stream_of_another_device_is_refused<B: Backend>() {
+    let (a, b, _checker) = setup::<B>();
+    let other = B::stream(1);
+    let data = B::zeros(&a);
+    B::sync(&a);
+    let err = B::export(data, &other, &versioned(Some(B::value(&b)))).unwrap_err();
+    assert_eq!(
+        B::kind(&err),
+        Kind::StreamOnOtherDevice("producer"),
+        "{err}"
+    );
+}
+
+fn a_consumer_stream_of_another_device_is_refused<B: Backend>() {
+    let (a, _b, _checker) = setup::<B>();
+    let other = B::stream(1);
+    let data = B::zeros(&a);
+    B::sync(&a);
+    let err = B::export(data, &a, &versioned(Some(B::value(&other)))).unwrap_err();
+    assert_eq!(
+        B::kind(&err),
+        Kind::StreamOnOtherDevice("consumer"),
+        "{err}"
+    );
+}
+
+#[cfg(feature = "hip")]
+fn a_stream_of_the_other_api_is_refused<B: Backend>() {
+    let (a, b, _checker) = setup::<B>();
+    let data = B::zeros(&a);
+    B::sync(&a);
+    let err = B::export_with_foreign_stream(data, &a, &versioned(Some(B::value(&b)))).unwrap_err();
+    assert_eq!(B::kind(&err), Kind::Foreign, "{err}");
+}
+
+/// The cases, instantiated for one face.
+macro_rules! handoff_cases {
+    ($backend:ty) => {
+        #[test]
+        fn pending_work_is_ordered_before_the_consumer_stream() {
+            super::pending_work_is_ordered_before_the_consumer_stream::<$backend>();
+        }
+        #[test]
+        fn without_ordering_the_race_is_reported() {
+            super::without_ordering_the_race_is_reported::<$backend>();
+        }
+        #[test]
+        fn the_producers_own_stream_needs_nothing() {
+            super::the_producers_own_stream_needs_nothing::<$backend>();
+        }
+        #[test]
+        fn the_host_is_not_blocked() {
+            super::the_host_is_not_blocked::<$backend>();
+        }
+        #[test]
+        fn a_copy_to_the_host_has_the_producers_values() {
+            super::a_copy_to_the_host_has_the_producers_values::<$backend>();
+        }
+        #[test]
+        fn a_producer_stream_captured_apart_from_the_consumer_is_refused() {
+            super::a_producer_stream_captured_apart_from_the_consumer_is_refused::<$backend>();
+        }
+        #[test]
+        fn a_consumer_stream_being_captured_waits_inside_the_capture() {
+            super::a_consumer_stream_being_captured_waits_inside_the_capture::<$backend>();
+        }
+        #[test]
+        fn a_pointer_of_another_device_is_refused() {
+            super::a_pointer_of_another_device_is_refused::<$backend>();
+        }
+        #[test]
+        fn a_producer_stream_of_another_device_is_refused() {
+            super::a_producer_stream_of_another_device_is_refused::<$backend>();
+        }
+        #[test]
+        fn a_consumer_stream_of_another_device_is_refused() {
+            super::a_consumer_stream_of_another_device_is_refused::<$backend>();
+        }
+        #[cfg(feature = "hip")]
+        #[test]
+        fn a_stream_of_the_other_api_is_refused() {
+            super::a_stream_of_the_other_api_is_refused::<$backend>();
+        }
+    };
+}
+
+/// A data buffer that says it lives on `device`, whatever its memory is (keeping `memory`
+/// alive): how a wrong-device pointer reaches an export.
+struct Claimed<M> {
+    ptr: u64,
+    device: dlpack_runtime::Device,
+    _memory: M,
+}
+
+// SAFETY: `ptr` is `N` u32 of device memory kept alive by `_memory`; only the device is wrong,
+// which the export checks against the pointer.
+unsafe impl<M> dlpack_runtime::ExportBuffer for Claimed<M> {
+    fn dtype(&self) -> dlpack_runtime::DataType {
+        dlpack_runtime::DataType::U32
+    }
+    fn device(&self) -> dlpack_runtime::Device {
+        self.device
+    }
+    fn byte_len(&self) -> usize {
+        N * 4
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.ptr as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.ptr as usize as *mut core::ffi::c_void)
+    }
+}
+
+#[derive(DlpackExport)]
+struct ClaimedTensor<M: Send + 'static> {
+    #[dlpack(data)]
+    data: Claimed<M>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+fn export_claimed<M: Send + 'static>(
+    ptr: u64,
+    device: dlpack_runtime::Device,
+    memory: M,
+    request: &ExportRequest,
+) -> Result<ManagedTensor, ExportError> {
+    ClaimedTensor {
+        data: Claimed {
+            ptr,
+            device,
+            _memory: memory,
+        },
+        shape: vec![N],
+    }
+    .into_dlpack_with(request)
+}
+
+/// The CUDA face, on cudarc.
+mod cuda_face {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cuda_sim_testing::Gate;
+    use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+    use dlpack_runtime::cuda::{self, CudaError};
+    use dlpack_runtime::{Device, DlpackExport, ExportError, ExportRequest, ManagedTensor};
+    use dlpack_tests::Counter;
+    use dlpack_tests::gpu::{CapturedGraph, GpuTensor};
+
+    use super::{Backend, Kind, N};
+
+    pub(super) struct Cuda;
+
+    fn bound(stream: &CudaStream) {
+        stream.context().bind_to_thread().unwrap();
+    }
+
+    /// A CUDA tensor with one more producer stream, of HIP.
+    #[cfg(feature = "hip")]
+    #[derive(DlpackExport)]
+    struct WithHipStream {
+        #[dlpack(data)]
+        data: CudaSlice<u32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+        #[dlpack(stream)]
+        stream: Arc<CudaStream>,
+        #[dlpack(stream)]
+        hip: dlpack_runtime::hip::HipStream,
+    }
+
+    impl Backend for Cuda {
+        type Stream = Arc<CudaStream>;
+        type Buffer = CudaSlice<u32>;
+        type Gate = Gate;
+
+        fn stream(device: i32) -> Self::Stream {
+            cuda::init().expect(super::NEEDS_SIMULATOR);
+            CudaContext::new(device as usize)
+                .unwrap()
+                .new_stream()
+                .unwrap()
+        }
+        fn value(stream: &Self::Stream) -> i64 {
+            stream.cu_stream() as i64
+        }
+        fn zeros(stream: &Self::Stream) -> Self::Buffer {
+            stream.alloc_zeros::<u32>(N).unwrap()
+        }
+        fn ptr(buffer: &Self::Buffer) -> u64 {
+            buffer.device_ptr(buffer.stream()).0
+        }
+        fn fill(ptr: u64, stream: &Self::Stream) {
+            bound(stream);
+            // SAFETY: `N` u32 of a live allocation; stream-ordered.
+            unsafe { sys::cuMemsetD8Async(ptr, super::BYTE, N * 4, stream.cu_stream()) }
+                .result()
+                .unwrap();
+        }
+        fn copy(dst: u64, src: u64, stream: &Self::Stream) {
+            bound(stream);
+            // SAFETY: both are `N` u32 of live allocations; stream-ordered.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, N * 4, stream.cu_stream()) }
+                .result()
+                .unwrap();
+        }
+        fn read(buffer: &Self::Buffer) -> Vec<u32> {
+            buffer.stream().clone_dtoh(buffer).unwrap()
+        }
+        fn sync(stream: &Self::Stream) {
+            stream.synchronize().unwrap();
+        }
+        fn hold(stream: &Self::Stream, timeout: Duration) -> Self::Gate {
+            Gate::hold(stream).with_timeout(Some(timeout))
+        }
+        fn release(gate: Self::Gate) -> bool {
+            let timed_out = gate.timed_out();
+            if !timed_out {
+                gate.release();
+            } else {
+                std::mem::forget(gate);
+            }
+            timed_out
+        }
+        fn begin_capture(stream: &Self::Stream) {
+            bound(stream);
+            // SAFETY: a live stream of the bound context.
+            unsafe {
+                CapturedGraph::begin(
+                    stream.cu_stream(),
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                )
+            };
+        }
+        fn end_capture(stream: &Self::Stream) -> Result<(), i64> {
+            bound(stream);
+            // SAFETY: a live stream being captured.
+            unsafe { CapturedGraph::end(stream.cu_stream()) }
+                .map(drop)
+                .map_err(|code| code as i64)
+        }
+        fn export(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            GpuTensor::new(data, stream, &Counter::new()).into_dlpack_with(request)
+        }
+        fn export_claimed(
+            data: Self::Buffer,
+            device: i32,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            let ptr = Self::ptr(&data);
+            super::export_claimed(ptr, Device::cuda(device), data, request)
+        }
+        #[cfg(feature = "hip")]
+        fn export_with_foreign_stream(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            WithHipStream {
+                data,
+                shape: vec![N],
+                stream: stream.clone(),
+                hip: dlpack_runtime::hip::HipStream::default_stream(0),
+            }
+            .into_dlpack_with(request)
+        }
+        fn kind(err: &ExportError) -> Kind {
+            match err {
+                ExportError::Cuda(CudaError::Capturing { .. }) => Kind::Capturing,
+                ExportError::Cuda(CudaError::WrongDevice { .. }) => Kind::WrongDevice,
+                ExportError::Cuda(CudaError::StreamOnOtherDevice { role, .. }) => {
+                    Kind::StreamOnOtherDevice(role)
+                }
+                #[cfg(feature = "hip")]
+                ExportError::Hip(dlpack_runtime::hip::HipError::ForeignStream {
+                    found: "HIP",
+                    ..
+                }) => Kind::Foreign,
+                other => Kind::Other(other.to_string()),
+            }
+        }
+    }
+}
+
+mod cuda {
+    handoff_cases!(super::cuda_face::Cuda);
+}
+
+/// The HIP face, on this crate's `HipStream` and `HipSlice`, with the few HIP calls a test
+/// needs beyond them (host functions, raw copies, captures) from the same library.
+#[cfg(feature = "hip")]
+mod hip_face {
+    use core::ffi::c_void;
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    use cudarc::driver::{CudaContext, CudaStream};
+    use dlpack_runtime::ManagedTensor;
+    use dlpack_runtime::hip::{HipError, HipSlice, HipStream};
+    use dlpack_runtime::{Device, DeviceType, DlpackExport, ExportError, ExportRequest};
+
+    use super::{Backend, Kind, N};
+
+    type Stream = *mut c_void;
+
+    /// The HIP calls of the tests, from `libamdhip64.so`.
+    pub(super) struct Hip {
+        pub(super) launch_host_func:
+            unsafe extern "C" fn(Stream, unsafe extern "C" fn(*mut c_void), *mut c_void) -> i32,
+        memset_async: unsafe extern "C" fn(*mut c_void, i32, usize, Stream) -> i32,
+        memcpy_async: unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32, Stream) -> i32,
+        begin_capture: unsafe extern "C" fn(Stream, i32) -> i32,
+        end_capture: unsafe extern "C" fn(Stream, *mut *mut c_void) -> i32,
+        graph_destroy: unsafe extern "C" fn(*mut c_void) -> i32,
+        pub(super) stream_synchronize: unsafe extern "C" fn(Stream) -> i32,
+        set_device: unsafe extern "C" fn(i32) -> i32,
+        _library: libloading::Library,
+    }
+
+    /// The HIP calls, loaded once.
+    pub(super) fn hip() -> &'static Hip {
+        static HIP: OnceLock<Hip> = OnceLock::new();
+        HIP.get_or_init(|| {
+            // SAFETY: the HIP runtime (the simulator's face), whose initializers have no
+            // preconditions; each symbol below has the prototype of `hip_runtime_api.h`.
+            unsafe {
+                let library =
+                    libloading::Library::new("libamdhip64.so").expect(super::NEEDS_SIMULATOR);
+                Hip {
+                    launch_host_func: *library.get(b"hipLaunchHostFunc\0").unwrap(),
+                    memset_async: *library.get(b"hipMemsetAsync\0").unwrap(),
+                    memcpy_async: *library.get(b"hipMemcpyAsync\0").unwrap(),
+                    begin_capture: *library.get(b"hipStreamBeginCapture\0").unwrap(),
+                    end_capture: *library.get(b"hipStreamEndCapture\0").unwrap(),
+                    graph_destroy: *library.get(b"hipGraphDestroy\0").unwrap(),
+                    stream_synchronize: *library.get(b"hipStreamSynchronize\0").unwrap(),
+                    set_device: *library.get(b"hipSetDevice\0").unwrap(),
+                    _library: library,
+                }
+            }
+        })
+    }
+
+    /// What the test and a gate's host function share: (open, timed out).
+    type Shared = (Mutex<(bool, bool)>, Condvar, Duration, Instant);
+
+    /// A host function on a HIP stream that blocks until released (or its timeout).
+    pub(super) struct HipGate(Arc<Shared>);
+
+    unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
+        // SAFETY: the `Arc::into_raw` of `HipGate::hold`, taken back once (a host function
+        // runs once).
+        let gate = unsafe { Arc::from_raw(user_data.cast::<Shared>()) };
+        let mut state = gate.0.lock().unwrap_or_else(|e| e.into_inner());
+        while !state.0 {
+            let held = gate.3.elapsed();
+            if held >= gate.2 {
+                *state = (true, true);
+                break;
+            }
+            state = gate
+                .1
+                .wait_timeout(state, gate.2 - held)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    impl HipGate {
+        pub(super) fn hold(stream: Stream, timeout: Duration) -> Self {
+            let shared: Arc<Shared> = Arc::new((
+                Mutex::new((false, false)),
+                Condvar::new(),
+                timeout,
+                Instant::now(),
+            ));
+            let user_data = Arc::into_raw(shared.clone()) as *mut c_void;
+            // SAFETY: a live stream; the host function takes the reference back.
+            let code = unsafe { (hip().launch_host_func)(stream, wait_for_gate, user_data) };
+            assert_eq!(code, 0, "hipLaunchHostFunc refused a gate");
+            Self(shared)
+        }
+
+        /// Opens the gate; whether it had opened by itself.
+        pub(super) fn release(self) -> bool {
+            let mut state = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+            let timed_out = state.1;
+            state.0 = true;
+            self.0.1.notify_all();
+            timed_out
+        }
+    }
+
+    /// A ROCm tensor: the derive takes `HipSlice` as data and `Arc<HipStream>` as a stream.
+    #[derive(DlpackExport)]
+    pub(super) struct HipTensor {
+        #[dlpack(data)]
+        pub(super) data: HipSlice<u32>,
+        #[dlpack(shape)]
+        pub(super) shape: Vec<usize>,
+        #[dlpack(stream)]
+        pub(super) stream: Arc<HipStream>,
+    }
+
+    /// A ROCm tensor with one more producer stream, of CUDA.
+    #[derive(DlpackExport)]
+    struct WithCudaStream {
+        #[dlpack(data)]
+        data: HipSlice<u32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+        #[dlpack(stream)]
+        stream: Arc<HipStream>,
+        #[dlpack(stream)]
+        cuda: Option<Arc<CudaStream>>,
+    }
+
+    pub(super) struct HipFace;
+
+    fn on(stream: &HipStream) {
+        // SAFETY: a device ordinal the runtime has.
+        assert_eq!(unsafe { (hip().set_device)(stream.device()) }, 0);
+    }
+
+    impl Backend for HipFace {
+        type Stream = Arc<HipStream>;
+        type Buffer = HipSlice<u32>;
+        type Gate = HipGate;
+
+        fn stream(device: i32) -> Self::Stream {
+            Arc::new(HipStream::new(device).expect(super::NEEDS_SIMULATOR))
+        }
+        fn value(stream: &Self::Stream) -> i64 {
+            stream.raw() as i64
+        }
+        fn zeros(stream: &Self::Stream) -> Self::Buffer {
+            HipSlice::alloc_zeros(stream, N).unwrap()
+        }
+        fn ptr(buffer: &Self::Buffer) -> u64 {
+            buffer.device_ptr()
+        }
+        fn fill(ptr: u64, stream: &Self::Stream) {
+            on(stream);
+            // SAFETY: `N` u32 of a live allocation; stream-ordered.
+            let code = unsafe {
+                (hip().memset_async)(
+                    ptr as usize as *mut c_void,
+                    i32::from(super::BYTE),
+                    N * 4,
+                    stream.raw(),
+                )
+            };
+            assert_eq!(code, 0, "hipMemsetAsync");
+        }
+        fn copy(dst: u64, src: u64, stream: &Self::Stream) {
+            on(stream);
+            // SAFETY: both are `N` u32 of live allocations; stream-ordered (device to device).
+            let code = unsafe {
+                (hip().memcpy_async)(
+                    dst as usize as *mut c_void,
+                    src as usize as *const c_void,
+                    N * 4,
+                    3,
+                    stream.raw(),
+                )
+            };
+            assert_eq!(code, 0, "hipMemcpyAsync");
+        }
+        fn read(buffer: &Self::Buffer) -> Vec<u32> {
+            buffer.to_host().unwrap()
+        }
+        fn sync(stream: &Self::Stream) {
+            stream.synchronize().unwrap();
+        }
+        fn hold(stream: &Self::Stream, timeout: Duration) -> Self::Gate {
+            on(stream);
+            HipGate::hold(stream.raw(), timeout)
+        }
+        fn release(gate: Self::Gate) -> bool {
+            gate.release()
+        }
+        fn begin_capture(stream: &Self::Stream) {
+            on(stream);
+            // SAFETY: a live stream; mode relaxed (2).
+            assert_eq!(unsafe { (hip().begin_capture)(stream.raw(), 2) }, 0);
+        }
+        fn end_capture(stream: &Self::Stream) -> Result<(), i64> {
+            on(stream);
+            let mut graph: *mut c_void = core::ptr::null_mut();
+            // SAFETY: a live stream being captured; a valid out-pointer.
+            let code = unsafe { (hip().end_capture)(stream.raw(), &mut graph) };
+            if !graph.is_null() {
+                // SAFETY: the graph the capture returned, used no more.
+                unsafe { (hip().graph_destroy)(graph) };
+            }
+            if code == 0 {
+                Ok(())
+            } else {
+                Err(i64::from(code))
+            }
+        }
+        fn export(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            HipTensor {
+                data,
+                shape: vec![N],
+                stream: stream.clone(),
+            }
+            .into_dlpack_with(request)
+        }
+        fn export_claimed(
+            data: Self::Buffer,
+            device: i32,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            let ptr = data.device_ptr();
+            super::export_claimed(ptr, Device::new(DeviceType::Rocm, device), data, request)
+        }
+        fn export_with_foreign_stream(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<ManagedTensor, ExportError> {
+            let cuda = CudaContext::new(0)
+                .expect(super::NEEDS_SIMULATOR)
+                .new_stream()
+                .unwrap();
+            WithCudaStream {
+                data,
+                shape: vec![N],
+                stream: stream.clone(),
+                cuda: Some(cuda),
+            }
+            .into_dlpack_with(request)
+        }
+        fn kind(err: &ExportError) -> Kind {
+            match err {
+                ExportError::Hip(HipError::Capturing { .. }) => Kind::Capturing,
+                ExportError::Hip(HipError::WrongDevice { .. }) => Kind::WrongDevice,
+                ExportError::Hip(HipError::StreamOnOtherDevice { role, .. }) => {
+                    Kind::StreamOnOtherDevice(role)
+                }
+                ExportError::Hip(HipError::ForeignStream { found: "CUDA", .. }) => Kind::Foreign,
+                other => Kind::Other(other.to_string()),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "hip")]
+mod hip {
+    handoff_cases!(super::hip_face::HipFace);
+
+    use std::sync::Arc;
+
+    use cuda_sim_testing::Checker;
+    use dlpack_runtime::hip::{self, HipError, HipSlice, HipStream};
+    use dlpack_runtime::{Device, DlpackExport, ExportError, ExportRequest};
+    use dlpack_tests::expected_driver;
+
+    use super::hip_face::{HipFace, HipTensor, hip};
+    use super::{Backend, N, NEEDS_SIMULATOR};
+
+    /// The ROCm hazard (pytorch/pytorch#187110): before ROCm 7.14 a host wait on a capturing
+    /// stream returns success and silently invalidates the capture. Asked for a host wait (a
+    /// copy to the host after the producer's work) while the producer's stream is capturing,
+    /// the export refuses with the typed error, having asked `hipStreamIsCapturing` first: the
+    /// simulator records no violation and the capture stays valid. The negative control makes
+    /// that wait directly, and the simulator records it.
+    #[test]
+    fn a_host_wait_on_a_capturing_producer_stream_is_refused_before_it_is_made() {
+        let a = Arc::new(HipStream::new(0).expect(NEEDS_SIMULATOR));
+        let c = Arc::new(HipStream::new(0).unwrap());
+        let checker = Checker::attach().expect(NEEDS_SIMULATOR);
+        let data = HipSlice::<u32>::alloc_zeros(&c, N).unwrap();
+        c.synchronize().unwrap();
+        checker.reset();
+        HipFace::begin_capture(&a);
+        let request = ExportRequest::versioned()
+            .dl_device(Device::CPU)
+            .copy(Some(true));
+        let err = HipTensor {
+            data,
+            shape: vec![N],
+            stream: a.clone(),
+        }
+        .into_dlpack_with(&request)
+        .unwrap_err();
+        assert!(
+            matches!(err, ExportError::Hip(HipError::Capturing { .. })),
+            "{err}"
+        );
+        // The public wait asks first too.
+        assert!(matches!(a.synchronize(), Err(HipError::Capturing { .. })));
+        assert_eq!(checker.violations(), 0, "{}", checker.report());
+        assert_eq!(HipFace::end_capture(&a), Ok(()));
+        // Negative control: the wait made directly, during a capture.
+        HipFace::begin_capture(&a);
+        // SAFETY: a live stream (being captured: the call the hazard is about).
+        let code = unsafe { (hip().stream_synchronize)(a.raw()) };
+        let violations = checker.violations();
+        let _ = HipFace::end_capture(&a);
+        assert!(
+            violations >= 1,
+            "a direct hipStreamSynchronize of a capturing stream is recorded (it returned {code})"
+        );
+        c.synchronize().unwrap();
+    }
+
+    /// Without `libamdhip64.so` on the library path (the test command runs this test without
+    /// the simulator too), the HIP tier is a typed error, never a panic.
+    #[test]
+    fn without_libamdhip64_hip_is_an_error_not_a_panic() {
+        match hip::init() {
+            Err(HipError::NoDriver) => {
+                assert_ne!(expected_driver(), Some(true), "a HIP runtime was expected");
+                assert_eq!(HipStream::new(0).unwrap_err(), HipError::NoDriver);
+                assert_eq!(hip::check_pointer(0x1000, 0), Err(HipError::NoDriver));
+                assert_eq!(
+                    HipStream::default_stream(0).synchronize(),
+                    Err(HipError::NoDriver)
+                );
+            }
+            other => {
+                assert_ne!(
+                    expected_driver(),
+                    Some(false),
+                    "no HIP runtime was expected: {other:?}"
+                );
+                other.expect("the HIP runtime initializes");
+                let host = 0u64;
+                assert!(matches!(
+                    hip::check_pointer(&host as *const u64 as u64, 0),
+                    Err(HipError::NotDeviceMemory { .. })
+                ));
+            }
+        }
+    }
+}
