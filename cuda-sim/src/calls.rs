@@ -52,7 +52,15 @@ static LISTED: AtomicPtr<Counter> = AtomicPtr::new(std::ptr::null_mut());
 static INITIALIZED_IN: AtomicU32 = AtomicU32::new(0);
 
 /// Entry points that work without initialization, in a forked child too.
-const NO_INIT_NEEDED: [&str; 3] = ["cuDriverGetVersion", "cuGetErrorName", "cuGetErrorString"];
+const NO_INIT_NEEDED: [&str; 7] = [
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "hipDriverGetVersion",
+    "hipRuntimeGetVersion",
+    "hipGetErrorName",
+    "hipGetErrorString",
+];
 
 /// Counts a call of the entry point that `counter` counts, and refuses it in a forked child of
 /// a process that initialized the driver.

@@ -793,14 +793,20 @@ impl State {
     /// The stream a handle names: NULL and `CU_STREAM_LEGACY` are the legacy default stream of
     /// the current context, `CU_STREAM_PER_THREAD` this thread's default stream of it.
     pub(crate) fn stream(&mut self, handle: usize) -> Res<usize> {
+        self.stream_in(crate::ops::Scope::Current, handle)
+    }
+
+    /// The stream a handle names, the special handles (NULL and 1: the legacy default stream,
+    /// 2: this thread's per-thread default stream) resolving in the context of `scope`.
+    pub(crate) fn stream_in(&mut self, scope: crate::ops::Scope, handle: usize) -> Res<usize> {
         self.check_init()?;
         match handle {
             0 | 1 => {
-                let ctx = self.current()?;
+                let ctx = self.scope_context(scope)?;
                 Ok(self.contexts[&ctx].legacy)
             }
             2 => {
-                let ctx = self.current()?;
+                let ctx = self.scope_context(scope)?;
                 let key = (std::thread::current().id(), ctx);
                 if let Some(&i) = self.per_thread.get(&key) {
                     return Ok(i);

@@ -19,10 +19,10 @@ use std::thread::ThreadId;
 
 use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 
-use crate::api::{CopyRequest, Fill, prepare_copy, prepare_memset};
 use crate::checker::Pattern;
 use crate::engine::{Alloc, Handle, Kind, LastRecord, Recorded, Res, State, Work};
 use crate::kernel::{KernelPointer, prepare_launch};
+use crate::ops::{CopyRequest, Fill, prepare_copy, prepare_memset};
 
 use CUresult::*;
 
@@ -372,7 +372,7 @@ impl State {
         let e = self.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let (nodes, previous) = (e.nodes.clone(), e.last.clone());
         if let Some(id) = self.capturing(i)? {
-            crate::stubs::unsupported("cuGraphLaunch into a capturing stream (a child graph)");
+            crate::ops::unsupported("cuGraphLaunch into a capturing stream (a child graph)");
             self.invalidate(id);
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }

@@ -224,7 +224,9 @@ mod checker;
 mod control;
 mod engine;
 mod graph;
+mod hip;
 mod kernel;
+mod ops;
 mod peer;
 mod ptx;
 mod stubs;
@@ -244,6 +246,8 @@ pub(crate) struct Config {
     pub(crate) abort_on_violation: bool,
     pub(crate) log: bool,
     pub(crate) no_peer: peer::NoPeer,
+    /// The HIP version the HIP face models (`HIP_VERSION` encoding).
+    pub(crate) hip_version: u32,
 }
 
 /// A setting from the environment: an integer in `range`, or `default` (with a word on stderr
@@ -273,6 +277,7 @@ pub(crate) fn config() -> &'static Config {
         abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,
         log: env("CUDA_SIM_LOG", 0, 0..=1) != 0,
         no_peer: peer::NoPeer::from_env(),
+        hip_version: env("CUDA_SIM_HIP_VERSION", 70_000_000, 0..=999_999_999) as u32,
     });
     &CONFIG
 }

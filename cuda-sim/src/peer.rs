@@ -9,12 +9,10 @@
 
 use std::ffi::{c_int, c_uint};
 
-use cudarc::driver::sys::{CUcontext, CUdevice, CUresult};
+use cudarc::driver::sys::{CUcontext, CUdevice};
 
 use crate::engine::{Alloc, Handle, State};
-use crate::{driver, out, state};
-
-use CUresult::*;
+use crate::{driver, ops, out, state};
 
 /// Device pairs that cannot access each other's memory (`CUDA_SIM_NO_PEER`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -127,10 +125,7 @@ driver! {
     /// device with itself, 1 for every other pair unless `CUDA_SIM_NO_PEER` lists it.
     /// `CUDA_ERROR_INVALID_DEVICE` for an ordinal out of range.
     fn cuDeviceCanAccessPeer(can_access: *mut c_int, dev: CUdevice, peer_dev: CUdevice) {
-        let st = state();
-        st.check_device(dev)?;
-        st.check_device(peer_dev)?;
-        let answer = crate::config().no_peer.can_access(dev, peer_dev);
+        let answer = ops::can_access_peer(dev, peer_dev)?;
         // SAFETY: an out-pointer.
         unsafe { out(can_access, c_int::from(answer)) }
     }
@@ -142,24 +137,8 @@ driver! {
     /// `cuDeviceCanAccessPeer` answers 0 for the two contexts' devices (so also for two contexts
     /// of one device), and `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED` the second time.
     fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) {
-        let mut st = state();
-        let me = st.current()?;
-        let peer = peer as Handle;
-        if flags != 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let to = st.context(peer)?.device;
-        if peer == me {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        let from = st.contexts[&me].device;
-        if !crate::config().no_peer.can_access(from, to) {
-            return Err(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
-        }
-        if !st.peers.insert((me, peer)) {
-            return Err(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
-        }
-        Ok(())
+        let me = state().current()?;
+        ops::enable_peer_access(me, peer as Handle, flags)
     }
 
     /// Disables the access from the current context to `peer` that `cuCtxEnablePeerAccess`
@@ -167,14 +146,8 @@ driver! {
     /// `CUDA_ERROR_INVALID_CONTEXT` with no current context or for a `peer` that is not a live
     /// context.
     fn cuCtxDisablePeerAccess(peer: CUcontext) {
-        let mut st = state();
-        let me = st.current()?;
-        let peer = peer as Handle;
-        st.context(peer)?;
-        if !st.peers.remove(&(me, peer)) {
-            return Err(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
-        }
-        Ok(())
+        let me = state().current()?;
+        ops::disable_peer_access(me, peer as Handle)
     }
 }
 

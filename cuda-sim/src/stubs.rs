@@ -3,15 +3,7 @@
 
 use cudarc::driver::sys::*;
 
-/// Says on stderr (once per name) that `what` is not modelled.
-pub(crate) fn unsupported(what: &str) {
-    use std::collections::HashSet;
-    use std::sync::{LazyLock, Mutex};
-    static SAID: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
-    if crate::engine::lock(&SAID).insert(what.to_string()) {
-        eprintln!("cuda-sim: {what} is not supported by the CUDA simulator");
-    }
-}
+pub(crate) use crate::ops::unsupported;
 
 macro_rules! stub {
     ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {$(
