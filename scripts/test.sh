@@ -59,7 +59,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture
@@ -83,12 +83,12 @@ echo "==> the packaged crates from a registry: a crate outside the repository ru
 timeout 600 ./scripts/packaged-crates.sh kit
 echo "==> the quick start's CUDA step (examples/cuda_handoff): the kit loads the simulator itself"
 timeout 300 cargo run --quiet --locked -p dlpack-examples --example cuda_handoff --features cuda
-echo "==> cargo test (cuda, python) without a CUDA driver: the no-driver paths"
+echo "==> cargo test (cuda, hip, python) without a CUDA driver nor libamdhip64: the no-driver paths"
 DLPACK_TESTS_EXPECT_DRIVER=absent \
-    cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/python \
-        --lib --test cuda --test exchange --test python_protocol \
+    cargo test --locked -p dlpack-runtime -p dlpack-tests --features dlpack-tests/cuda,dlpack-tests/hip,dlpack-tests/python \
+        --lib --test cuda --test exchange --test python_protocol --test handoff \
         -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
-        c_exchange_api_of_cuda_memory a_host_copy_of_cuda_memory
+        c_exchange_api_of_cuda_memory a_host_copy_of_cuda_memory without_libamdhip64
 echo "==> example extension module (feature cuda, release) and its borrow peer: maturin develop into .venv, then pytest"
 # Release builds: the borrow tests (tests/test_borrows.py) call functions that a release build
 # would miscompile if two imports of one array could both hand out `&mut [f32]`. The peer is a
