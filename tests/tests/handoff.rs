@@ -881,6 +881,114 @@ mod hip {
         c.synchronize().unwrap();
     }
 
+    /// The derive takes `HipSlice<f32>` as data and `Arc<HipStream>` as a stream unchanged: the
+    /// export is `kDLROCM` memory of the stream's device, float32, and its copy to the host
+    /// has the values uploaded.
+    #[test]
+    fn a_derived_f32_tensor_is_rocm_memory() {
+        #[derive(DlpackExport)]
+        struct Floats {
+            #[dlpack(data)]
+            data: HipSlice<f32>,
+            #[dlpack(shape)]
+            shape: [usize; 2],
+            #[dlpack(stream)]
+            stream: Arc<HipStream>,
+        }
+        let stream = Arc::new(HipStream::new(1).expect(NEEDS_SIMULATOR));
+        let values: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
+        let make = || Floats {
+            data: HipSlice::from_host(&stream, &values).unwrap(),
+            shape: [2, 3],
+            stream: stream.clone(),
+        };
+        let t = make();
+        assert_eq!(
+            t.dlpack_device(),
+            Device::new(dlpack_runtime::DeviceType::Rocm, 1)
+        );
+        let managed = t
+            .into_dlpack_with(&ExportRequest::versioned().stream(Some(stream.raw() as i64)))
+            .unwrap();
+        assert_eq!(
+            dlpack_runtime::DataType::from_raw(managed.dl_tensor().dtype),
+            dlpack_runtime::DataType::F32
+        );
+        assert_eq!(managed.dl_tensor().device.device_id, 1);
+        drop(managed);
+        let copied = make()
+            .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+            .unwrap();
+        assert!(copied.is_copied());
+        // SAFETY: a compact host tensor of 6 f32 (a fresh copy this test owns).
+        let got = unsafe { std::slice::from_raw_parts(copied.dl_tensor().data as *const f32, 6) };
+        assert_eq!(got, values.as_slice());
+    }
+
+    /// ROCm pinned host memory read on the host (`dl_device=(CPU, 0)`, shared or copied): the
+    /// plan is a host wait for the producer's stream, made only after its capture status is
+    /// asked; a capturing producer stream is refused and the simulator records nothing.
+    #[test]
+    fn rocm_host_memory_is_read_on_the_host_after_a_host_wait() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        #[derive(DlpackExport)]
+        struct Pinned {
+            #[dlpack(data)]
+            data: super::Claimed<Vec<u32>>,
+            #[dlpack(shape)]
+            shape: Vec<usize>,
+            #[dlpack(stream)]
+            stream: Arc<HipStream>,
+        }
+        let a = Arc::new(HipStream::new(0).expect(NEEDS_SIMULATOR));
+        let checker = Checker::attach().expect(NEEDS_SIMULATOR);
+        let pinned = |stream: &Arc<HipStream>| {
+            let memory = vec![7u32; N];
+            Pinned {
+                data: super::Claimed {
+                    ptr: memory.as_ptr() as u64,
+                    device: Device::new(dlpack_runtime::DeviceType::RocmHost, 0),
+                    _memory: memory,
+                },
+                shape: vec![N],
+                stream: stream.clone(),
+            }
+        };
+        for copy in [None, Some(true)] {
+            let gate = HipFace::hold(&a, std::time::Duration::from_secs(30));
+            let opened = Arc::new(AtomicBool::new(false));
+            let opener = {
+                let opened = opened.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    opened.store(true, Ordering::SeqCst);
+                    HipFace::release(gate)
+                })
+            };
+            let managed = pinned(&a)
+                .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU).copy(copy))
+                .unwrap();
+            assert!(
+                opened.load(Ordering::SeqCst),
+                "copy={copy:?}: the export returned before the producer's stream was released"
+            );
+            assert!(!opener.join().unwrap());
+            assert_eq!(managed.is_copied(), copy == Some(true));
+        }
+        checker.assert_clean("host waits for ROCm pinned memory");
+        HipFace::begin_capture(&a);
+        let err = pinned(&a)
+            .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+            .unwrap_err();
+        assert!(
+            matches!(err, ExportError::Hip(HipError::Capturing { .. })),
+            "{err}"
+        );
+        assert_eq!(checker.violations(), 0, "{}", checker.report());
+        assert_eq!(HipFace::end_capture(&a), Ok(()));
+    }
+
     /// Without `libamdhip64.so` on the library path (the test command runs this test without
     /// the simulator too), the HIP tier is a typed error, never a panic.
     #[test]

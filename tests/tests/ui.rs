@@ -5,13 +5,14 @@
 //! compiler output (`.stderr`); `ui/pass` holds inputs that must compile and run.
 //!
 //! Bless the `.stderr` files on the pinned toolchain only:
-//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui` (`--features cuda` for
+//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui` (`--features cuda,hip` for
 //! `ui/cuda`).
 //!
 //! The expected output lists trait implementations, which the `cuda` feature extends, so
 //! `ui/fail` and `ui/pass` run in the default-feature pass of `scripts/test.sh` only;
 //! `ui/cuda/fail` holds inputs that name cudarc's types (stream fields), refused with the
-//! feature, and runs in the pass with every feature.
+//! feature, and runs in the pass with every feature: its output lists the implementations of
+//! every feature (`hip` adds `HipStream`), so bless it with `--features cuda,hip`.
 
 #[cfg(not(feature = "cuda"))]
 #[test]

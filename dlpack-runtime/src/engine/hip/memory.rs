@@ -18,6 +18,10 @@ use crate::tensor::dtype::Element;
 /// As the `#[dlpack(data)]` field of a derived type it exports as `kDLROCM` memory of its
 /// stream's device, and names its stream as a producer stream: the consumer's stream is made
 /// to wait for the work pending on it.
+///
+/// Dropped while its stream is being captured into a HIP graph, the memory is leaked: a free
+/// enqueued there would join the capture. Keep slices of a capturing stream alive until the
+/// capture ends.
 #[derive(Debug)]
 pub struct HipSlice<T: Element> {
     /// The device address (0 for no elements).

@@ -80,16 +80,14 @@ impl StreamWork<'_> {
     ) -> Result<(), ExportError> {
         let request = self.request;
         let streams = hip_streams(device, pending)?;
+        let on_device = device.device_type == DeviceType::Rocm;
         if self.copies {
             // A request that cannot be served is refused before the runtime is asked anything.
             request.check(device)?;
-            if request.dl_device.unwrap_or(device) != Device::CPU
-                || device.device_type != DeviceType::Rocm
-            {
+            if on_device && request.dl_device.unwrap_or(device) != Device::CPU {
                 return Err(ExportError::CopyUnsupported { device });
             }
         }
-        let on_device = device.device_type == DeviceType::Rocm;
         if on_device && has_elements && (!streams.is_empty() || hip::init().is_ok()) {
             check_pointer(data, device.device_id)?;
         }
@@ -100,6 +98,10 @@ impl StreamWork<'_> {
         if self.copies {
             if raws.is_empty() || !has_elements {
                 return Ok(());
+            }
+            if !on_device {
+                // Pinned host memory is copied by the host: it waits for the pending work.
+                return Ok(synchronize_streams(device.device_id, &raws)?);
             }
             // The copy reads after the producer's work: the copy's stream waits for it. Work
             // of a stream being captured runs only at a launch of its graph: refused first.
