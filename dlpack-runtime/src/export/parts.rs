@@ -396,7 +396,7 @@ impl<'a> ExportParts<'a> {
 /// pending work on the tensor (feature `cuda`). Several fields may play this role.
 ///
 /// Implemented for cudarc's `CudaStream`, `Arc<CudaStream>`, and `Option` of either (`None`:
-/// no pending work); with the `hip` feature also for [`HipStream`](crate::hip::HipStream) and
+/// no pending work); with the `hip` feature also for `dlpack_runtime::hip::HipStream` and
 /// `Arc<HipStream>` (pending work on a ROCm tensor). A user stream type implements it by handing out a `ProducerStream`
 /// made from a cudarc stream (`ProducerStream::from(&stream)`); a stream owned by another
 /// library (a raw `CUstream`) becomes one with cudarc's `CudaContext::wrap_borrowed_stream`,
@@ -419,7 +419,7 @@ pub trait AsProducerStream {
 /// A stream with pending work on an export's data, borrowed for the export (feature `cuda`):
 /// what [`AsProducerStream`] and [`ExportBuffer::producer_stream`](crate::ExportBuffer::producer_stream)
 /// hand over. Made with `From` from a cudarc `CudaStream` (`ProducerStream::from(&stream)`) or,
-/// with the `hip` feature, from a [`HipStream`](crate::hip::HipStream), so that those traits name
+/// with the `hip` feature, from a `dlpack_runtime::hip::HipStream`, so that those traits name
 /// no type of cudarc and keep their signatures across its versions. A CUDA stream names work
 /// on a CUDA tensor, a HIP stream work on a ROCm one; the other way round is refused at export.
 #[cfg(feature = "cuda")]

@@ -159,7 +159,8 @@ pub(crate) fn api() -> Result<&'static Api, HipError> {
 ///
 /// # Errors
 ///
-/// As [`api`]: [`HipError::NoDriver`] without ROCm.
+/// [`HipError::NoDriver`] without ROCm; [`HipError::MissingSymbol`]; [`HipError::Driver`] when
+/// `hipInit` fails.
 pub fn init() -> Result<(), HipError> {
     api().map(drop)
 }
@@ -187,7 +188,7 @@ fn check(call: &'static str, code: hipError_t, api: &Api) -> Result<(), HipError
 ///
 /// # Errors
 ///
-/// As [`api`]; [`HipError::Driver`].
+/// [`HipError::NoDriver`] without ROCm; [`HipError::Driver`].
 pub fn device_count() -> Result<i32, HipError> {
     let api = api()?;
     let mut count = 0;
