@@ -73,6 +73,10 @@ trait Backend {
     fn begin_capture(stream: &Self::Stream);
     /// Ends the capture of `stream`: the driver's code when the capture failed (invalidated).
     fn end_capture(stream: &Self::Stream) -> Result<(), i64>;
+    /// A captured graph, instantiated; destroyed on drop.
+    type Graph;
+    /// Ends the capture of `stream`, instantiates its graph and launches it on `stream`.
+    fn end_capture_and_launch(stream: &Self::Stream) -> Self::Graph;
     /// A derived tensor of `data` with the producer stream `stream`, exported for `request`.
     fn export(
         data: Self::Buffer,
@@ -243,12 +247,32 @@ fn a_producer_stream_captured_apart_from_the_consumer_is_refused<B: Backend>() {
 fn a_consumer_stream_being_captured_waits_inside_the_capture<B: Backend>() {
     let (a, b, checker) = setup::<B>();
     let data = B::zeros(&a);
+    let scratch = B::zeros(&b);
+    B::sync(&a);
+    B::sync(&b);
+    checker.reset();
+    // The producer's write is held while the graph is captured and launched: the launch's read
+    // must wait for it, through the wait the export put into the capture.
+    let gate = B::hold(&a, Duration::from_secs(30));
     B::fill(B::ptr(&data), &a);
+    // Asked before the capture: cudarc's access tracking of a buffer of the capturing stream
+    // would make it wait on an event recorded outside the capture (the `cuda` module docs).
+    let scratch_ptr = B::ptr(&scratch);
     B::begin_capture(&b);
     let managed = B::export(data, &a, &versioned(Some(B::value(&b))))
         .expect("an export to a capturing consumer");
-    assert_eq!(B::end_capture(&b), Ok(()), "the capture stays valid");
-    B::sync(&a);
+    B::copy(scratch_ptr, managed.dl_tensor().data as u64, &b);
+    let graph = B::end_capture_and_launch(&b);
+    let violations = checker.violations();
+    assert!(!B::release(gate), "the export waited for the held stream");
+    B::sync(&b);
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        B::read(&scratch),
+        filled(),
+        "the launch read after the write"
+    );
+    drop(graph);
     drop(managed);
     B::sync(&a);
     checker.assert_clean("an export to a capturing consumer");
@@ -506,6 +530,14 @@ mod cuda_face {
                 .map(drop)
                 .map_err(|code| code as i64)
         }
+        type Graph = CapturedGraph;
+        fn end_capture_and_launch(stream: &Self::Stream) -> Self::Graph {
+            bound(stream);
+            // SAFETY: a live stream being captured.
+            let graph = unsafe { CapturedGraph::end(stream.cu_stream()) }.expect("a valid capture");
+            graph.launch(stream);
+            graph
+        }
         fn export(
             data: Self::Buffer,
             stream: &Self::Stream,
@@ -583,6 +615,15 @@ mod hip_face {
         begin_capture: unsafe extern "C" fn(Stream, i32) -> i32,
         end_capture: unsafe extern "C" fn(Stream, *mut *mut c_void) -> i32,
         graph_destroy: unsafe extern "C" fn(*mut c_void) -> i32,
+        graph_instantiate: unsafe extern "C" fn(
+            *mut *mut c_void,
+            *mut c_void,
+            *mut *mut c_void,
+            *mut core::ffi::c_char,
+            usize,
+        ) -> i32,
+        graph_launch: unsafe extern "C" fn(*mut c_void, Stream) -> i32,
+        graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> i32,
         pub(super) stream_synchronize: unsafe extern "C" fn(Stream) -> i32,
         set_device: unsafe extern "C" fn(i32) -> i32,
         _library: libloading::Library,
@@ -604,6 +645,9 @@ mod hip_face {
                     begin_capture: *library.get(b"hipStreamBeginCapture\0").unwrap(),
                     end_capture: *library.get(b"hipStreamEndCapture\0").unwrap(),
                     graph_destroy: *library.get(b"hipGraphDestroy\0").unwrap(),
+                    graph_instantiate: *library.get(b"hipGraphInstantiate\0").unwrap(),
+                    graph_launch: *library.get(b"hipGraphLaunch\0").unwrap(),
+                    graph_exec_destroy: *library.get(b"hipGraphExecDestroy\0").unwrap(),
                     stream_synchronize: *library.get(b"hipStreamSynchronize\0").unwrap(),
                     set_device: *library.get(b"hipSetDevice\0").unwrap(),
                     _library: library,
@@ -659,6 +703,25 @@ mod hip_face {
             state.0 = true;
             self.0.1.notify_all();
             timed_out
+        }
+    }
+
+    /// A captured HIP graph and its instantiation, destroyed on drop.
+    pub(super) struct HipGraph {
+        graph: *mut c_void,
+        exec: *mut c_void,
+    }
+
+    impl Drop for HipGraph {
+        fn drop(&mut self) {
+            // SAFETY: made by `end_capture_and_launch`, destroyed once, here, after the test
+            // waited for its launch.
+            unsafe {
+                if !self.exec.is_null() {
+                    (hip().graph_exec_destroy)(self.exec);
+                }
+                (hip().graph_destroy)(self.graph);
+            }
         }
     }
 
@@ -769,6 +832,29 @@ mod hip_face {
             } else {
                 Err(i64::from(code))
             }
+        }
+        type Graph = HipGraph;
+        fn end_capture_and_launch(stream: &Self::Stream) -> Self::Graph {
+            on(stream);
+            let mut graph: *mut c_void = core::ptr::null_mut();
+            // SAFETY: a live stream being captured; a valid out-pointer.
+            assert_eq!(unsafe { (hip().end_capture)(stream.raw(), &mut graph) }, 0);
+            let mut exec: *mut c_void = core::ptr::null_mut();
+            // SAFETY: the graph the capture returned; a valid out-pointer; no error log.
+            let made = unsafe {
+                (hip().graph_instantiate)(
+                    &mut exec,
+                    graph,
+                    core::ptr::null_mut(),
+                    core::ptr::null_mut(),
+                    0,
+                )
+            };
+            let kept = HipGraph { graph, exec };
+            assert_eq!(made, 0, "hipGraphInstantiate");
+            // SAFETY: a live exec; a live stream.
+            assert_eq!(unsafe { (hip().graph_launch)(exec, stream.raw()) }, 0);
+            kept
         }
         fn export(
             data: Self::Buffer,
