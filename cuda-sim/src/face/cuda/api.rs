@@ -11,9 +11,13 @@ use cudarc::driver::sys::{
     CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, CUuuid, cuuint64_t,
 };
 
-use crate::engine::{self, Handle, Res};
-use crate::ops::{self, CopyRequest, Fill, Mode, Scope, Side, fill_1d, fill_2d, linear, side_of};
-use crate::{driver, maybe_out, out, state};
+use super::driver::driver;
+use crate::face::calls;
+use crate::face::ffi::{maybe_out, out};
+use crate::model::base::{Handle, Res, unsupported};
+use crate::model::ops::{self, Mode, side_of};
+use crate::model::request::{CopyRequest, Fill, Side, fill_1d, fill_2d, linear};
+use crate::model::state::{self as engine, Scope, state};
 
 use CUresult::*;
 
@@ -58,6 +62,7 @@ driver! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         ops::initialize();
+        calls::initialized();
         Ok(())
     }
 
@@ -105,7 +110,7 @@ driver! {
     fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) {
         state().check_device(dev)?;
         // SAFETY: an out-pointer.
-        unsafe { out(bytes, crate::config().memory) }
+        unsafe { out(bytes, crate::model::config::config().memory) }
     }
 
     fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) {
@@ -721,7 +726,7 @@ unsafe fn write_attribute(
                 out(data.cast::<u8>(), u8::from(info.is_some()))
             }
             other => {
-                ops::unsupported(&format!("cuPointerGetAttribute({other:?})"));
+                unsupported(&format!("cuPointerGetAttribute({other:?})"));
                 Err(CUDA_ERROR_NOT_SUPPORTED)
             }
         }
@@ -748,7 +753,7 @@ fn copy_2d(c: *const CUDA_MEMCPY2D, stream: CUstream, mode: Mode) -> Res {
                     Side::Host(p) => Side::Host(p + offset),
                 }),
                 CUmemorytype::CU_MEMORYTYPE_ARRAY => {
-                    ops::unsupported("cuMemcpy2D with CUDA arrays");
+                    unsupported("cuMemcpy2D with CUDA arrays");
                     Err(CUDA_ERROR_NOT_SUPPORTED)
                 }
             }

@@ -115,7 +115,7 @@ pub extern "C" fn cuSimDriverCalls() -> u64 {
 /// `buf` is NULL or valid for writes of `cap` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSimDriverCallReport(buf: *mut u8, cap: usize) -> usize {
-    let report = crate::guard_value(
+    let report = super::ffi::guard_value(
         || {
             let mut lines = Vec::new();
             let mut node = LISTED.load(Ordering::Acquire);
