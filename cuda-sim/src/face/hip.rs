@@ -33,7 +33,7 @@ use crate::model::base::Handle;
 use crate::model::config::config;
 use crate::model::ops::{self, Mode, side_of};
 use crate::model::request::{CopyRequest, Side, fill_1d, linear};
-use crate::model::state::{self as engine, Scope};
+use crate::model::state::{Scope, exchange_capture_mode};
 
 use CUresult::*;
 
@@ -470,7 +470,7 @@ hip! {
         }
         // SAFETY: not NULL; an in/out pointer (contract).
         let new = capture_mode(unsafe { *mode })?;
-        let old = engine::exchange_capture_mode(new);
+        let old = exchange_capture_mode(new);
         // SAFETY: as above.
         unsafe { *mode = old as hipStreamCaptureMode };
         Ok(())

@@ -17,7 +17,9 @@ use super::memory::Resolved;
 use super::nodes::Node;
 use super::prepare::{extent, host_is_pinned, prepare_copy, prepare_memset};
 use super::request::{CopyRequest, Fill, Side};
-use super::state::{DISABLE_TIMING, Event, Kind, LastRecord, NON_BLOCKING, Scope, State, state};
+use super::state::{
+    self, DISABLE_TIMING, Event, Kind, LastRecord, NON_BLOCKING, Scope, State, state,
+};
 use super::stream::{self, Recorded, Waiter, Work};
 
 use CUresult::*;
@@ -49,6 +51,136 @@ pub(crate) fn context_device(ctx: Handle) -> Res<i32> {
     let st = state();
     st.check_init()?;
     Ok(st.context(ctx)?.device)
+}
+
+/// The bytes of device memory, all devices together.
+pub(crate) fn total_memory(dev: i32) -> Res<usize> {
+    check_device(dev)?;
+    Ok(config().memory)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+/// Retains the primary context of `dev` (one per device, the same handle every time).
+pub(crate) fn retain_primary(dev: i32) -> Res<Handle> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    st.contexts
+        .get_mut(&ctx)
+        .expect("made by primary()")
+        .retained += 1;
+    Ok(ctx)
+}
+
+/// Drops one retain of the primary context of `dev`; its state is kept when the count reaches
+/// zero (`CUDA_ERROR_INVALID_CONTEXT` if it is not retained).
+pub(crate) fn release_primary(dev: i32) -> Res {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    let c = st.contexts.get_mut(&ctx).expect("made by primary()");
+    if c.retained == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    c.retained -= 1;
+    Ok(())
+}
+
+/// Whether the primary context of `dev` is retained (active).
+pub(crate) fn primary_active(dev: i32) -> Res<bool> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    Ok(st.contexts[&ctx].retained > 0)
+}
+
+/// A context of `dev` that is not the primary one; it becomes the calling thread's current
+/// context.
+pub(crate) fn create_context(dev: i32) -> Res<Handle> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.create_context(dev);
+    state::push_current(ctx);
+    Ok(ctx)
+}
+
+/// Destroys a created context: its streams end (their pending work still completes), the
+/// peer access to and from it is forgotten, and it stops being current on this thread.
+pub(crate) fn destroy_context(ctx: Handle) -> Res {
+    let workers = {
+        let mut st = state();
+        st.check_init()?;
+        if st.context(ctx)?.primary {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        st.contexts.get_mut(&ctx).expect("checked").destroyed = true;
+        st.forget_peers(ctx);
+        st.end_context_streams(ctx)
+    };
+    for w in workers {
+        let _ = w.join();
+    }
+    if state::current_raw() == Some(ctx) {
+        state::pop_current();
+    }
+    Ok(())
+}
+
+/// The calling thread's current context, if any.
+pub(crate) fn current_context() -> Res<Option<Handle>> {
+    state().check_init()?;
+    Ok(state::current_raw())
+}
+
+/// The calling thread's current context, which must be live (`CUDA_ERROR_INVALID_CONTEXT`).
+pub(crate) fn live_current_context() -> Res<Handle> {
+    state().current()
+}
+
+/// Replaces the top of the thread's context stack (`None` unbinds).
+pub(crate) fn set_current_context(ctx: Option<Handle>) -> Res {
+    let st = state();
+    st.check_init()?;
+    if let Some(c) = ctx {
+        st.context(c)?;
+    }
+    state::set_current(ctx);
+    Ok(())
+}
+
+/// Pushes a live context on the thread's context stack.
+pub(crate) fn push_context(ctx: Handle) -> Res {
+    let st = state();
+    st.check_init()?;
+    st.context(ctx)?;
+    state::push_current(ctx);
+    Ok(())
+}
+
+/// Pops the thread's current context (`CUDA_ERROR_INVALID_CONTEXT` with none).
+pub(crate) fn pop_context() -> Res<Handle> {
+    state().check_init()?;
+    state::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+}
+
+/// The device of the current context.
+pub(crate) fn current_device() -> Res<i32> {
+    let st = state();
+    let ctx = st.current()?;
+    Ok(st.contexts[&ctx].device)
+}
+
+/// A context's id (`None`: the current context's): its handle.
+pub(crate) fn context_id(ctx: Option<Handle>) -> Res<u64> {
+    let st = state();
+    let ctx = match ctx {
+        Some(c) => c,
+        None => st.current()?,
+    };
+    st.context(ctx)?;
+    Ok(ctx as u64)
 }
 
 /// Waits without the global lock, then records the host's observation under it.

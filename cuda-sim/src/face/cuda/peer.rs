@@ -9,7 +9,6 @@ use super::driver::driver;
 use crate::face::ffi::out;
 use crate::model::base::Handle;
 use crate::model::ops;
-use crate::model::state::state;
 
 driver! {
     /// 1 if device `dev` can access the memory of device `peer_dev` directly, else 0: 0 for a
@@ -28,7 +27,7 @@ driver! {
     /// `cuDeviceCanAccessPeer` answers 0 for the two contexts' devices (so also for two contexts
     /// of one device), and `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED` the second time.
     fn cuCtxEnablePeerAccess(peer: CUcontext, flags: c_uint) {
-        let me = state().current()?;
+        let me = ops::live_current_context()?;
         ops::enable_peer_access(me, peer as Handle, flags)
     }
 
@@ -37,7 +36,7 @@ driver! {
     /// `CUDA_ERROR_INVALID_CONTEXT` with no current context or for a `peer` that is not a live
     /// context.
     fn cuCtxDisablePeerAccess(peer: CUcontext) {
-        let me = state().current()?;
+        let me = ops::live_current_context()?;
         ops::disable_peer_access(me, peer as Handle)
     }
 }
