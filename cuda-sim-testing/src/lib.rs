@@ -60,8 +60,8 @@
 //! Without that directory on the library path, [`load`] loads [`simulator_path`], another
 //! file: a library loaded as `libamdhip64.so` from elsewhere would be a second simulator, with
 //! a checker of its own. A test may also load the HIP face by full path: [`simulator_path`]
-//! itself, or a link named `libamdhip64.so` to it, is the library [`load`] loads (this crate's
-//! `tests/hip.rs` does that).
+//! itself, or a link named `libamdhip64.so` to it, is the library [`load`] loads there (this
+//! crate's `tests/hip.rs` takes `libamdhip64.so` from the library path, else such a link).
 //!
 //! cudarc's bindings must be those the simulator was built against (CUDA 13 with cudarc 0.19's
 //! `fallback-latest`; set `CUDARC_CUDA_VERSION=13040` in `.cargo/config.toml`'s `[env]` where

@@ -1,10 +1,11 @@
 //! The simulator's HIP face (`hip*`, ROCm's `libamdhip64.so`): loaded as a test process loads
-//! HIP, by the name `libamdhip64.so` (a link to the simulator, as `scripts/cuda-sim.sh` lays it
-//! out), it is the same library, model and checker as the CUDA face. Cross-stream races are
-//! flagged without an event wait and not with one, the null stream synchronizes with blocking
-//! streams, captures become graphs whose launches are ordered like other work, the ROCm capture
-//! hazard (silent success before ROCm 7.14, with a violation recorded; the error from 7.14 on)
-//! is modelled, and pointer attributes, error names and call counts are HIP's.
+//! HIP, by the name `libamdhip64.so` (from the directory `scripts/cuda-sim.sh` lays out, where
+//! `LD_LIBRARY_PATH` has it, else a link of that name to the simulator cargo built), it is the
+//! same library, model and checker as the CUDA face. Cross-stream races are flagged without an
+//! event wait and not with one, the null stream synchronizes with blocking streams, captures
+//! become graphs whose launches are ordered like other work, the ROCm capture hazard (silent
+//! success before ROCm 7.14, with a violation recorded; the error from 7.14 on) is modelled,
+//! and pointer attributes, error names and call counts are HIP's.
 //!
 //! The tests of this binary share one process and its checker: each takes [`serial`] first.
 //! The capture hazard's run in child processes, one per modelled version (the simulator reads
@@ -45,28 +46,34 @@ struct PointerAttributes {
     allocation_flags: c_uint,
 }
 
-/// The library, loaded once: `libamdhip64.so`, a link to the simulator that cargo built.
+/// The library, loaded once, as a test process loads HIP: `libamdhip64.so` by name where the
+/// library path has it (the directory of `scripts/cuda-sim.sh` on `LD_LIBRARY_PATH`), else a
+/// link of that name to the simulator that cargo built, by its path. Either way it must be the
+/// library the kit loaded as the CUDA driver: one model, one checker.
 fn library() -> &'static libloading::Library {
     static LIB: OnceLock<libloading::Library> = OnceLock::new();
     LIB.get_or_init(|| {
-        // The CUDA face first, as a process using both would; the HIP name must give the same
-        // library.
+        // The CUDA face first, as a process using both would.
         assert_eq!(
             cuda_sim_testing::driver(),
             cuda_sim_testing::Driver::Simulator,
             "the HIP face is the simulator's"
         );
-        let target = cuda_sim_testing::simulator_path().unwrap();
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("hip-face-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join("libamdhip64.so");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        // SAFETY: the simulator's initializers are Rust statics made on first use.
-        let hip = unsafe { libloading::Library::new(&link) }.unwrap();
-        // SAFETY: the simulator by its own path, already loaded.
-        let cuda = unsafe { libloading::Library::new(&target) }.unwrap();
+        // SAFETY: loading the simulator (already loaded: its initializers are Rust statics made
+        // on first use).
+        let hip = unsafe { libloading::Library::new("libamdhip64.so") }.unwrap_or_else(|_| {
+            let target = cuda_sim_testing::simulator_path().unwrap();
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("hip-face-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let link = dir.join("libamdhip64.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            // SAFETY: as above.
+            unsafe { libloading::Library::new(&link) }.unwrap()
+        });
+        // SAFETY: the CUDA driver the kit loaded, found by its SONAME.
+        let cuda = unsafe { libloading::Library::new("libcuda.so.1") }.unwrap();
         // SAFETY: symbol look-ups only.
         unsafe {
             let a = hip
@@ -77,7 +84,7 @@ fn library() -> &'static libloading::Library {
                 .unwrap();
             assert_eq!(
                 *a as usize, *b as usize,
-                "libamdhip64.so and libcuda.so are one library instance"
+                "libamdhip64.so and libcuda.so.1 are one library instance"
             );
         }
         hip
