@@ -3,19 +3,12 @@
 
 use cudarc::driver::sys::*;
 
-/// Says on stderr (once per name) that `what` is not modelled.
-pub(crate) fn unsupported(what: &str) {
-    use std::collections::HashSet;
-    use std::sync::{LazyLock, Mutex};
-    static SAID: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
-    if crate::engine::lock(&SAID).insert(what.to_string()) {
-        eprintln!("cuda-sim: {what} is not supported by the CUDA simulator");
-    }
-}
+use super::driver::driver;
+use crate::model::base::unsupported;
 
 macro_rules! stub {
     ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {$(
-        crate::driver! {
+        driver! {
             /// Not modelled: returns `CUDA_ERROR_NOT_SUPPORTED`.
             fn $name($($arg: $ty),*) {
                 unsupported(stringify!($name));
