@@ -42,6 +42,27 @@
 //! read and write of every allocation its pointer parameters point into, but computes no
 //! values (see the `cuda-sim` crate docs).
 //!
+//! # HIP
+//!
+//! The simulator has a HIP face too: the `hip*` functions of ROCm's `libamdhip64.so`, over the
+//! same model and checker (the `cuda-sim` crate docs list them, and what they model). Code that
+//! loads the HIP runtime by name (`libamdhip64.so`) finds the simulator only on the library
+//! path, which the dynamic loader reads when the process starts: run such a test with the
+//! directory `scripts/cuda-sim.sh` prints first on `LD_LIBRARY_PATH` (it holds the library as
+//! `libcuda.so` and as `libamdhip64.so`, `.so.6`, `.so.7`, links to one file):
+//!
+//! ```text
+//! sim="$(./scripts/cuda-sim.sh)" && LD_LIBRARY_PATH="$sim" cargo test --test my_hip_test
+//! ```
+//!
+//! There [`load`] and [`Checker::attach`] find the same file as `libcuda.so`, so the checker,
+//! [`DriverCalls`] (which counts `hip*` calls by name too) and the HIP face are one library.
+//! Without that directory on the library path, [`load`] loads [`simulator_path`], another
+//! file: a library loaded as `libamdhip64.so` from elsewhere would be a second simulator, with
+//! a checker of its own. A test may also load the HIP face by full path: [`simulator_path`]
+//! itself, or a link named `libamdhip64.so` to it, is the library [`load`] loads there (this
+//! crate's `tests/hip.rs` takes `libamdhip64.so` from the library path, else such a link).
+//!
 //! cudarc's bindings must be those the simulator was built against (CUDA 13 with cudarc 0.19's
 //! `fallback-latest`; set `CUDARC_CUDA_VERSION=13040` in `.cargo/config.toml`'s `[env]` where
 //! a toolkit of another version is installed). Linux only.

@@ -1,12 +1,15 @@
 //! The simulator's HIP face (`hip*`, ROCm's `libamdhip64.so`): loaded as a test process loads
-//! HIP, by the name `libamdhip64.so` (a link to the simulator, as `scripts/cuda-sim.sh` lays it
-//! out), it is the same library, model and checker as the CUDA face. Cross-stream races are
-//! flagged without an event wait and not with one, the null stream synchronizes with blocking
-//! streams, captures become graphs whose launches are ordered like other work, the ROCm capture
-//! hazard (silent success before ROCm 7.14, with a violation recorded; the error from 7.14 on)
-//! is modelled, and pointer attributes, error names and call counts are HIP's.
+//! HIP, by the name `libamdhip64.so` (from the directory `scripts/cuda-sim.sh` lays out, where
+//! `LD_LIBRARY_PATH` has it, else a link of that name to the simulator cargo built), it is the
+//! same library, model and checker as the CUDA face. Cross-stream races are flagged without an
+//! event wait and not with one, the null stream synchronizes with blocking streams, captures
+//! become graphs whose launches are ordered like other work, the ROCm capture hazard (silent
+//! success before ROCm 7.14, with a violation recorded; the error from 7.14 on) is modelled,
+//! and pointer attributes, error names and call counts are HIP's.
 //!
 //! The tests of this binary share one process and its checker: each takes [`serial`] first.
+//! The capture hazard's run in child processes, one per modelled version (the simulator reads
+//! `CUDA_SIM_HIP_VERSION` once per process).
 
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::PathBuf;
@@ -43,28 +46,34 @@ struct PointerAttributes {
     allocation_flags: c_uint,
 }
 
-/// The library, loaded once: `libamdhip64.so`, a link to the simulator that cargo built.
+/// The library, loaded once, as a test process loads HIP: `libamdhip64.so` by name where the
+/// library path has it (the directory of `scripts/cuda-sim.sh` on `LD_LIBRARY_PATH`), else a
+/// link of that name to the simulator that cargo built, by its path. Either way it must be the
+/// library the kit loaded as the CUDA driver: one model, one checker.
 fn library() -> &'static libloading::Library {
     static LIB: OnceLock<libloading::Library> = OnceLock::new();
     LIB.get_or_init(|| {
-        // The CUDA face first, as a process using both would; the HIP name must give the same
-        // library.
+        // The CUDA face first, as a process using both would.
         assert_eq!(
             cuda_sim_testing::driver(),
             cuda_sim_testing::Driver::Simulator,
             "the HIP face is the simulator's"
         );
-        let target = cuda_sim_testing::simulator_path().unwrap();
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("hip-face-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let link = dir.join("libamdhip64.so");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&target, &link).unwrap();
-        // SAFETY: the simulator's initializers are Rust statics made on first use.
-        let hip = unsafe { libloading::Library::new(&link) }.unwrap();
-        // SAFETY: the simulator by its own path, already loaded.
-        let cuda = unsafe { libloading::Library::new(&target) }.unwrap();
+        // SAFETY: loading the simulator (already loaded: its initializers are Rust statics made
+        // on first use).
+        let hip = unsafe { libloading::Library::new("libamdhip64.so") }.unwrap_or_else(|_| {
+            let target = cuda_sim_testing::simulator_path().unwrap();
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("hip-face-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let link = dir.join("libamdhip64.so");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            // SAFETY: as above.
+            unsafe { libloading::Library::new(&link) }.unwrap()
+        });
+        // SAFETY: the CUDA driver the kit loaded, found by its SONAME.
+        let cuda = unsafe { libloading::Library::new("libcuda.so.1") }.unwrap();
         // SAFETY: symbol look-ups only.
         unsafe {
             let a = hip
@@ -75,7 +84,7 @@ fn library() -> &'static libloading::Library {
                 .unwrap();
             assert_eq!(
                 *a as usize, *b as usize,
-                "libamdhip64.so and libcuda.so are one library instance"
+                "libamdhip64.so and libcuda.so.1 are one library instance"
             );
         }
         hip
@@ -435,8 +444,8 @@ const HAZARD: &str = "on a capturing stream, not reported by HIP before 7.14";
 
 /// The hazard's calls, each on a fresh capture: `expected(name)` is what each returns.
 fn each_capture_unsafe_call(expected: fn(&str) -> Err) {
-    type Case = fn(Stream, *mut c_void) -> Err;
-    let cases: [(&str, Case); 5] = [
+    type Case = fn(Stream, [*mut c_void; 2]) -> Err;
+    let cases: [(&str, Case); 7] = [
         (
             "hipStreamSynchronize",
             |s, _| call!(hipStreamSynchronize(s): Stream),
@@ -451,13 +460,22 @@ fn each_capture_unsafe_call(expected: fn(&str) -> Err) {
             ok(call!(hipEventRecord(e, s): Event, Stream), "hipEventRecord");
             call!(hipEventQuery(e): Event)
         }),
+        ("hipEventSynchronize", |s, _| {
+            let e = event();
+            ok(call!(hipEventRecord(e, s): Event, Stream), "hipEventRecord");
+            call!(hipEventSynchronize(e): Event)
+        }),
         (
             "hipMemset",
-            |_, p| call!(hipMemset(p, 0, BYTES): *mut c_void, c_int, usize),
+            |_, [p, _]| call!(hipMemset(p, 0, BYTES): *mut c_void, c_int, usize),
+        ),
+        (
+            "hipMemcpy",
+            |_, [p, q]| call!(hipMemcpy(q, p, BYTES, D2D): *mut c_void, *const c_void, usize, c_int),
         ),
     ];
     // Allocated before any capture: hipMalloc is refused during a global capture.
-    let p = malloc(BYTES);
+    let buffers = [malloc(BYTES), malloc(BYTES)];
     for (name, unsafe_call) in cases {
         reset();
         // A library that asks first is fine.
@@ -470,7 +488,7 @@ fn each_capture_unsafe_call(expected: fn(&str) -> Err) {
         assert_eq!(status, 1);
         assert_eq!(violations(), 0, "{}", report());
         // The unsafe call: invalidates the capture, is recorded, returns `expected`.
-        assert_eq!(unsafe_call(s, p), expected(name), "{name}");
+        assert_eq!(unsafe_call(s, buffers), expected(name), "{name}");
         assert_eq!(violations(), 1, "{name}: {}", report());
         let r = report();
         assert!(
@@ -485,16 +503,18 @@ fn each_capture_unsafe_call(expected: fn(&str) -> Err) {
         assert_eq!(end(s), (CAPTURE_INVALIDATED, true), "{name}");
         ok(call!(hipStreamDestroy(s): Stream), "hipStreamDestroy");
     }
-    ok(call!(hipFree(p): *mut c_void), "hipFree");
+    for p in buffers {
+        ok(call!(hipFree(p): *mut c_void), "hipFree");
+    }
 }
 
+/// Run in a child process (a failure leaves a capture under way, which would refuse the other
+/// tests' allocations) by `before_rocm_7_14_capture_unsafe_calls_succeed_silently_and_are_recorded`,
+/// with `CUDA_SIM_HIP_VERSION` unset.
 #[test]
-fn before_rocm_7_14_capture_unsafe_calls_succeed_silently_and_are_recorded() {
+#[ignore = "run by before_rocm_7_14_capture_unsafe_calls_succeed_silently_and_are_recorded"]
+fn capture_unsafe_calls_before_7_14() {
     let _serial = serial();
-    if std::env::var_os("CUDA_SIM_HIP_VERSION").is_some() {
-        eprintln!("skipped: CUDA_SIM_HIP_VERSION is set");
-        return;
-    }
     let mut version = 0;
     ok(
         call!(hipRuntimeGetVersion(&mut version): *mut c_int),
@@ -532,7 +552,8 @@ fn before_rocm_7_14_capture_unsafe_calls_succeed_silently_and_are_recorded() {
     assert_eq!(violations(), 0, "{}", report());
 }
 
-/// Run in a child process by the next test, with `CUDA_SIM_HIP_VERSION` set to 7.14.0.
+/// Run in a child process, with `CUDA_SIM_HIP_VERSION` set to 7.14.0, by
+/// `from_rocm_7_14_capture_unsafe_calls_return_their_error`.
 #[test]
 #[ignore = "run by from_rocm_7_14_capture_unsafe_calls_return_their_error"]
 fn capture_unsafe_calls_at_7_14() {
@@ -543,28 +564,40 @@ fn capture_unsafe_calls_at_7_14() {
         "hipRuntimeGetVersion",
     );
     assert_eq!(version, 71_400_000);
-    // The CUDA driver's codes: a query of an event recorded in a capture is
+    // The CUDA driver's codes: a host query or wait of an event recorded in a capture is
     // hipErrorCapturedEvent, the others hipErrorStreamCaptureUnsupported.
     each_capture_unsafe_call(|name| match name {
-        "hipEventQuery" => CAPTURED_EVENT,
+        "hipEventQuery" | "hipEventSynchronize" => CAPTURED_EVENT,
         _ => CAPTURE_UNSUPPORTED,
     });
 }
 
-#[test]
-fn from_rocm_7_14_capture_unsafe_calls_return_their_error() {
-    let name = "capture_unsafe_calls_at_7_14";
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--ignored", "--test-threads=1"])
-        .env("CUDA_SIM_HIP_VERSION", "71400000")
-        .output()
-        .unwrap();
+/// Runs the ignored test `name` of this binary in a child process, `CUDA_SIM_HIP_VERSION` set
+/// to `version` (or unset), and checks that it ran and passed.
+fn in_child(name: &str, version: Option<&str>) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args([name, "--exact", "--ignored", "--test-threads=1"]);
+    match version {
+        Some(v) => command.env("CUDA_SIM_HIP_VERSION", v),
+        None => command.env_remove("CUDA_SIM_HIP_VERSION"),
+    };
+    let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains("1 passed"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[test]
+fn before_rocm_7_14_capture_unsafe_calls_succeed_silently_and_are_recorded() {
+    in_child("capture_unsafe_calls_before_7_14", None);
+}
+
+#[test]
+fn from_rocm_7_14_capture_unsafe_calls_return_their_error() {
+    in_child("capture_unsafe_calls_at_7_14", Some("71400000"));
 }
 
 fn attributes(p: *const c_void) -> (Err, PointerAttributes) {

@@ -1,5 +1,6 @@
 //! `cuda-sim`: a stand-in for the CUDA driver library (`libcuda.so`) that runs on the CPU, so
-//! stream-ordered code can be tested on machines without a GPU.
+//! stream-ordered code can be tested on machines without a GPU. The same library is a stand-in
+//! for ROCm's HIP runtime (`libamdhip64.so`) too: its HIP face, over the same model (below).
 //!
 //! Streams are FIFOs executed asynchronously by worker threads; events capture a stream's
 //! position when recorded; `cuStreamWaitEvent`, the legacy default stream's implicit barriers
@@ -14,6 +15,11 @@
 //! driver entry point is counted (`cuSimDriverCalls`; by entry point, `cuSimDriverCallReport`),
 //! so that a test can prove a code path leaves the driver alone.
 //!
+//! The crate is a model with thin driver faces above it, and its files depend one way
+//! (`tests/layers.rs` checks it): `model/` holds the machine and its operations, knowing no
+//! face; `face/cuda/` the `cu*` entry points and `face/hip.rs` the `hip*` ones, each a
+//! translation of handles, codes and out-parameters into calls of the model.
+//!
 //! Tests reach the checker, a stream gate, and a loader that puts the simulator under plain
 //! `cargo test`, through the crate `cuda-sim-testing`.
 //!
@@ -25,7 +31,10 @@
 //! `scripts/cuda-sim.sh` builds it, copies it to `target/cuda-sim/libcuda.so` (with a
 //! `libcuda.so.1` link) and prints that directory. Put such a directory first on the library
 //! path (`LD_LIBRARY_PATH`) and a program that loads the driver dynamically (cudarc with
-//! dynamic loading does) gets the simulator, with no change to its code.
+//! dynamic loading does) gets the simulator, with no change to its code. The script links
+//! `libamdhip64.so`, `libamdhip64.so.6` and `libamdhip64.so.7` there to the same file, so a
+//! program that loads the HIP runtime by name gets the HIP face; a process that loads both
+//! names gets one library (the dynamic loader opens one file once), one model and one checker.
 //!
 //! Settings, read once from the environment:
 //!
@@ -37,6 +46,7 @@
 //! | `CUDA_SIM_ABORT_ON_VIOLATION` | 0 | `1`: abort the process at the first violation |
 //! | `CUDA_SIM_LOG` | 0 | `1`: print each violation to stderr |
 //! | `CUDA_SIM_NO_PEER` | (empty) | device pairs that cannot access each other's memory: `all`, or pairs `a:b` separated by commas (`0:1,2:3`, either way round) |
+//! | `CUDA_SIM_HIP_VERSION` | 70000000 (7.0.0) | the HIP version the HIP face models, `HIP_VERSION` encoded (major × 10000000 + minor × 100000 + patch): below 7.14 the ROCm capture hazard (below) |
 //!
 //! A value out of range is ignored, with a word on stderr.
 //!
@@ -216,145 +226,70 @@
 //! and the other `cuGraph*` functions are stubs), and capture into an existing graph
 //! (`cuStreamBeginCaptureToGraph`).
 
+//!
+//! # The HIP face
+//!
+//! The `hip*` functions a HIP consumer of streams, events and memory needs, exported beside the
+//! `cu*` ones and calling the same model: `hipInit`, `hipDriverGetVersion`,
+//! `hipRuntimeGetVersion`, `hipGetErrorName`, `hipGetErrorString`; `hipGetDeviceCount`,
+//! `hipGetDevice`, `hipSetDevice`, `hipDeviceSynchronize`, `hipDeviceCanAccessPeer`,
+//! `hipDeviceEnablePeerAccess`, `hipDeviceDisablePeerAccess`; `hipStreamCreate`,
+//! `hipStreamCreateWithFlags`, `hipStreamDestroy`, `hipStreamSynchronize`, `hipStreamQuery`,
+//! `hipStreamGetFlags`, `hipStreamGetDevice`, `hipStreamWaitEvent`, `hipLaunchHostFunc`;
+//! `hipStreamIsCapturing`, `hipStreamGetCaptureInfo`, `hipStreamBeginCapture`,
+//! `hipStreamEndCapture`, `hipThreadExchangeStreamCaptureMode`, `hipGraphInstantiate`,
+//! `hipGraphLaunch`, `hipGraphExecDestroy`, `hipGraphDestroy`; `hipEventCreate`,
+//! `hipEventCreateWithFlags`, `hipEventRecord`, `hipEventQuery`, `hipEventSynchronize`,
+//! `hipEventDestroy`, `hipEventElapsedTime`; `hipMalloc`, `hipFree`, `hipMallocAsync`,
+//! `hipFreeAsync`, `hipHostMalloc`, `hipHostFree`, `hipMemcpy`, `hipMemcpyAsync`,
+//! `hipMemcpy2DAsync`, `hipMemcpyPeerAsync`, `hipMemset`, `hipMemsetAsync` and
+//! `hipPointerGetAttributes`. Each call is counted by its name, with the driver's
+//! (`cuSimDriverCalls`, `cuSimDriverCallReport`), and the checker's functions (`cuSim*`) serve
+//! both faces.
+//!
+//! HIP has no contexts: each host thread has a current device (`hipSetDevice`, 0 until set),
+//! and a call works in that device's primary context, the one `cuDevicePrimaryCtxRetain` gives.
+//! The null stream is its legacy default stream, with the same implicit synchronization with
+//! blocking streams (created with `hipStreamDefault`; `hipStreamNonBlocking` streams do not
+//! synchronize with it), and `hipStreamPerThread` (2) the thread's per-thread default stream;
+//! 1 (CUDA's `CU_STREAM_LEGACY`) is no HIP handle (`hipErrorInvalidHandle`). A stream or event
+//! belongs to the device current at its creation. HIP initializes itself at its first call.
+//! Codes are HIP's (`hipError_t`, the driver API's numbers; `hipErrorInvalidMemcpyDirection`
+//! for an unknown copy kind), names as `hip_runtime_api.h` spells them, texts the driver's.
+//! `hipStreamWaitEvent` takes flags 0 and 1 (`hipEventWaitExternal`) alike: on a capturing
+//! stream, a wait on an event recorded outside the capture is an event-wait node, as with
+//! `CU_EVENT_WAIT_EXTERNAL`. `hipMalloc` of 0 bytes gives NULL and `hipSuccess`; `hipFree` and
+//! `hipHostFree` of NULL do nothing. `hipPointerGetAttributes` gives ROCm 6's
+//! `hipPointerAttribute_t`: type Device (2) for device memory, Host (1) for pinned host memory
+//! (host and device pointers both the pointer), and for memory the model does not know
+//! (pageable host memory, freed device memory) type Unregistered (0) with `hipSuccess`, as
+//! ROCm 6 and later answer.
+//!
+//! **The ROCm capture hazard.** Before ROCm 7.14 (pytorch/pytorch#187110), a capture-unsafe
+//! call made while a stream captures returns `hipSuccess` instead of an error, and the capture
+//! is silently invalidated. Those calls are: a host synchronization of a capturing stream
+//! (`hipStreamSynchronize`) or of its device (`hipDeviceSynchronize`), `hipStreamQuery` and
+//! `hipEventQuery` of captured work, `hipEventSynchronize` of an event recorded in a capture,
+//! and a synchronous copy or memset (`hipMemcpy`, `hipMemset`, on the null stream) beside a
+//! capturing blocking stream or during a capture in global mode. The model refuses them as the
+//! CUDA driver does and invalidates the capture (`hipStreamEndCapture` then fails with
+//! `hipErrorStreamCaptureInvalidated` and a NULL graph); below 7.14 the face returns
+//! `hipSuccess`, from 7.14 the model's error (`hipErrorStreamCaptureUnsupported`,
+//! `hipErrorStreamCaptureImplicit`, or `hipErrorCapturedEvent` for an event recorded in a
+//! capture). At every version the checker records each such call as a violation
+//! ("capture-unsafe `hipStreamSynchronize` on a capturing stream, not reported by HIP before
+//! 7.14"), so a test proves that a library asked `hipStreamIsCapturing` first. The refused call
+//! does nothing else: it neither waits nor copies. The CUDA face is unchanged.
+//!
+//! Not modelled on the HIP face: modules and kernel launches (`hipModuleLoad*`,
+//! `hipModuleLaunchKernel`, `hipLaunchKernel` and code objects are not exported: a HIP kernel
+//! launch cannot be checked on the simulator), contexts (`hipCtx*`), `hipStreamWaitEvent`'s
+//! and the event functions' flags beyond those above, other `hip*` functions (not exported:
+//! a program that needs one fails to find the symbol), and the implicit device
+//! synchronization of `hipFree` (a free is checked as `cuMemFree` is: accesses not ordered
+//! before the host's position are violations).
+
 #![allow(non_snake_case)]
 
-mod api;
-mod calls;
-mod checker;
-mod control;
-mod engine;
-mod graph;
-mod hip;
-mod kernel;
-mod ops;
-mod peer;
-mod ptx;
-mod stubs;
-
-use std::sync::{LazyLock, Mutex};
-use std::time::Duration;
-
-use cudarc::driver::sys::CUresult;
-
-use engine::State;
-
-/// Settings from the environment.
-pub(crate) struct Config {
-    pub(crate) devices: i32,
-    pub(crate) memory: usize,
-    pub(crate) op_delay: Duration,
-    pub(crate) abort_on_violation: bool,
-    pub(crate) log: bool,
-    pub(crate) no_peer: peer::NoPeer,
-    /// The HIP version the HIP face models (`HIP_VERSION` encoding).
-    pub(crate) hip_version: u32,
-}
-
-/// A setting from the environment: an integer in `range`, or `default` (with a word on stderr
-/// when the variable is set to something else).
-fn env(name: &str, default: u64, range: std::ops::RangeInclusive<u64>) -> u64 {
-    let Ok(v) = std::env::var(name) else {
-        return default;
-    };
-    match v.trim().parse::<u64>() {
-        Ok(n) if range.contains(&n) => n,
-        _ => {
-            eprintln!(
-                "cuda-sim: ignoring {name}={v:?}: expected an integer from {} to {}; using {default}",
-                range.start(),
-                range.end()
-            );
-            default
-        }
-    }
-}
-
-pub(crate) fn config() -> &'static Config {
-    static CONFIG: LazyLock<Config> = LazyLock::new(|| Config {
-        devices: env("CUDA_SIM_DEVICES", 2, 1..=engine::MAX_DEVICES) as i32,
-        memory: env("CUDA_SIM_MEMORY", 4 << 30, 1..=1 << 40) as usize,
-        op_delay: Duration::from_micros(env("CUDA_SIM_OP_DELAY_US", 0, 0..=10_000_000)),
-        abort_on_violation: env("CUDA_SIM_ABORT_ON_VIOLATION", 0, 0..=1) != 0,
-        log: env("CUDA_SIM_LOG", 0, 0..=1) != 0,
-        no_peer: peer::NoPeer::from_env(),
-        hip_version: env("CUDA_SIM_HIP_VERSION", 70_000_000, 0..=999_999_999) as u32,
-    });
-    &CONFIG
-}
-
-pub(crate) fn state() -> std::sync::MutexGuard<'static, State> {
-    static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::new()));
-    engine::lock(&STATE)
-}
-
-/// Runs a driver call: its result as a `CUresult`, and never a panic across the C boundary.
-pub(crate) fn guard(name: &str, f: impl FnOnce() -> Result<(), CUresult>) -> CUresult {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(())) => CUresult::CUDA_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => {
-            eprintln!("cuda-sim: {name} panicked; returning CUDA_ERROR_UNKNOWN");
-            CUresult::CUDA_ERROR_UNKNOWN
-        }
-    }
-}
-
-/// Runs `f` for a non-driver entry point: `default` instead of a panic across the C boundary.
-pub(crate) fn guard_value<T>(f: impl FnOnce() -> T, default: T) -> T {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        eprintln!("cuda-sim: a checker call panicked");
-        default
-    })
-}
-
-/// Writes a result through an out-pointer: `CUDA_ERROR_INVALID_VALUE` if it is NULL.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of `T`.
-pub(crate) unsafe fn out<T>(out: *mut T, value: T) -> Result<(), CUresult> {
-    if out.is_null() {
-        return Err(CUresult::CUDA_ERROR_INVALID_VALUE);
-    }
-    // SAFETY: not NULL, and valid for a write (caller).
-    unsafe { out.write(value) };
-    Ok(())
-}
-
-/// Writes a result through an optional out-pointer: nothing if it is NULL.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of `T`.
-pub(crate) unsafe fn maybe_out<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        // SAFETY: not NULL, and valid for a write (caller).
-        unsafe { out.write(value) };
-    }
-}
-
-/// Defines exported driver functions. Each body returns `Result<(), CUresult>`; each function
-/// is checked at compile time against cudarc's binding of the same name, so its C signature is
-/// the driver's. Every call is counted, and refused in a forked child of a process that
-/// initialized the driver, before its body runs (`calls`).
-macro_rules! driver {
-    ($(
-        $(#[doc = $doc:literal])*
-        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block
-    )*) => {$(
-        $(#[doc = $doc])*
-        ///
-        /// # Safety
-        ///
-        /// The arguments follow the CUDA driver API's contract for this function.
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> cudarc::driver::sys::CUresult {
-            static CALLS: $crate::calls::Counter = $crate::calls::Counter::new(stringify!($name));
-            $crate::guard(stringify!($name), move || -> Result<(), cudarc::driver::sys::CUresult> {
-                $crate::calls::enter(&CALLS)?;
-                $body
-            })
-        }
-        const _: unsafe fn($($ty),*) -> cudarc::driver::sys::CUresult =
-            cudarc::driver::sys::$name;
-    )*};
-}
-pub(crate) use driver;
+mod face;
+mod model;

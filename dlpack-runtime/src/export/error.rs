@@ -39,7 +39,7 @@ pub enum ExportError {
     /// `cuda`): its ordinal is negative, or not below the number of CUDA devices.
     #[error(
         "dl_device {requested} does not exist: the process has {}",
-        cuda_devices(*count)
+        crate::tensor::device::devices_in_words("CUDA", *count)
     )]
     NoSuchDevice {
         /// The device asked for.
@@ -104,15 +104,6 @@ pub enum ExportError {
         /// Device the buffer reports.
         buffer: Device,
     },
-}
-
-/// `count` CUDA devices in words, with the valid ordinals: "2 CUDA devices (0 to 1)".
-pub(crate) fn cuda_devices(count: i32) -> String {
-    match count {
-        ..=0 => "no CUDA device".to_owned(),
-        1 => "1 CUDA device (0)".to_owned(),
-        n => format!("{n} CUDA devices (0 to {})", n - 1),
-    }
 }
 
 /// The `dl_device` values an export of a `found` tensor can serve, for error messages.

@@ -51,7 +51,6 @@ pub use device::export_with_ready_events;
 pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context, touches_cuda};
 pub use error::ExportError;
 #[cfg(feature = "cuda")]
-pub(crate) use error::cuda_devices;
 #[cfg(feature = "cuda")]
 pub(crate) use parts::AnyStream;
 #[cfg(feature = "cuda")]

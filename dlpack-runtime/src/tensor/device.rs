@@ -244,6 +244,16 @@ impl fmt::Display for Device {
     }
 }
 
+/// `count` devices of the runtime `runtime` (`"CUDA"`, `"ROCm"`) in words, with the valid
+/// ordinals, for error messages: "2 CUDA devices (0 to 1)", "no ROCm device".
+pub(crate) fn devices_in_words(runtime: &str, count: i32) -> String {
+    match count {
+        ..=0 => format!("no {runtime} device"),
+        1 => format!("1 {runtime} device (0)"),
+        n => format!("{n} {runtime} devices (0 to {})", n - 1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ pub enum CudaError {
     /// of CUDA devices of the process.
     #[error(
         "CUDA device {device} does not exist: the process has {}",
-        crate::export::cuda_devices(*count)
+        crate::tensor::device::devices_in_words("CUDA", *count)
     )]
     NoSuchDevice {
         /// The ordinal asked for.

@@ -3,11 +3,12 @@
 
 use cudarc::driver::sys::*;
 
-pub(crate) use crate::ops::unsupported;
+use super::driver::driver;
+use crate::model::base::unsupported;
 
 macro_rules! stub {
     ($(fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {$(
-        crate::driver! {
+        driver! {
             /// Not modelled: returns `CUDA_ERROR_NOT_SUPPORTED`.
             fn $name($($arg: $ty),*) {
                 unsupported(stringify!($name));

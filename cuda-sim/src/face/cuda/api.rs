@@ -11,9 +11,13 @@ use cudarc::driver::sys::{
     CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, CUuuid, cuuint64_t,
 };
 
-use crate::engine::{self, Handle, Res};
-use crate::ops::{self, CopyRequest, Fill, Mode, Scope, Side, fill_1d, fill_2d, linear, side_of};
-use crate::{driver, maybe_out, out, state};
+use super::driver::driver;
+use crate::face::calls;
+use crate::face::ffi::{maybe_out, out};
+use crate::model::base::{Handle, Res, unsupported};
+use crate::model::ops::{self, Mode, side_of};
+use crate::model::request::{CopyRequest, Fill, Side, fill_1d, fill_2d, linear};
+use crate::model::state::{Scope, exchange_capture_mode};
 
 use CUresult::*;
 
@@ -58,6 +62,7 @@ driver! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         ops::initialize();
+        calls::initialized();
         Ok(())
     }
 
@@ -68,27 +73,26 @@ driver! {
     }
 
     fn cuDeviceGetCount(count: *mut c_int) {
-        let st = state();
-        st.check_init()?;
+        let n = ops::device_count()?;
         // SAFETY: an out-pointer.
-        unsafe { out(count, st.devices) }
+        unsafe { out(count, n) }
     }
 
     /// Device handles are the ordinals.
     fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) {
-        state().check_device(ordinal)?;
+        ops::check_device(ordinal)?;
         // SAFETY: an out-pointer.
         unsafe { out(device, ordinal) }
     }
 
     fn cuDeviceGetAttribute(value: *mut c_int, attrib: CUdevice_attribute, dev: CUdevice) {
-        state().check_device(dev)?;
+        ops::check_device(dev)?;
         // SAFETY: an out-pointer.
         unsafe { out(value, attribute(attrib)) }
     }
 
     fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) {
-        state().check_device(dev)?;
+        ops::check_device(dev)?;
         if name.is_null() || len <= 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
@@ -103,25 +107,21 @@ driver! {
     }
 
     fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) {
-        state().check_device(dev)?;
+        let total = ops::total_memory(dev)?;
         // SAFETY: an out-pointer.
-        unsafe { out(bytes, crate::config().memory) }
+        unsafe { out(bytes, total) }
     }
 
     fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) {
-        device_uuid(uuid, dev)
+        ops::check_device(dev)?;
+        let mut bytes = [0 as c_char; 16];
+        for (i, b) in b"cuda-sim".iter().enumerate() {
+            bytes[i] = *b as c_char;
+        }
+        bytes[15] = dev as c_char;
+        // SAFETY: an out-pointer.
+        unsafe { out(uuid, CUuuid { bytes }) }
     }
-}
-
-fn device_uuid(uuid: *mut CUuuid, dev: CUdevice) -> Res {
-    state().check_device(dev)?;
-    let mut bytes = [0 as c_char; 16];
-    for (i, b) in b"cuda-sim".iter().enumerate() {
-        bytes[i] = *b as c_char;
-    }
-    bytes[15] = dev as c_char;
-    // SAFETY: an out-pointer.
-    unsafe { out(uuid, CUuuid { bytes }) }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -130,36 +130,22 @@ fn device_uuid(uuid: *mut CUuuid, dev: CUdevice) -> Res {
 driver! {
     /// The primary context of `dev` (one per device, the same handle every time).
     fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) {
-        let mut st = state();
-        st.check_device(dev)?;
-        let ctx = st.primary(dev);
-        st.contexts.get_mut(&ctx).expect("made by primary()").retained += 1;
+        let ctx = ops::retain_primary(dev)?;
         // SAFETY: an out-pointer.
         unsafe { out(pctx, ptr(ctx)) }
     }
 
     /// Drops one retain; the context's state is kept when the count reaches zero.
     fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) {
-        let mut st = state();
-        st.check_device(dev)?;
-        let ctx = st.primary(dev);
-        let c = st.contexts.get_mut(&ctx).expect("made by primary()");
-        if c.retained == 0 {
-            return Err(CUDA_ERROR_INVALID_CONTEXT);
-        }
-        c.retained -= 1;
-        Ok(())
+        ops::release_primary(dev)
     }
 
     fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) {
-        let mut st = state();
-        st.check_device(dev)?;
-        let ctx = st.primary(dev);
-        let retained = st.contexts[&ctx].retained;
+        let retained = ops::primary_active(dev)?;
         // SAFETY: out-pointers.
         unsafe {
             out(flags, 0)?;
-            out(active, c_int::from(retained > 0))
+            out(active, c_int::from(retained))
         }
     }
 
@@ -170,91 +156,52 @@ driver! {
         _flags: c_uint,
         dev: CUdevice,
     ) {
-        let mut st = state();
-        st.check_device(dev)?;
+        ops::check_device(dev)?;
         if pctx.is_null() {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = st.create_context(dev);
-        engine::push_current(ctx);
+        let ctx = ops::create_context(dev)?;
         // SAFETY: checked not NULL; an out-pointer.
         unsafe { out(pctx, ptr(ctx)) }
     }
 
     /// Destroys a created context; its streams' pending work still completes.
     fn cuCtxDestroy_v2(ctx: CUcontext) {
-        let workers = {
-            let mut st = state();
-            st.check_init()?;
-            let c = st.context(h(ctx))?;
-            if c.primary {
-                return Err(CUDA_ERROR_INVALID_CONTEXT);
-            }
-            st.contexts.get_mut(&h(ctx)).expect("checked").destroyed = true;
-            st.forget_peers(h(ctx));
-            st.end_context_streams(h(ctx))
-        };
-        for w in workers {
-            let _ = w.join();
-        }
-        if engine::current_raw() == Some(h(ctx)) {
-            engine::pop_current();
-        }
-        Ok(())
+        ops::destroy_context(h(ctx))
     }
 
     fn cuCtxGetCurrent(pctx: *mut CUcontext) {
-        state().check_init()?;
-        let current = engine::current_raw().unwrap_or(0);
+        let current = ops::current_context()?.unwrap_or(0);
         // SAFETY: an out-pointer.
         unsafe { out(pctx, ptr(current)) }
     }
 
     /// Replaces the top of the thread's context stack (NULL unbinds).
     fn cuCtxSetCurrent(ctx: CUcontext) {
-        let st = state();
-        st.check_init()?;
-        if ctx.is_null() {
-            engine::set_current(None);
-        } else {
-            st.context(h(ctx))?;
-            engine::set_current(Some(h(ctx)));
-        }
-        Ok(())
+        ops::set_current_context((!ctx.is_null()).then(|| h(ctx)))
     }
 
     fn cuCtxPushCurrent_v2(ctx: CUcontext) {
-        let st = state();
-        st.check_init()?;
-        st.context(h(ctx))?;
-        engine::push_current(h(ctx));
-        Ok(())
+        ops::push_context(h(ctx))
     }
 
     fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) {
-        state().check_init()?;
-        let popped = engine::pop_current().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-        if !pctx.is_null() {
-            // SAFETY: an out-pointer, not NULL.
-            unsafe { out(pctx, ptr(popped))? };
-        }
+        let popped = ops::pop_context()?;
+        // SAFETY: NULL or an out-pointer.
+        unsafe { maybe_out(pctx, ptr(popped)) };
         Ok(())
     }
 
     fn cuCtxGetDevice(device: *mut CUdevice) {
-        let st = state();
-        let ctx = st.current()?;
-        let dev = st.contexts[&ctx].device;
+        let dev = ops::current_device()?;
         // SAFETY: an out-pointer.
         unsafe { out(device, dev) }
     }
 
     fn cuCtxGetId(ctx: CUcontext, id: *mut c_ulonglong) {
-        let st = state();
-        let ctx = if ctx.is_null() { st.current()? } else { h(ctx) };
-        st.context(ctx)?;
+        let id_value = ops::context_id((!ctx.is_null()).then(|| h(ctx)))?;
         // SAFETY: an out-pointer.
-        unsafe { out(id, ctx as c_ulonglong) }
+        unsafe { out(id, id_value) }
     }
 
     /// Waits for every stream of the current context.
@@ -263,14 +210,11 @@ driver! {
     }
 
     fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) {
-        state().current()?;
-        if !least.is_null() {
-            // SAFETY: an out-pointer, not NULL.
-            unsafe { out(least, 0)? };
-        }
-        if !greatest.is_null() {
-            // SAFETY: an out-pointer, not NULL.
-            unsafe { out(greatest, -5)? };
+        ops::live_current_context()?;
+        // SAFETY: NULL or out-pointers.
+        unsafe {
+            maybe_out(least, 0);
+            maybe_out(greatest, -5);
         }
         Ok(())
     }
@@ -418,7 +362,7 @@ driver! {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         // SAFETY: not NULL; an in/out pointer (contract).
-        unsafe { *mode = engine::exchange_capture_mode(*mode) };
+        unsafe { *mode = exchange_capture_mode(*mode) };
         Ok(())
     }
 }
@@ -721,7 +665,7 @@ unsafe fn write_attribute(
                 out(data.cast::<u8>(), u8::from(info.is_some()))
             }
             other => {
-                ops::unsupported(&format!("cuPointerGetAttribute({other:?})"));
+                unsupported(&format!("cuPointerGetAttribute({other:?})"));
                 Err(CUDA_ERROR_NOT_SUPPORTED)
             }
         }
@@ -748,7 +692,7 @@ fn copy_2d(c: *const CUDA_MEMCPY2D, stream: CUstream, mode: Mode) -> Res {
                     Side::Host(p) => Side::Host(p + offset),
                 }),
                 CUmemorytype::CU_MEMORYTYPE_ARRAY => {
-                    ops::unsupported("cuMemcpy2D with CUDA arrays");
+                    unsupported("cuMemcpy2D with CUDA arrays");
                     Err(CUDA_ERROR_NOT_SUPPORTED)
                 }
             }

@@ -1,7 +1,8 @@
 //! The checker's interface for tests: C functions that a test finds with `dlsym` in the loaded
 //! driver library (absent from a real driver, so a test can tell which one it runs on).
 
-use crate::state;
+use super::ffi::guard_value;
+use crate::model::ops;
 
 /// The text that identifies this build of the library: `cuda-sim build id: ` and the build
 /// script's `OUT_DIR`, NUL-terminated. `cuda-sim-testing` reads it from the section
@@ -34,20 +35,13 @@ pub extern "C" fn cuSimBuildId() -> *const std::ffi::c_char {
 /// Violations found since the start or the last `cuSimReset`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuSimViolations() -> u64 {
-    crate::guard_value(|| state().checker.count(), 0)
+    guard_value(ops::violations, 0)
 }
 
 /// Forgets the violations found so far and the operation counts.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuSimReset() {
-    crate::guard_value(
-        || {
-            let mut st = state();
-            st.checker.reset();
-            st.operations.clear();
-        },
-        (),
-    )
+    guard_value(ops::reset, ())
 }
 
 /// How many operations named `name` (the driver function without its `_v2` suffix, such as
@@ -66,7 +60,7 @@ pub unsafe extern "C" fn cuSimOperations(name: *const std::ffi::c_char) -> u64 {
     let Ok(name) = unsafe { std::ffi::CStr::from_ptr(name) }.to_str() else {
         return 0;
     };
-    crate::guard_value(|| state().operations.get(name).copied().unwrap_or(0), 0)
+    guard_value(|| ops::operations(name), 0)
 }
 
 /// Writes the report of the violations (one per line: both accesses, with stream, operation
@@ -78,7 +72,7 @@ pub unsafe extern "C" fn cuSimOperations(name: *const std::ffi::c_char) -> u64 {
 /// `buf` is NULL or valid for writes of `cap` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSimReport(buf: *mut u8, cap: usize) -> usize {
-    let report = crate::guard_value(|| state().checker.report(), String::new());
+    let report = guard_value(ops::report, String::new());
     if !buf.is_null() {
         let n = report.len().min(cap);
         // SAFETY: `buf` has room for `cap >= n` bytes (caller); `report` has `n` bytes.

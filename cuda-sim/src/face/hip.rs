@@ -27,10 +27,13 @@ use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use cudarc::driver::sys::{CUresult, CUstreamCaptureMode};
 
-use crate::calls::{self, Counter};
-use crate::engine::{self, Handle};
-use crate::ops::{self, CopyRequest, Mode, Scope, Side, fill_1d, linear, side_of};
-use crate::{maybe_out, out};
+use super::calls::{self, Counter};
+use super::ffi::{maybe_out, out};
+use crate::model::base::Handle;
+use crate::model::config::config;
+use crate::model::ops::{self, Mode, side_of};
+use crate::model::request::{CopyRequest, Side, fill_1d, linear};
+use crate::model::state::{Scope, exchange_capture_mode};
 
 use CUresult::*;
 
@@ -165,7 +168,7 @@ type HipRes<T = ()> = Result<T, HipError>;
 
 /// HIP's version, `HIP_VERSION` encoded (major * 10_000_000 + minor * 100_000 + patch).
 fn version() -> i32 {
-    crate::config().hip_version as i32
+    config().hip_version as i32
 }
 
 /// ROCm 7.14: from it on, capture-unsafe calls return their error.
@@ -250,6 +253,7 @@ macro_rules! hip {
             run(stringify!($name), move || -> HipRes {
                 calls::enter(&CALLS)?;
                 ops::initialize();
+                calls::initialized();
                 $body
             })
         }
@@ -466,7 +470,7 @@ hip! {
         }
         // SAFETY: not NULL; an in/out pointer (contract).
         let new = capture_mode(unsafe { *mode })?;
-        let old = engine::exchange_capture_mode(new);
+        let old = exchange_capture_mode(new);
         // SAFETY: as above.
         unsafe { *mode = old as hipStreamCaptureMode };
         Ok(())

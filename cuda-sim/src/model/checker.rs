@@ -189,10 +189,10 @@ const KEPT: usize = 1000;
 
 impl Checker {
     fn violation(&mut self, text: String) {
-        if crate::config().log {
+        if super::config::config().log {
             eprintln!("cuda-sim: violation: {text}");
         }
-        if crate::config().abort_on_violation {
+        if super::config::config().abort_on_violation {
             eprintln!("cuda-sim: violation (CUDA_SIM_ABORT_ON_VIOLATION is set): {text}");
             std::process::abort();
         }

@@ -1,123 +1,41 @@
-//! The simulated machine: devices, contexts, streams executed by worker threads, events, and
-//! device memory behind a range table.
+//! The simulated machine: devices, contexts, streams (their enqueue half), events, memory and
+//! the checker, under one lock, and the thread-local state of the calling threads (the context
+//! stack, the capture mode, the end of per-thread default streams).
 //!
 //! One lock guards the enqueue side (handles, clocks, the checker); each stream's queue has its
 //! own lock and condition variable, which its worker and the host's waits use. The worker never
 //! takes the global lock, so a host function running on a stream may call the driver.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::Instant;
 
 use cudarc::driver::sys::{CUresult, CUstreamCaptureMode};
 
-use crate::checker::{Actor, AllocInfo, Checker, HOST, Pattern, VClock};
-use crate::graph::{CaptureSeq, Exec, Graph};
-
-pub(crate) type Handle = usize;
-pub(crate) type Res<T = ()> = Result<T, CUresult>;
+use super::base::{Handle, Res, lock};
+use super::checker::{Actor, Checker, HOST, Pattern, VClock};
+use super::memory::{Alloc, Memory, Resolved};
+use super::module::Kernels;
+use super::nodes::{CaptureSeq, Exec, Graph};
+use super::stream::{Op, Recorded, StreamCore, Waiter, Work};
 
 use CUresult::*;
 
-/// Locks, ignoring poisoning: a panic in one call is reported by that call, and the state is
-/// kept consistent by never panicking while it is half-updated.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// The machine, locked.
+pub(crate) fn state() -> MutexGuard<'static, State> {
+    static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::new()));
+    lock(&STATE)
 }
 
-/// Work a stream runs in order.
-pub(crate) type Work = Box<dyn FnOnce() + Send>;
-
-struct Op {
-    /// Positions of other streams this operation waits for.
-    deps: Vec<(Arc<StreamCore>, u64)>,
-    work: Option<Work>,
-}
-
-#[derive(Default)]
-struct Queue {
-    ops: VecDeque<Op>,
-    completed: u64,
-    closing: bool,
-}
-
-/// The executing half of a stream: a FIFO run by one worker thread.
-pub(crate) struct StreamCore {
-    queue: Mutex<Queue>,
-    cv: Condvar,
-}
-
-impl StreamCore {
-    /// A stream's queue and the worker thread that runs it (which ends once the queue is
-    /// closed and empty).
-    fn start(name: String) -> (Arc<Self>, JoinHandle<()>) {
-        let core = Arc::new(Self {
-            queue: Mutex::new(Queue::default()),
-            cv: Condvar::new(),
-        });
-        let worker = core.clone();
-        let thread = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || worker.run())
-            .expect("cuda-sim: cannot start a stream thread");
-        (core, thread)
-    }
-
-    fn run(&self) {
-        let delay = crate::config().op_delay;
-        loop {
-            let op = {
-                let mut q = lock(&self.queue);
-                loop {
-                    if let Some(op) = q.ops.pop_front() {
-                        break op;
-                    }
-                    if q.closing {
-                        return;
-                    }
-                    q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-                }
-            };
-            for (dep, seq) in &op.deps {
-                dep.wait_for(*seq);
-            }
-            if let Some(work) = op.work {
-                if !delay.is_zero() {
-                    std::thread::sleep(delay);
-                }
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
-                    eprintln!("cuda-sim: an operation panicked on a stream thread");
-                }
-            }
-            lock(&self.queue).completed += 1;
-            self.cv.notify_all();
-        }
-    }
-
-    fn push(&self, op: Op) {
-        lock(&self.queue).ops.push_back(op);
-        self.cv.notify_all();
-    }
-
-    fn close(&self) {
-        lock(&self.queue).closing = true;
-        self.cv.notify_all();
-    }
-
-    /// Blocks until `seq` operations have completed.
-    pub(crate) fn wait_for(&self, seq: u64) {
-        let mut q = lock(&self.queue);
-        while q.completed < seq {
-            q = self.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    pub(crate) fn completed(&self) -> u64 {
-        lock(&self.queue).completed
-    }
+/// Where a call's implicit context, and the special stream handles it names, resolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The calling thread's current context (the CUDA driver's context stack).
+    Current,
+    /// The primary context of a device (a runtime-style face with a current device per thread).
+    Device(i32),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,15 +89,6 @@ pub(crate) struct Context {
     pub(crate) destroyed: bool,
 }
 
-/// Where a recorded event stands: its stream's position at record time.
-#[derive(Clone)]
-pub(crate) struct Recorded {
-    pub(crate) core: Arc<StreamCore>,
-    pub(crate) seq: u64,
-    pub(crate) clock: VClock,
-    pub(crate) done_at: Arc<Mutex<Option<Instant>>>,
-}
-
 /// An event's most recent record.
 #[derive(Clone)]
 pub(crate) enum LastRecord {
@@ -201,347 +110,6 @@ pub(crate) struct Event {
 /// `CU_EVENT_DISABLE_TIMING`.
 pub(crate) const DISABLE_TIMING: u32 = 0x2;
 
-/// Device memory: a host buffer that nothing dereferences directly, only the copies and
-/// memsets of stream workers (through atomics, since unordered accesses are exactly what the
-/// simulator exists to run).
-pub(crate) struct DevBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the buffer is plain memory accessed only through atomic operations.
-unsafe impl Send for DevBuf {}
-// SAFETY: as above; shared references only reach the memory through atomics.
-unsafe impl Sync for DevBuf {}
-
-const ALIGN: usize = 256;
-
-impl DevBuf {
-    fn new(len: usize) -> Option<Self> {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), ALIGN).ok()?;
-        // SAFETY: a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        (!ptr.is_null()).then_some(Self { ptr, len })
-    }
-
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-}
-
-impl Drop for DevBuf {
-    fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len.max(1), ALIGN)
-            .expect("the layout was valid at allocation");
-        // SAFETY: allocated in `new` with this layout; dropped once.
-        unsafe { std::alloc::dealloc(self.ptr, layout) }
-    }
-}
-
-/// Where bytes of a copy are.
-#[derive(Clone)]
-pub(crate) enum Loc {
-    Device(Arc<DevBuf>, usize),
-    /// Host memory (pageable or pinned) at this address.
-    Host(usize),
-    /// Host bytes staged at enqueue time (copies from pageable memory).
-    Staged(Arc<Vec<u8>>, usize),
-}
-
-impl Loc {
-    fn at(&self, offset: usize) -> *mut u8 {
-        match self {
-            Loc::Device(buf, start) => buf.ptr().wrapping_add(start + offset),
-            Loc::Host(addr) => (*addr as *mut u8).wrapping_add(offset),
-            Loc::Staged(v, start) => v.as_ptr().wrapping_add(start + offset).cast_mut(),
-        }
-    }
-}
-
-/// Copies `len` bytes with relaxed atomic accesses, 8 bytes at a time where both sides allow.
-///
-/// # Safety
-/// Both ranges are valid for `len` bytes.
-pub(crate) unsafe fn copy_bytes(dst: *mut u8, src: *const u8, len: usize) {
-    let mut i = 0;
-    if (dst as usize) % 8 == (src as usize) % 8 {
-        while i < len && !(dst as usize + i).is_multiple_of(8) {
-            // SAFETY: in range (caller); byte accesses need no alignment.
-            unsafe { copy_byte(dst.add(i), src.add(i)) };
-            i += 1;
-        }
-        while i + 8 <= len {
-            // SAFETY: in range and 8-aligned (both addresses share their alignment).
-            unsafe {
-                let v = AtomicU64::from_ptr(src.add(i).cast_mut().cast()).load(Ordering::Relaxed);
-                AtomicU64::from_ptr(dst.add(i).cast()).store(v, Ordering::Relaxed);
-            }
-            i += 8;
-        }
-    }
-    while i < len {
-        // SAFETY: in range (caller).
-        unsafe { copy_byte(dst.add(i), src.add(i)) };
-        i += 1;
-    }
-}
-
-/// # Safety
-/// Both pointers are valid for one byte.
-unsafe fn copy_byte(dst: *mut u8, src: *const u8) {
-    // SAFETY: valid for one byte (caller); `AtomicU8` has no alignment requirement.
-    unsafe {
-        let v = AtomicU8::from_ptr(src.cast_mut()).load(Ordering::Relaxed);
-        AtomicU8::from_ptr(dst).store(v, Ordering::Relaxed);
-    }
-}
-
-/// A 2-D copy: `height` rows of `width` bytes; pitches in bytes.
-pub(crate) struct Copy2D {
-    pub(crate) src: Loc,
-    pub(crate) src_pitch: usize,
-    pub(crate) dst: Loc,
-    pub(crate) dst_pitch: usize,
-    pub(crate) width: usize,
-    pub(crate) height: usize,
-}
-
-impl Copy2D {
-    pub(crate) fn run(self) {
-        for row in 0..self.height {
-            // SAFETY: the enqueuing call checked both sides: device ranges against their
-            // allocation (kept alive by the `Arc`), host ranges are the caller's contract.
-            unsafe {
-                copy_bytes(
-                    self.dst.at(row * self.dst_pitch),
-                    self.src.at(row * self.src_pitch),
-                    self.width,
-                )
-            };
-        }
-    }
-}
-
-pub(crate) struct Alloc {
-    pub(crate) id: u64,
-    pub(crate) base: u64,
-    pub(crate) len: usize,
-    pub(crate) device: i32,
-    pub(crate) ctx: Handle,
-    pub(crate) buf: Arc<DevBuf>,
-}
-
-impl Alloc {
-    pub(crate) fn info(&self) -> AllocInfo {
-        AllocInfo {
-            id: self.id,
-            base: self.base,
-        }
-    }
-}
-
-/// Freed device addresses: a run of allocations, adjacent in the address space (each with the
-/// gap after it) and freed by the same kind of call, kept as one range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FreedRun {
-    /// One past the run's last address.
-    end: u64,
-    /// Who freed it: an index into [`Memory::freers`].
-    by: u32,
-}
-
-/// Pinned host memory (`cuMemHostAlloc`, `cuMemAllocHost`).
-pub(crate) struct Pinned {
-    pub(crate) len: usize,
-    pub(crate) ctx: Handle,
-    pub(crate) device: i32,
-    buf: DevBuf,
-}
-
-/// The addresses an allocation of `len` bytes takes: rounded up to [`ALIGN`], and a gap of
-/// `ALIGN` after it, so that one past the end is never another allocation's byte.
-fn extent(len: usize) -> u64 {
-    (len as u64).div_ceil(ALIGN as u64) * ALIGN as u64 + ALIGN as u64
-}
-
-/// Device address space: per device, a span of [`DEVICE_SPAN`] addresses from
-/// `ADDRESS_BASE + device * DEVICE_SPAN`, never reused, so a stale pointer is always recognized.
-/// The spans of all 64 devices `CUDA_SIM_DEVICES` allows, `[0x1000_0000_0000,
-/// 0x5000_0000_0000)` (16 to 80 TiB), lie where Linux maps nothing for a process: above a
-/// non-PIE executable and its heap (from 4 MiB up), below the lowest address a PIE executable
-/// and its heap take (`0x5555_5555_4000` on x86-64, higher on 64-bit Arm), and far below the
-/// shared libraries and `mmap` area, which grow down from under the stack at the top of the
-/// 47-bit (x86-64) or 48-bit (Arm) address space. A host pointer is thus never taken for device
-/// memory, whatever the number of devices. Nothing is reserved with `mmap`: the addresses are
-/// only numbers, never dereferenced, and a reservation of 64 TiB of address space would fail
-/// under an address-space limit (`ulimit -v`, valgrind, sanitizers).
-const ADDRESS_BASE: u64 = 0x1000_0000_0000;
-
-/// The device addresses of one device: 1 TiB, the most `CUDA_SIM_MEMORY` allows for all
-/// devices together. Addresses are not reused, so a long run can use them all up: an
-/// allocation past the end is refused (`CUDA_ERROR_OUT_OF_MEMORY`), never given an address of
-/// the next device.
-const DEVICE_SPAN: u64 = 1 << 40;
-
-/// The most devices `CUDA_SIM_DEVICES` allows: the address space is laid out for them.
-pub(crate) const MAX_DEVICES: u64 = 64;
-
-const _: () = assert!(ADDRESS_BASE + MAX_DEVICES * DEVICE_SPAN <= 0x5000_0000_0000);
-
-pub(crate) struct Memory {
-    pub(crate) live: BTreeMap<u64, Alloc>,
-    /// Every freed address, by run start: a use after free is reported however long ago the
-    /// free was, in a few bytes per run rather than per allocation.
-    freed: BTreeMap<u64, FreedRun>,
-    /// The descriptions of the frees ("cuMemFreeAsync on stream 0x1040"), each kept once.
-    freers: Vec<Arc<str>>,
-    freer_ids: HashMap<Arc<str>, u32>,
-    pub(crate) pinned: BTreeMap<usize, Pinned>,
-    next: HashMap<i32, u64>,
-    next_id: u64,
-    pub(crate) used: usize,
-}
-
-/// What a device address resolves to.
-pub(crate) enum Resolved<'a> {
-    Live(&'a Alloc),
-    Freed(String),
-    Unknown,
-}
-
-impl Memory {
-    pub(crate) fn find(&self, ptr: u64) -> Option<&Alloc> {
-        let (_, a) = self.live.range(..=ptr).next_back()?;
-        (ptr < a.base + a.len as u64).then_some(a)
-    }
-
-    /// Resolves `[ptr, ptr + len)`, which must lie in one live allocation.
-    pub(crate) fn resolve(&self, ptr: u64, len: usize) -> Resolved<'_> {
-        if let Some(a) = self.find(ptr) {
-            let offset = (ptr - a.base) as usize;
-            return if offset.checked_add(len).is_some_and(|end| end <= a.len) {
-                Resolved::Live(a)
-            } else {
-                Resolved::Unknown
-            };
-        }
-        if let Some((_, run)) = self.freed.range(..=ptr).next_back()
-            && ptr < run.end
-        {
-            return Resolved::Freed(self.freers[run.by as usize].to_string());
-        }
-        Resolved::Unknown
-    }
-
-    /// Whether `ptr` is in the simulated device address space (live, freed or never handed
-    /// out): one range per device, which no host mapping of a process uses.
-    pub(crate) fn is_device_address(&self, ptr: u64) -> bool {
-        let devices = crate::config().devices.max(1) as u64;
-        ptr >= ADDRESS_BASE && ptr < ADDRESS_BASE + devices * DEVICE_SPAN
-    }
-
-    pub(crate) fn pinned_at(&self, addr: usize, len: usize) -> Option<&Pinned> {
-        let (base, p) = self.pinned.range(..=addr).next_back()?;
-        (addr + len <= base + p.len).then_some(p)
-    }
-
-    fn alloc(&mut self, len: usize, device: i32, ctx: Handle) -> Res<u64> {
-        if len == 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        if self.used.saturating_add(len) > crate::config().memory {
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let start = ADDRESS_BASE + device as u64 * DEVICE_SPAN;
-        let next = self.next.entry(device).or_insert(start);
-        let base = *next;
-        if extent(len) > start + DEVICE_SPAN - base {
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let buf = DevBuf::new(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        *next += extent(len);
-        self.next_id += 1;
-        self.used += len;
-        self.live.insert(
-            base,
-            Alloc {
-                id: self.next_id,
-                base,
-                len,
-                device,
-                ctx,
-                buf: Arc::new(buf),
-            },
-        );
-        Ok(base)
-    }
-
-    fn free(&mut self, base: u64, by: String) -> Option<Alloc> {
-        let a = self.live.remove(&base)?;
-        self.used -= a.len;
-        let by = self.freer(by);
-        let mut run = FreedRun {
-            end: base + extent(a.len),
-            by,
-        };
-        let mut start = base;
-        // Joins the run before, and the one after, when adjacent and freed alike.
-        if let Some((&before, prev)) = self.freed.range(..base).next_back()
-            && prev.end == base
-            && prev.by == by
-        {
-            start = before;
-        }
-        if let Some(next) = self.freed.get(&run.end).copied()
-            && next.by == by
-        {
-            self.freed.remove(&run.end);
-            run.end = next.end;
-        }
-        self.freed.insert(start, run);
-        Some(a)
-    }
-
-    /// The index of a free's description, adding it the first time.
-    fn freer(&mut self, by: String) -> u32 {
-        if let Some(&id) = self.freer_ids.get(by.as_str()) {
-            return id;
-        }
-        let id = self.freers.len() as u32;
-        let by: Arc<str> = by.into();
-        self.freers.push(by.clone());
-        self.freer_ids.insert(by, id);
-        id
-    }
-
-    /// Freed runs kept (for tests of their compaction).
-    #[cfg(test)]
-    pub(crate) fn freed_runs(&self) -> usize {
-        self.freed.len()
-    }
-
-    pub(crate) fn alloc_pinned(&mut self, len: usize, ctx: Handle, device: i32) -> Res<usize> {
-        let buf = DevBuf::new(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        let addr = buf.ptr() as usize;
-        self.pinned.insert(
-            addr,
-            Pinned {
-                len,
-                ctx,
-                device,
-                buf,
-            },
-        );
-        Ok(addr)
-    }
-
-    pub(crate) fn free_pinned(&mut self, addr: usize) -> Res {
-        let p = self.pinned.remove(&addr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        drop(p.buf);
-        Ok(())
-    }
-}
-
 thread_local! {
     /// The thread's context stack; the last entry is the current context.
     static CONTEXTS: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
@@ -558,7 +126,7 @@ impl Drop for ThreadEnd {
     fn drop(&mut self) {
         let thread = self.0;
         let ended = std::panic::catch_unwind(move || {
-            let workers = crate::state().end_thread(thread);
+            let workers = state().end_thread(thread);
             // Idle workers end at once; joined so that the thread's streams are gone when it is.
             for w in workers {
                 let _ = w.join();
@@ -604,13 +172,6 @@ fn thread_capture_mode() -> CUstreamCaptureMode {
     CAPTURE_MODE.with(|m| *m.borrow())
 }
 
-/// A snapshot for a host wait: what to wait for, and the clock to join afterwards.
-pub(crate) struct Waiter {
-    core: Arc<StreamCore>,
-    seq: u64,
-    clock: VClock,
-}
-
 /// The whole simulated machine.
 pub(crate) struct State {
     pub(crate) initialized: bool,
@@ -635,7 +196,7 @@ pub(crate) struct State {
     host_seq: u64,
     pub(crate) checker: Checker,
     /// Loaded PTX modules and their kernels.
-    pub(crate) kernels: crate::kernel::Kernels,
+    pub(crate) kernels: Kernels,
     /// Operations enqueued, by name, since the start or the last reset (`cuSimOperations`).
     pub(crate) operations: HashMap<String, u64>,
     /// Peer access enabled (`cuCtxEnablePeerAccess`): from a context, to a peer context.
@@ -648,7 +209,7 @@ impl State {
     pub(crate) fn new() -> Self {
         Self {
             initialized: false,
-            devices: crate::config().devices,
+            devices: super::config::config().devices,
             contexts: HashMap::new(),
             primary: HashMap::new(),
             streams: Vec::new(),
@@ -659,16 +220,7 @@ impl State {
             captures: HashMap::new(),
             graphs: HashMap::new(),
             execs: HashMap::new(),
-            memory: Memory {
-                live: BTreeMap::new(),
-                freed: BTreeMap::new(),
-                freers: Vec::new(),
-                freer_ids: HashMap::new(),
-                pinned: BTreeMap::new(),
-                next: HashMap::new(),
-                next_id: 0,
-                used: 0,
-            },
+            memory: Memory::new(),
             host: VClock::default(),
             host_seq: 0,
             checker: Checker::default(),
@@ -790,15 +342,9 @@ impl State {
         index
     }
 
-    /// The stream a handle names: NULL and `CU_STREAM_LEGACY` are the legacy default stream of
-    /// the current context, `CU_STREAM_PER_THREAD` this thread's default stream of it.
-    pub(crate) fn stream(&mut self, handle: usize) -> Res<usize> {
-        self.stream_in(crate::ops::Scope::Current, handle)
-    }
-
     /// The stream a handle names, the special handles (NULL and 1: the legacy default stream,
     /// 2: this thread's per-thread default stream) resolving in the context of `scope`.
-    pub(crate) fn stream_in(&mut self, scope: crate::ops::Scope, handle: usize) -> Res<usize> {
+    pub(crate) fn stream_in(&mut self, scope: Scope, handle: usize) -> Res<usize> {
         self.check_init()?;
         match handle {
             0 | 1 => {
@@ -1120,15 +666,7 @@ impl State {
 
     /// A copy of an allocation's bookkeeping (not its memory) to pass while `self` is borrowed.
     pub(crate) fn take_alloc_view(&self, base: u64) -> Alloc {
-        let a = &self.memory.live[&base];
-        Alloc {
-            id: a.id,
-            base: a.base,
-            len: a.len,
-            device: a.device,
-            ctx: a.ctx,
-            buf: a.buf.clone(),
-        }
+        self.memory.view(base)
     }
 
     /// Frees the allocation at `base`: on the host (`stream == None`) or stream-ordered.
@@ -1164,106 +702,17 @@ impl State {
     }
 }
 
-impl Waiter {
-    pub(crate) fn wait(&self) {
-        self.core.wait_for(self.seq);
-    }
-}
-
-/// Counts a never-recorded event as complete and maps queries to the driver's codes.
-pub(crate) fn ready(done: bool) -> Res {
-    if done {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_NOT_READY)
-    }
-}
-
-/// Stores `n` copies of `value` with relaxed atomic stores (memsets).
-///
-/// # Safety
-/// `dst` is valid and 4-aligned for `n` values.
-pub(crate) unsafe fn fill_u32(dst: *mut u8, value: u32, n: usize) {
-    for k in 0..n {
-        // SAFETY: in range and aligned (caller).
-        unsafe { AtomicU32::from_ptr(dst.cast::<u32>().add(k)).store(value, Ordering::Relaxed) };
-    }
-}
-
-/// # Safety
-/// `dst` is valid for `n` bytes.
-pub(crate) unsafe fn fill_u8(dst: *mut u8, value: u8, n: usize) {
-    let wide = u64::from_ne_bytes([value; 8]);
-    let mut k = 0;
-    while k < n && !(dst as usize + k).is_multiple_of(8) {
-        // SAFETY: in range (caller).
-        unsafe { AtomicU8::from_ptr(dst.add(k)).store(value, Ordering::Relaxed) };
-        k += 1;
-    }
-    while k + 8 <= n {
-        // SAFETY: in range (caller) and 8-aligned.
-        unsafe { AtomicU64::from_ptr(dst.add(k).cast()).store(wide, Ordering::Relaxed) };
-        k += 8;
-    }
-    while k < n {
-        // SAFETY: in range (caller).
-        unsafe { AtomicU8::from_ptr(dst.add(k)).store(value, Ordering::Relaxed) };
-        k += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const HOST_FREE: &str = "cuMemFree on the host";
-
-    fn freed_by(m: &Memory, ptr: u64) -> Option<String> {
-        match m.resolve(ptr, 0) {
-            Resolved::Freed(by) => Some(by),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn freed_allocations_merge_into_runs_that_still_resolve_every_address() {
-        let mut m = State::new().memory;
-        let bases: Vec<u64> = (0..1000)
-            .map(|k| m.alloc(100 + k % 300, 0, 0x10).unwrap())
-            .collect();
-        // Out of order: every seventh first, then the others.
-        for pass in [true, false] {
-            for (k, &b) in bases.iter().enumerate() {
-                if (k % 7 == 0) == pass {
-                    m.free(b, HOST_FREE.into()).unwrap();
-                }
+impl State {
+    /// The context a call in `scope` works in: the current one (`CUDA_ERROR_INVALID_CONTEXT`
+    /// with none), or the device's primary context (`CUDA_ERROR_INVALID_DEVICE` for an ordinal
+    /// out of range).
+    pub(crate) fn scope_context(&mut self, scope: Scope) -> Res<Handle> {
+        match scope {
+            Scope::Current => self.current(),
+            Scope::Device(dev) => {
+                self.check_device(dev)?;
+                Ok(self.primary(dev))
             }
         }
-        assert_eq!(
-            m.freed_runs(),
-            1,
-            "one run for 1000 allocations freed alike"
-        );
-        for (k, &b) in bases.iter().enumerate() {
-            assert_eq!(freed_by(&m, b).as_deref(), Some(HOST_FREE));
-            let last = b + (100 + k % 300) as u64 - 1;
-            assert_eq!(freed_by(&m, last).as_deref(), Some(HOST_FREE));
-        }
-        // A free of another kind keeps a run of its own, which names it.
-        let c = m.alloc(64, 0, 0x10).unwrap();
-        let d = m.alloc(64, 0, 0x10).unwrap();
-        let e = m.alloc(64, 0, 0x10).unwrap();
-        m.free(d, "cuMemFreeAsync on stream 0x1040".into()).unwrap();
-        m.free(c, HOST_FREE.into()).unwrap();
-        assert_eq!(m.freed_runs(), 2);
-        assert_eq!(freed_by(&m, c).as_deref(), Some(HOST_FREE));
-        assert_eq!(
-            freed_by(&m, d + 8).as_deref(),
-            Some("cuMemFreeAsync on stream 0x1040")
-        );
-        assert!(matches!(m.resolve(e, 64), Resolved::Live(_)));
-        assert!(matches!(m.resolve(bases[0] - 1, 0), Resolved::Unknown));
-        m.free(e, HOST_FREE.into()).unwrap();
-        assert_eq!(m.freed_runs(), 3, "not adjacent to a run freed alike");
     }
 }

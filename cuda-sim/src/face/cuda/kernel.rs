@@ -1,63 +1,21 @@
-//! Modules and kernel launches: PTX modules are read for their `.entry` signatures, and a
-//! launch is enqueued in stream order as an access to every device allocation that a
-//! pointer-sized parameter points into. Kernel bodies do not run: no value is computed.
+//! The CUDA face of modules and kernel launches: module images and launch parameters read
+//! from the driver API's arguments, and the model's kernels (`model::kernel`) called.
 
-use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_uint, c_void};
-use std::sync::Arc;
 
 use cudarc::driver::sys::{CUfunction, CUjit_option, CUlaunchConfig, CUmodule, CUresult, CUstream};
 
-use crate::checker::Pattern;
-use crate::engine::{Alloc, Handle, Res, Resolved, State};
-use crate::graph::Node;
-use crate::ptx::{self, Param, Refusal};
-use crate::{driver, out, state};
+use super::driver::driver;
+use crate::face::ffi::{guard, out};
+use crate::model::base::{Handle, Res};
+use crate::model::kernel;
+use crate::model::ptx::{Param, Refusal};
+use crate::model::state::Scope;
 
 use CUresult::*;
 
-/// A loaded module: its context and its kernels' handles, by name.
-pub(crate) struct Module {
-    ctx: Handle,
-    functions: HashMap<String, Handle>,
-}
-
-/// A kernel of a loaded module.
-pub(crate) struct Function {
-    module: Handle,
-    ctx: Handle,
-    name: Arc<str>,
-    params: Vec<Param>,
-    /// Parameters declared read-only (`cuSimKernelParamReadOnly`), by index.
-    read_only: Vec<bool>,
-}
-
-/// Modules not unloaded, and their kernels.
-#[derive(Default)]
-pub(crate) struct Kernels {
-    modules: HashMap<Handle, Module>,
-    functions: HashMap<Handle, Function>,
-}
-
 fn h<T>(p: *mut T) -> Handle {
     p as Handle
-}
-
-/// Says on stderr why a module image was refused, and gives the driver's code for it.
-fn refuse(call: &str, why: Refusal) -> CUresult {
-    match why {
-        Refusal::NotPtx(what) => {
-            eprintln!(
-                "cuda-sim: {call}: {what} is not modelled; the CUDA simulator loads PTX text only \
-                 (kernel signatures are read from its .entry directives, bodies do not run)"
-            );
-            CUDA_ERROR_NOT_SUPPORTED
-        }
-        Refusal::Invalid(text) => {
-            eprintln!("cuda-sim: {call}: cannot read the PTX: {text}");
-            CUDA_ERROR_INVALID_PTX
-        }
-    }
 }
 
 /// Loads a module image at `image` (NUL-terminated PTX text; a cubin or fatbin is refused).
@@ -79,54 +37,19 @@ unsafe fn load(call: &str, module: *mut CUmodule, image: *const c_void) -> Res {
         }
         head.push(b);
     }
-    ptx::check_magic(&head).map_err(|why| refuse(call, why))?;
+    kernel::check_image(call, &head)?;
     // SAFETY: not a binary image, so NUL-terminated text (caller).
     let text = unsafe { CStr::from_ptr(image.cast::<c_char>()) };
     let text = text
         .to_str()
-        .map_err(|_| refuse(call, Refusal::Invalid("the text is not UTF-8".into())))?;
+        .map_err(|_| kernel::refuse(call, Refusal::Invalid("the text is not UTF-8".into())))?;
     load_text(call, module, text)
 }
 
 fn load_text(call: &str, module: *mut CUmodule, text: &str) -> Res {
-    let entries = ptx::entries(text).map_err(|why| refuse(call, why))?;
-    let mut st = state();
-    let ctx = st.current()?;
-    let handle = st.handle();
-    let mut functions = HashMap::new();
-    for e in entries {
-        let f = st.handle();
-        functions.insert(e.name.clone(), f);
-        st.kernels.functions.insert(
-            f,
-            Function {
-                module: handle,
-                ctx,
-                read_only: vec![false; e.params.len()],
-                name: e.name.into(),
-                params: e.params,
-            },
-        );
-    }
-    st.kernels.modules.insert(handle, Module { ctx, functions });
+    let handle = kernel::load_module(Scope::Current, call, text)?;
     // SAFETY: an out-pointer, checked not NULL by the caller.
     unsafe { out(module, handle as CUmodule) }
-}
-
-/// The launch geometry, checked as the driver checks it: no dimension 0, at most 1024 threads
-/// per block (x and y at most 1024, z at most 64), grid y and z at most 65535.
-fn check_dims(grid: [c_uint; 3], block: [c_uint; 3]) -> Res {
-    let threads = block.iter().map(|&b| u64::from(b)).product::<u64>();
-    let ok = grid.iter().chain(&block).all(|&d| d > 0)
-        && threads <= 1024
-        && block[2] <= 64
-        && grid[1] <= 65535
-        && grid[2] <= 65535;
-    if ok {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_INVALID_VALUE)
-    }
 }
 
 /// The values of a kernel's pointer-sized parameters, from `kernelParams` (one pointer per
@@ -201,13 +124,8 @@ unsafe fn pointer_values(
     Ok(values)
 }
 
-/// A launch of `f` on `stream`: checked, then enqueued as a read and write (a read for a
-/// parameter declared read-only) of every live allocation a pointer-sized parameter points
-/// into. A parameter pointing into freed memory is a use after free: reported, and the launch
-/// is refused with `CUDA_ERROR_INVALID_VALUE`. Values outside device memory (integers, host
-/// pointers) are not accesses. An allocation of another device, reached without peer access
-/// enabled from the stream's context to the allocation's, is reported (a GPU faults), and the
-/// launch goes on.
+/// A launch of `f` on `stream` ([`kernel::launch`]), its parameters read as [`pointer_values`]
+/// reads them.
 ///
 /// # Safety
 /// As [`pointer_values`].
@@ -219,87 +137,9 @@ unsafe fn launch(
     kernel_params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> Res {
-    check_dims(grid, block)?;
-    let mut st = state();
-    let i = st.stream(h(stream))?;
-    let func = st
-        .kernels
-        .functions
-        .get(&h(f))
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    if func.ctx != st.streams[i].ctx {
-        return Err(CUDA_ERROR_INVALID_HANDLE);
-    }
-    let (name, read_only) = (func.name.clone(), func.read_only.clone());
     // SAFETY: as the caller promises.
-    let values = unsafe { pointer_values(&func.params, kernel_params, extra) }?;
-    let pointers: Vec<KernelPointer> = values
-        .into_iter()
-        .map(|(index, value)| KernelPointer {
-            index,
-            value,
-            write: !read_only[index],
-        })
-        .collect();
-    let op = format!("cuLaunchKernel `{name}`");
-    // Checked now on a capturing stream too: a launch given freed memory is refused either way.
-    let accesses = prepare_launch(&mut st, &op, &pointers)?;
-    if st.capturing(i)?.is_some() {
-        st.add_node(i, Node::Kernel { name, pointers });
-        return Ok(());
-    }
-    let ctx = st.streams[i].ctx;
-    for (a, _, _) in &accesses {
-        st.check_peer_reach(ctx, a, &op);
-    }
-    let refs: Vec<_> = accesses.iter().map(|(a, p, w)| (a, *p, *w)).collect();
-    st.enqueue_as(i, "cuLaunchKernel", &op, &refs, None, None)?;
-    Ok(())
-}
-
-/// A pointer-sized parameter of a launch: its index, its value, and whether the launch writes
-/// what it points into (not declared read-only).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct KernelPointer {
-    index: usize,
-    value: u64,
-    write: bool,
-}
-
-/// The accesses of a launch described as `op` (the kernel, and the graph launch replaying it):
-/// the whole of every live allocation a pointer parameter points into, written if any
-/// parameter into it writes. A parameter into freed memory is reported as a use after free and
-/// refuses the launch (`CUDA_ERROR_INVALID_VALUE`); values outside device memory are not
-/// accesses.
-pub(crate) fn prepare_launch(
-    st: &mut State,
-    op: &str,
-    pointers: &[KernelPointer],
-) -> Res<Vec<(Alloc, Pattern, bool)>> {
-    // Allocations touched, by base: whether any parameter writes it.
-    let mut touched: Vec<(u64, bool)> = Vec::new();
-    for p in pointers {
-        match st.memory.resolve(p.value, 0) {
-            Resolved::Live(a) => match touched.iter_mut().find(|(base, _)| *base == a.base) {
-                Some((_, w)) => *w |= p.write,
-                None => touched.push((a.base, p.write)),
-            },
-            Resolved::Freed(by) => {
-                let what = format!("{op} (parameter {})", p.index);
-                st.checker.use_after_free(p.value, &what, &by);
-                return Err(CUDA_ERROR_INVALID_VALUE);
-            }
-            Resolved::Unknown => {}
-        }
-    }
-    Ok(touched
-        .into_iter()
-        .map(|(base, write)| {
-            let a = st.take_alloc_view(base);
-            let whole = Pattern::range(0, a.len as u64);
-            (a, whole, write)
-        })
-        .collect())
+    let values = |params: &[Param]| unsafe { pointer_values(params, kernel_params, extra) };
+    kernel::launch(Scope::Current, h(f), grid, block, h(stream), values)
 }
 
 driver! {
@@ -333,9 +173,10 @@ driver! {
         // SAFETY: a NUL-terminated path (driver API contract).
         let path = unsafe { CStr::from_ptr(fname) }.to_string_lossy().into_owned();
         let bytes = std::fs::read(&path).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
-        ptx::check_magic(&bytes).map_err(|why| refuse("cuModuleLoad", why))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| refuse("cuModuleLoad", Refusal::Invalid("the text is not UTF-8".into())))?;
+        kernel::check_image("cuModuleLoad", &bytes)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            kernel::refuse("cuModuleLoad", Refusal::Invalid("the text is not UTF-8".into()))
+        })?;
         load_text("cuModuleLoad", module, text.trim_end_matches('\0'))
     }
 
@@ -346,11 +187,7 @@ driver! {
         }
         // SAFETY: a NUL-terminated name (driver API contract).
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        let st = state();
-        st.check_init()?;
-        let m = st.kernels.modules.get(&h(hmod)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        st.context(m.ctx)?;
-        let &f = m.functions.get(name.as_ref()).ok_or(CUDA_ERROR_NOT_FOUND)?;
+        let f = kernel::function(h(hmod), &name)?;
         // SAFETY: an out-pointer, not NULL.
         unsafe { out(hfunc, f as CUfunction) }
     }
@@ -358,12 +195,7 @@ driver! {
     /// Unloads a module: its kernels' handles become invalid (`CUDA_ERROR_INVALID_HANDLE`);
     /// launches already enqueued stay in their streams.
     fn cuModuleUnload(hmod: CUmodule) {
-        let mut st = state();
-        st.check_init()?;
-        let m = st.kernels.modules.remove(&h(hmod)).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        st.kernels.functions.retain(|_, f| f.module != h(hmod));
-        drop(m);
-        Ok(())
+        kernel::unload_module(h(hmod))
     }
 
     /// Enqueues a launch of `f` on `stream`, in stream order: an access (read and write, of the
@@ -446,23 +278,7 @@ pub extern "C" fn cuSimKernelParamReadOnly(
     index: c_uint,
     read_only: i32,
 ) -> CUresult {
-    crate::guard("cuSimKernelParamReadOnly", || {
-        let mut st = state();
-        set_read_only(&mut st, h(f), index as usize, read_only != 0)
+    guard("cuSimKernelParamReadOnly", || {
+        kernel::set_read_only(h(f), index as usize, read_only != 0)
     })
-}
-
-fn set_read_only(st: &mut State, f: Handle, index: usize, read_only: bool) -> Res {
-    let func = st
-        .kernels
-        .functions
-        .get_mut(&f)
-        .ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-    match func.params.get(index) {
-        Some(p) if p.pointer => {
-            func.read_only[index] = read_only;
-            Ok(())
-        }
-        _ => Err(CUDA_ERROR_INVALID_VALUE),
-    }
 }

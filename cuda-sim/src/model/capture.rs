@@ -14,81 +14,19 @@
 //! access with the launch stream's clock: the replay is serialized, never concurrent.
 
 use std::ffi::c_void;
-use std::sync::Arc;
-use std::thread::ThreadId;
 
-use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cudarc::driver::sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 
-use crate::checker::Pattern;
-use crate::engine::{Alloc, Handle, Kind, LastRecord, Recorded, Res, State, Work};
-use crate::kernel::{KernelPointer, prepare_launch};
-use crate::ops::{CopyRequest, Fill, prepare_copy, prepare_memset};
+use super::base::{Handle, Res, unsupported};
+use super::checker::Pattern;
+use super::kernel::prepare_launch;
+use super::memory::Alloc;
+use super::nodes::{CaptureSeq, Exec, Graph, GraphNode, Node};
+use super::prepare::{prepare_copy, prepare_memset};
+use super::state::{Kind, LastRecord, State};
+use super::stream::{Recorded, Work};
 
 use CUresult::*;
-
-/// What a node does at each launch.
-pub(crate) enum Node {
-    /// A 1-D or 2-D copy (`op` names the driver function captured); device addresses are
-    /// resolved again at each launch, host memory is pinned memory.
-    Copy { op: &'static str, req: CopyRequest },
-    /// A 1-D or 2-D memset of `dst`, resolved again at each launch.
-    Memset {
-        op: &'static str,
-        dst: CUdeviceptr,
-        fill: Fill,
-    },
-    /// A host function (`cuLaunchHostFunc`) and its user data.
-    Host {
-        f: unsafe extern "C" fn(*mut c_void),
-        data: usize,
-    },
-    /// An external event wait (`cuStreamWaitEvent` with `CU_EVENT_WAIT_EXTERNAL`): each launch
-    /// waits for the event's most recent record as of the `cuGraphLaunch` call.
-    WaitEvent { event: Handle },
-    /// An external event record (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`):
-    /// each launch records the event at this point of the launch stream.
-    RecordEvent { event: Handle },
-    /// A kernel launch (`cuLaunchKernel`): the kernel's name and its pointer parameters' values,
-    /// taken at capture; the allocations they point into are resolved again at each launch.
-    Kernel {
-        name: Arc<str>,
-        pointers: Vec<KernelPointer>,
-    },
-}
-
-/// A node and the nodes (indices of earlier nodes) it depends on.
-pub(crate) struct GraphNode {
-    pub(crate) node: Node,
-    pub(crate) deps: Vec<usize>,
-}
-
-/// A capture sequence under way.
-pub(crate) struct CaptureSeq {
-    /// The stream the capture began on, where it must end.
-    pub(crate) origin: usize,
-    pub(crate) mode: CUstreamCaptureMode,
-    /// The thread that began it (`cuStreamEndCapture` must come from it unless relaxed).
-    pub(crate) thread: ThreadId,
-    pub(crate) invalidated: bool,
-    /// The graph being built: its handle, as `cuStreamGetCaptureInfo_v3` reports it and
-    /// `cuStreamEndCapture` returns it.
-    pub(crate) graph: Handle,
-    pub(crate) nodes: Vec<GraphNode>,
-    /// The streams in the capture: the origin, then those that joined.
-    pub(crate) streams: Vec<usize>,
-}
-
-/// A graph from `cuStreamEndCapture`.
-pub(crate) struct Graph {
-    pub(crate) nodes: Arc<[GraphNode]>,
-}
-
-/// An executable graph: the nodes at instantiation (independent of the graph afterwards).
-pub(crate) struct Exec {
-    nodes: Arc<[GraphNode]>,
-    /// Where the previous launch ends: the next launch is ordered after it.
-    last: Option<Recorded>,
-}
 
 impl State {
     /// Refuses a use of the legacy default stream `i` while a blocking stream of its context is
@@ -372,7 +310,7 @@ impl State {
         let e = self.execs.get(&exec).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let (nodes, previous) = (e.nodes.clone(), e.last.clone());
         if let Some(id) = self.capturing(i)? {
-            crate::ops::unsupported("cuGraphLaunch into a capturing stream (a child graph)");
+            unsupported("cuGraphLaunch into a capturing stream (a child graph)");
             self.invalidate(id);
             return Err(CUDA_ERROR_NOT_SUPPORTED);
         }

@@ -5,50 +5,28 @@
 //! the per-thread stream) and the implicit context resolve.
 
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{LazyLock, Mutex};
 
 use cudarc::driver::sys::{
     CUdeviceptr, CUmemorytype, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus,
 };
 
-use crate::checker::Pattern;
-use crate::engine::{
-    self, Copy2D, DISABLE_TIMING, Event, Handle, Kind, LastRecord, Loc, Recorded, Res, Resolved,
-    State, Waiter, Work,
+use super::base::{Handle, Res, lock, unsupported};
+use super::config::config;
+use super::memory::Resolved;
+use super::nodes::Node;
+use super::prepare::{extent, host_is_pinned, prepare_copy, prepare_memset};
+use super::request::{CopyRequest, Fill, Side};
+use super::state::{
+    self, DISABLE_TIMING, Event, Kind, LastRecord, NON_BLOCKING, Scope, State, state,
 };
-use crate::graph::Node;
-use crate::state;
+use super::stream::{self, Recorded, Waiter, Work};
 
 use CUresult::*;
 
-/// Where a call's implicit context, and the special stream handles it names, resolve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Scope {
-    /// The calling thread's current context (the CUDA driver's context stack).
-    Current,
-    /// The primary context of a device (a runtime-style face with a current device per thread).
-    Device(i32),
-}
-
-impl State {
-    /// The context a call in `scope` works in: the current one (`CUDA_ERROR_INVALID_CONTEXT`
-    /// with none), or the device's primary context (`CUDA_ERROR_INVALID_DEVICE` for an ordinal
-    /// out of range).
-    pub(crate) fn scope_context(&mut self, scope: Scope) -> Res<Handle> {
-        match scope {
-            Scope::Current => self.current(),
-            Scope::Device(dev) => {
-                self.check_device(dev)?;
-                Ok(self.primary(dev))
-            }
-        }
-    }
-}
-
-/// Marks the simulated driver initialized (also recorded for the fork model, `calls`).
+/// Marks the simulated driver initialized.
 pub(crate) fn initialize() {
     state().initialized = true;
-    crate::calls::initialized();
 }
 
 /// The number of devices.
@@ -73,6 +51,136 @@ pub(crate) fn context_device(ctx: Handle) -> Res<i32> {
     let st = state();
     st.check_init()?;
     Ok(st.context(ctx)?.device)
+}
+
+/// The bytes of device memory, all devices together.
+pub(crate) fn total_memory(dev: i32) -> Res<usize> {
+    check_device(dev)?;
+    Ok(config().memory)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Contexts
+
+/// Retains the primary context of `dev` (one per device, the same handle every time).
+pub(crate) fn retain_primary(dev: i32) -> Res<Handle> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    st.contexts
+        .get_mut(&ctx)
+        .expect("made by primary()")
+        .retained += 1;
+    Ok(ctx)
+}
+
+/// Drops one retain of the primary context of `dev`; its state is kept when the count reaches
+/// zero (`CUDA_ERROR_INVALID_CONTEXT` if it is not retained).
+pub(crate) fn release_primary(dev: i32) -> Res {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    let c = st.contexts.get_mut(&ctx).expect("made by primary()");
+    if c.retained == 0 {
+        return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    }
+    c.retained -= 1;
+    Ok(())
+}
+
+/// Whether the primary context of `dev` is retained (active).
+pub(crate) fn primary_active(dev: i32) -> Res<bool> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.primary(dev);
+    Ok(st.contexts[&ctx].retained > 0)
+}
+
+/// A context of `dev` that is not the primary one; it becomes the calling thread's current
+/// context.
+pub(crate) fn create_context(dev: i32) -> Res<Handle> {
+    let mut st = state();
+    st.check_device(dev)?;
+    let ctx = st.create_context(dev);
+    state::push_current(ctx);
+    Ok(ctx)
+}
+
+/// Destroys a created context: its streams end (their pending work still completes), the
+/// peer access to and from it is forgotten, and it stops being current on this thread.
+pub(crate) fn destroy_context(ctx: Handle) -> Res {
+    let workers = {
+        let mut st = state();
+        st.check_init()?;
+        if st.context(ctx)?.primary {
+            return Err(CUresult::CUDA_ERROR_INVALID_CONTEXT);
+        }
+        st.contexts.get_mut(&ctx).expect("checked").destroyed = true;
+        st.forget_peers(ctx);
+        st.end_context_streams(ctx)
+    };
+    for w in workers {
+        let _ = w.join();
+    }
+    if state::current_raw() == Some(ctx) {
+        state::pop_current();
+    }
+    Ok(())
+}
+
+/// The calling thread's current context, if any.
+pub(crate) fn current_context() -> Res<Option<Handle>> {
+    state().check_init()?;
+    Ok(state::current_raw())
+}
+
+/// The calling thread's current context, which must be live (`CUDA_ERROR_INVALID_CONTEXT`).
+pub(crate) fn live_current_context() -> Res<Handle> {
+    state().current()
+}
+
+/// Replaces the top of the thread's context stack (`None` unbinds).
+pub(crate) fn set_current_context(ctx: Option<Handle>) -> Res {
+    let st = state();
+    st.check_init()?;
+    if let Some(c) = ctx {
+        st.context(c)?;
+    }
+    state::set_current(ctx);
+    Ok(())
+}
+
+/// Pushes a live context on the thread's context stack.
+pub(crate) fn push_context(ctx: Handle) -> Res {
+    let st = state();
+    st.check_init()?;
+    st.context(ctx)?;
+    state::push_current(ctx);
+    Ok(())
+}
+
+/// Pops the thread's current context (`CUDA_ERROR_INVALID_CONTEXT` with none).
+pub(crate) fn pop_context() -> Res<Handle> {
+    state().check_init()?;
+    state::pop_current().ok_or(CUresult::CUDA_ERROR_INVALID_CONTEXT)
+}
+
+/// The device of the current context.
+pub(crate) fn current_device() -> Res<i32> {
+    let st = state();
+    let ctx = st.current()?;
+    Ok(st.contexts[&ctx].device)
+}
+
+/// A context's id (`None`: the current context's): its handle.
+pub(crate) fn context_id(ctx: Option<Handle>) -> Res<u64> {
+    let st = state();
+    let ctx = match ctx {
+        Some(c) => c,
+        None => st.current()?,
+    };
+    st.context(ctx)?;
+    Ok(ctx as u64)
 }
 
 /// Waits without the global lock, then records the host's observation under it.
@@ -103,9 +211,9 @@ pub(crate) fn synchronize(scope: Scope) -> Res {
 // Streams
 
 /// A stream of the context of `scope`; flags 0 (blocking: synchronizes with the legacy default
-/// stream) or [`engine::NON_BLOCKING`].
+/// stream) or [`NON_BLOCKING`].
 pub(crate) fn create_stream(scope: Scope, flags: u32, priority: i32) -> Res<Handle> {
-    if flags & !engine::NON_BLOCKING != 0 {
+    if flags & !NON_BLOCKING != 0 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
     let mut st = state();
@@ -191,7 +299,7 @@ pub(crate) fn stream_query(scope: Scope, stream: Handle) -> Res {
     }
     st.check_implicit(i, true)?;
     let w = st.waiter(i);
-    engine::ready(State::is_done(&w))?;
+    stream::ready(State::is_done(&w))?;
     st.observed(&w);
     Ok(())
 }
@@ -406,7 +514,7 @@ pub(crate) fn query_event(event: Handle) -> Res {
     let mut st = state();
     if let Some(r) = recorded_for_host(&mut st, event)? {
         let w = State::event_waiter(&r);
-        engine::ready(State::is_done(&w))?;
+        stream::ready(State::is_done(&w))?;
         st.observed(&w);
     }
     Ok(())
@@ -438,7 +546,7 @@ pub(crate) fn elapsed_time(start: Handle, end: Handle) -> Res<f32> {
             return Err(CUDA_ERROR_INVALID_HANDLE);
         }
         match &ev.last {
-            LastRecord::Stream(r) => Ok(*engine::lock(&r.done_at)),
+            LastRecord::Stream(r) => Ok(*lock(&r.done_at)),
             LastRecord::Capture { .. } => Err(CUDA_ERROR_CAPTURED_EVENT),
             LastRecord::Never => Err(CUDA_ERROR_INVALID_HANDLE),
         }
@@ -498,7 +606,7 @@ pub(crate) fn free_async(scope: Scope, p: CUdeviceptr, stream: Handle, op: &str)
 pub(crate) fn memory_info(scope: Scope) -> Res<(usize, usize)> {
     let mut st = state();
     st.scope_context(scope)?;
-    let total = crate::config().memory;
+    let total = config().memory;
     Ok((total - st.memory.used, total))
 }
 
@@ -579,7 +687,7 @@ pub(crate) fn can_access_peer(dev: i32, peer: i32) -> Res<bool> {
     let st = state();
     st.check_device(dev)?;
     st.check_device(peer)?;
-    Ok(crate::config().no_peer.can_access(dev, peer))
+    Ok(config().no_peer.can_access(dev, peer))
 }
 
 /// Enables access from context `from` to the memory of context `to` (one way): errors as
@@ -596,7 +704,7 @@ pub(crate) fn enable_peer_access(from: Handle, to: Handle, flags: u32) -> Res {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     let from_device = st.contexts[&from].device;
-    if !crate::config().no_peer.can_access(from_device, to_device) {
+    if !config().no_peer.can_access(from_device, to_device) {
         return Err(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
     }
     if !st.peers.insert((from, to)) {
@@ -620,18 +728,31 @@ pub(crate) fn disable_peer_access(from: Handle, to: Handle) -> Res {
 // ---------------------------------------------------------------------------------------------
 // Misuse reports, texts
 
+/// Violations found since the start or the last [`reset`].
+pub(crate) fn violations() -> u64 {
+    state().checker.count()
+}
+
+/// Forgets the violations found so far and the operation counts.
+pub(crate) fn reset() {
+    let mut st = state();
+    st.checker.reset();
+    st.operations.clear();
+}
+
+/// How many operations named `name` streams were given since the start or the last [`reset`].
+pub(crate) fn operations(name: &str) -> u64 {
+    state().operations.get(name).copied().unwrap_or(0)
+}
+
+/// The report of the violations, one per line.
+pub(crate) fn report() -> String {
+    state().checker.report()
+}
+
 /// Reports a misuse that no driver call refused (the checker counts it as a violation).
 pub(crate) fn report_misuse(what: String) {
     state().checker.misuse(what);
-}
-
-/// Says on stderr (once per name) that `what` is not modelled.
-pub(crate) fn unsupported(what: &str) {
-    use std::collections::HashSet;
-    static SAID: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Default::default);
-    if engine::lock(&SAID).insert(what.to_string()) {
-        eprintln!("cuda-sim: {what} is not supported by the CUDA simulator");
-    }
 }
 
 /// Which text of a code: the face (0 CUDA, 1 HIP), the code, and whether its description.
@@ -641,7 +762,7 @@ type TextKey = (u8, u32, bool);
 pub(crate) fn c_string(key: TextKey, make: impl FnOnce() -> String) -> *const c_char {
     static STRINGS: LazyLock<Mutex<std::collections::HashMap<TextKey, &'static CStr>>> =
         LazyLock::new(Default::default);
-    let mut map = engine::lock(&STRINGS);
+    let mut map = lock(&STRINGS);
     let s = map.entry(key).or_insert_with(|| {
         let text = std::ffi::CString::new(make()).unwrap_or_default();
         Box::leak(text.into_boxed_c_str())
@@ -674,13 +795,6 @@ pub(crate) fn description(code: CUresult) -> String {
 // ---------------------------------------------------------------------------------------------
 // Copies and memsets
 
-/// One side of a copy as the caller named it.
-#[derive(Clone, Copy)]
-pub(crate) enum Side {
-    Device(CUdeviceptr),
-    Host(usize),
-}
-
 /// How the host relates to a copy's completion.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -688,165 +802,6 @@ pub(crate) enum Mode {
     Async,
     /// The host waits for the copy, and is ordered after it (`cuMemcpy*` without `Async`).
     Sync,
-}
-
-/// A copy of `height` rows of `width` bytes; pitches in bytes.
-#[derive(Clone, Copy)]
-pub(crate) struct CopyRequest {
-    pub(crate) src: Side,
-    pub(crate) src_pitch: usize,
-    pub(crate) dst: Side,
-    pub(crate) dst_pitch: usize,
-    pub(crate) width: usize,
-    pub(crate) height: usize,
-}
-
-/// A copy or memset ready to enqueue: its accesses for the checker and its work.
-pub(crate) struct Prepared {
-    pub(crate) accesses: Vec<(engine::Alloc, Pattern, bool)>,
-    pub(crate) work: Work,
-}
-
-/// The bytes one side of a copy touches, from its first byte.
-fn pattern_of(r: &CopyRequest, pitch: usize) -> Pattern {
-    Pattern {
-        start: 0,
-        width: r.width as u64,
-        pitch: pitch.max(r.width) as u64,
-        height: r.height as u64,
-    }
-}
-
-/// A device side of a copy: its location, with its access (`pattern` from `p`) added to
-/// `accesses` for the checker.
-fn device_loc(
-    st: &mut State,
-    p: CUdeviceptr,
-    pattern: Pattern,
-    write: bool,
-    op: &str,
-    accesses: &mut Vec<(engine::Alloc, Pattern, bool)>,
-) -> Res<Loc> {
-    let extent = ((pattern.height - 1) * pattern.pitch + pattern.width) as usize;
-    let a = device_side(st, p, extent, op)?;
-    let offset = p - a.base;
-    let loc = Loc::Device(a.buf.clone(), offset as usize);
-    accesses.push((
-        a,
-        Pattern {
-            start: offset,
-            ..pattern
-        },
-        write,
-    ));
-    Ok(loc)
-}
-
-/// Whether host memory at `addr` is pinned (`cuMemHostAlloc`); a NULL or device address is
-/// `CUDA_ERROR_INVALID_VALUE`.
-fn host_is_pinned(st: &State, addr: usize, len: usize) -> Res<bool> {
-    if addr == 0 || st.memory.is_device_address(addr as u64) {
-        return Err(CUDA_ERROR_INVALID_VALUE);
-    }
-    Ok(st.memory.pinned_at(addr, len).is_some())
-}
-
-/// Bytes from the first to one past the last of a side.
-fn extent(r: &CopyRequest, pitch: usize) -> usize {
-    if r.height == 0 {
-        0
-    } else {
-        (r.height - 1) * pitch + r.width
-    }
-}
-
-/// Resolves a device side for an operation: a live allocation, or a violation (freed) /
-/// `CUDA_ERROR_INVALID_VALUE` (unknown).
-fn device_side(st: &mut State, p: CUdeviceptr, len: usize, op: &str) -> Res<engine::Alloc> {
-    match st.memory.resolve(p, len) {
-        Resolved::Live(a) => Ok(st.take_alloc_view(a.base)),
-        Resolved::Freed(by) => {
-            st.checker.use_after_free(p, op, &by);
-            Err(CUDA_ERROR_INVALID_VALUE)
-        }
-        Resolved::Unknown => Err(CUDA_ERROR_INVALID_VALUE),
-    }
-}
-
-/// What a violation report calls operation `op`: its name, and the graph launch replaying it.
-fn described(op: &str, replay: Option<&str>) -> String {
-    match replay {
-        Some(launch) => format!("{op} (replayed by {launch})"),
-        None => op.to_string(),
-    }
-}
-
-/// Resolves the sides of a copy and makes its work; also says whether the destination is
-/// pageable host memory. A direct call (`replay` is `None`) stages a pageable source now (the
-/// caller may reuse it on return); a graph launch (`replay` names it) replaying a captured copy
-/// needs its host memory still pinned, or reports a violation and refuses it
-/// (`CUDA_ERROR_INVALID_VALUE`). Freed device memory is reported as a use after free.
-pub(crate) fn prepare_copy(
-    st: &mut State,
-    op: &str,
-    r: &CopyRequest,
-    replay: Option<&str>,
-) -> Res<(Prepared, bool)> {
-    let what = described(op, replay);
-    let mut accesses = Vec::new();
-    let src = match r.src {
-        Side::Device(p) => {
-            let pattern = pattern_of(r, r.src_pitch);
-            device_loc(st, p, pattern, false, &what, &mut accesses)?
-        }
-        Side::Host(addr) => {
-            let len = extent(r, r.src_pitch);
-            if host_is_pinned(st, addr, len)? {
-                Loc::Host(addr)
-            } else if replay.is_some() {
-                return Err(no_longer_pinned(st, &what, addr));
-            } else {
-                let mut staged = vec![0u8; len];
-                // SAFETY: the caller's source of `len` bytes (contract).
-                unsafe { engine::copy_bytes(staged.as_mut_ptr(), addr as *const u8, len) };
-                Loc::Staged(Arc::new(staged), 0)
-            }
-        }
-    };
-    let (dst, pageable_dst) = match r.dst {
-        Side::Device(p) => {
-            let pattern = pattern_of(r, r.dst_pitch);
-            let loc = device_loc(st, p, pattern, true, &what, &mut accesses)?;
-            (loc, false)
-        }
-        Side::Host(addr) => {
-            let pinned = host_is_pinned(st, addr, extent(r, r.dst_pitch))?;
-            if !pinned && replay.is_some() {
-                return Err(no_longer_pinned(st, &what, addr));
-            }
-            (Loc::Host(addr), !pinned)
-        }
-    };
-    let job = Copy2D {
-        src,
-        src_pitch: r.src_pitch,
-        dst,
-        dst_pitch: r.dst_pitch,
-        width: r.width,
-        height: r.height,
-    };
-    let work: Work = Box::new(move || job.run());
-    Ok((Prepared { accesses, work }, pageable_dst))
-}
-
-/// Reports a replayed copy whose host memory is no longer pinned (freed with
-/// `cuMemFreeHost`): what it touched may be any memory of the process by now.
-fn no_longer_pinned(st: &mut State, what: &str, addr: usize) -> CUresult {
-    st.checker.misuse(format!(
-        "{what} touches host memory at {addr:#x}, which is no longer pinned host memory \
-         (freed with cuMemFreeHost); the launch was refused"
-    ));
-    CUDA_ERROR_INVALID_VALUE
 }
 
 /// Checks a copy enqueued on capturing stream `i`: device sides in live allocations
@@ -949,17 +904,6 @@ pub(crate) fn check_peer_copy(
     Ok(())
 }
 
-pub(crate) fn linear(src: Side, dst: Side, bytes: usize) -> CopyRequest {
-    CopyRequest {
-        src,
-        src_pitch: bytes,
-        dst,
-        dst_pitch: bytes,
-        width: bytes,
-        height: 1,
-    }
-}
-
 /// A unified-addressing pointer: device memory if the range table knows it, else host.
 pub(crate) fn side_of(p: CUdeviceptr) -> Side {
     let st = state();
@@ -968,66 +912,6 @@ pub(crate) fn side_of(p: CUdeviceptr) -> Side {
     } else {
         Side::Host(p as usize)
     }
-}
-
-/// A memset of `height` rows of `n` values of `size` bytes (1 or 4), rows `pitch` bytes apart.
-#[derive(Clone, Copy)]
-pub(crate) struct Fill {
-    value: u32,
-    size: usize,
-    n: usize,
-    pitch: usize,
-    height: usize,
-}
-
-impl Fill {
-    /// Bytes per row and bytes from the first to one past the last (`None` on overflow).
-    fn extent(&self) -> Option<(usize, usize)> {
-        let width = self.n.checked_mul(self.size)?;
-        let extent = (self.height - 1)
-            .checked_mul(self.pitch)
-            .and_then(|rows| rows.checked_add(width))?;
-        Some((width, extent))
-    }
-}
-
-/// Resolves a memset's destination and makes its work (see [`prepare_copy`] for `replay`).
-pub(crate) fn prepare_memset(
-    st: &mut State,
-    op: &str,
-    dst: CUdeviceptr,
-    f: &Fill,
-    replay: Option<&str>,
-) -> Res<Prepared> {
-    let (width, extent) = f.extent().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    let a = device_side(st, dst, extent, &described(op, replay))?;
-    let offset = (dst - a.base) as usize;
-    let buf = a.buf.clone();
-    let f = *f;
-    let work: Work = Box::new(move || {
-        for row in 0..f.height {
-            let p = buf.ptr().wrapping_add(offset + row * f.pitch);
-            // SAFETY: every row lies in the allocation (checked against `extent`), which
-            // `buf` keeps alive; rows are aligned to `size` (`dst` and `pitch` are).
-            unsafe {
-                if f.size == 4 {
-                    engine::fill_u32(p, f.value, f.n)
-                } else {
-                    engine::fill_u8(p, f.value as u8, f.n)
-                }
-            }
-        }
-    });
-    let p = Pattern {
-        start: offset as u64,
-        width: width as u64,
-        pitch: f.pitch.max(width) as u64,
-        height: f.height as u64,
-    };
-    Ok(Prepared {
-        accesses: vec![(a, p, true)],
-        work,
-    })
 }
 
 /// A memset on stream `stream` (a handle, resolved in `scope`), as [`copy`].
@@ -1070,24 +954,4 @@ pub(crate) fn memset(
         host_wait(vec![w]);
     }
     Ok(())
-}
-
-pub(crate) fn fill_1d(value: u32, size: usize, n: usize) -> Fill {
-    Fill {
-        value,
-        size,
-        n,
-        pitch: n * size,
-        height: 1,
-    }
-}
-
-pub(crate) fn fill_2d(value: u32, size: usize, pitch: usize, n: usize, height: usize) -> Fill {
-    Fill {
-        value,
-        size,
-        n,
-        pitch,
-        height,
-    }
 }

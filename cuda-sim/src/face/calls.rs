@@ -1,5 +1,6 @@
-//! What every driver entry point does before its body: counts the call (by name), and refuses
-//! it in a child forked from a process that initialized the driver.
+//! What every entry point of both faces does before its body: counts the call (by name, `cu*`
+//! and `hip*` alike), and refuses it in a child forked from a process that initialized the
+//! simulator (`cuInit`, or any HIP call, since HIP initializes itself).
 //!
 //! The count lets a test prove that a code path never touches the driver: `cuSimDriverCalls`
 //! before and after it. The names tell which entry points a failing test reached.
@@ -15,8 +16,8 @@
 //! that: once `cuInit` has succeeded in a process, every entry point called from another
 //! process (a forked child: the process id differs) returns `CUDA_ERROR_NOT_INITIALIZED`,
 //! except those that need no initialization (`cuDriverGetVersion`, `cuGetErrorName`,
-//! `cuGetErrorString`). A child of a process that never called `cuInit` initializes the driver
-//! as any process does.
+//! `cuGetErrorString`, and HIP's version and error-text functions). A child of a process that
+//! never called `cuInit` initializes the driver as any process does.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
@@ -115,7 +116,7 @@ pub extern "C" fn cuSimDriverCalls() -> u64 {
 /// `buf` is NULL or valid for writes of `cap` bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuSimDriverCallReport(buf: *mut u8, cap: usize) -> usize {
-    let report = crate::guard_value(
+    let report = super::ffi::guard_value(
         || {
             let mut lines = Vec::new();
             let mut node = LISTED.load(Ordering::Acquire);
