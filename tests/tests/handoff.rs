@@ -13,7 +13,10 @@
 use std::time::Duration;
 
 use cuda_sim_testing::Checker;
-use dlpack_runtime::{DeviceType, DlpackExport, ExportError, ExportRequest, ManagedTensor};
+use dlpack_runtime::cuda::ReadyEvents;
+use dlpack_runtime::{
+    DeviceType, DlpackExport, DlpackImport, ExportError, ExportRequest, ImportedData, ManagedTensor,
+};
 
 /// Elements of every tensor.
 const N: usize = 256;
@@ -83,6 +86,14 @@ trait Backend {
         stream: &Self::Stream,
         request: &ExportRequest,
     ) -> Result<ManagedTensor, ExportError>;
+    /// [`Backend::export`], with the events it is ready after, owned by the caller.
+    fn export_with_ready_events(
+        data: Self::Buffer,
+        stream: &Self::Stream,
+        request: &ExportRequest,
+    ) -> Result<(ManagedTensor, ReadyEvents), ExportError>;
+    /// Makes `stream` wait for `events` (the host does not block).
+    fn wait_ready(events: &ReadyEvents, stream: &Self::Stream);
     /// The memory of `data` (on one device) exported as if it lived on `device`, with no
     /// producer stream.
     fn export_claimed(
@@ -322,6 +333,200 @@ fn a_stream_of_the_other_api_is_refused<B: Backend>() {
     assert_eq!(B::kind(&err), Kind::Foreign, "{err}");
 }
 
+/// How the consumer waits on the ready events of an export before it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Its stream waits on them (`ReadyEvents::wait_on`, `wait_on_hip`).
+    Stream,
+    /// The host waits for them (`ReadyEvents::synchronize`) while another thread releases the
+    /// producer's work.
+    Host,
+    /// It does not wait (the negative control).
+    Not,
+}
+
+/// Exports a tensor whose write is pending on `a` (behind a gate) with `stream=-1`, keeping its
+/// ready events, waits on them as `wait` says, and copies it on `b` into a scratch buffer;
+/// returns the number of events, the violations the checker saw then, and the values read
+/// after the release.
+fn read_after_ready_events<B: Backend>(
+    a: &B::Stream,
+    b: &B::Stream,
+    checker: &Checker,
+    wait: Wait,
+) -> (usize, u64, Vec<u32>) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let data = B::zeros(a);
+    let scratch = B::zeros(b);
+    B::sync(a);
+    B::sync(b);
+    checker.reset();
+    let gate = B::hold(a, Duration::from_secs(30));
+    B::fill(B::ptr(&data), a);
+    let (managed, ready) =
+        B::export_with_ready_events(data, a, &versioned(Some(-1))).expect("the export succeeds");
+    let released = Arc::new(AtomicBool::new(false));
+    let mut gate = Some(gate);
+    let opener = (wait == Wait::Host).then(|| {
+        let (gate, released) = (gate.take().unwrap(), released.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            released.store(true, Ordering::SeqCst);
+            B::release(gate)
+        })
+    });
+    match wait {
+        Wait::Stream => B::wait_ready(&ready, b),
+        Wait::Host => {
+            ready.synchronize().expect("a host wait on the events");
+            assert!(
+                released.load(Ordering::SeqCst),
+                "synchronize returned before the producer's work was let go"
+            );
+        }
+        Wait::Not => {}
+    }
+    B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, b);
+    let violations = checker.violations();
+    let timed_out = match (gate, opener) {
+        (Some(gate), _) => B::release(gate),
+        (None, Some(opener)) => opener.join().unwrap(),
+        (None, None) => unreachable!("the gate is released by the test or by the opener"),
+    };
+    assert!(!timed_out, "the gate opened by itself");
+    B::sync(b);
+    let values = B::read(&scratch);
+    B::sync(a);
+    drop(managed);
+    (ready.len(), violations, values)
+}
+
+fn ready_events_let_the_consumer_wait_later<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let (events, violations, values) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Stream);
+    assert!(events >= 1, "an event of the pending producer stream");
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the consumer read after the producer's write"
+    );
+    // Negative control: the same events, not waited on: the read races with the write.
+    let (events, violations, _) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Not);
+    assert!(events >= 1);
+    assert!(violations >= 1, "the read without the wait is reported");
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
+}
+
+fn ready_events_block_the_host_until_the_producers_work<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    // The host waits for the events; a read then enqueued on B with no stream wait is ordered
+    // after the producer's write by that host wait.
+    let (events, violations, values) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Host);
+    assert!(events >= 1);
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the consumer read after the producer's write"
+    );
+    // Negative control: the same read, with the host not waiting, is reported.
+    let (_, violations, _) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Not);
+    assert!(
+        violations >= 1,
+        "the read without the host wait is reported"
+    );
+}
+
+/// A user's own tensor type that keeps an import and lends it on (a relay): no stream field.
+#[derive(DlpackImport, DlpackExport)]
+struct Relay {
+    #[dlpack(data)]
+    data: ImportedData<u32>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+}
+
+/// A tensor whose write is pending on `a` behind a gate, imported into a [`Relay`] for the
+/// consumer stream `first` (`-1`: no synchronization), then lent on to `c` and imported there;
+/// a copy of it is enqueued on `c` into a scratch buffer, still behind the gate. Returns the
+/// events the relayed tensor carries, the violations the checker saw then, and the values
+/// read after the release.
+fn relayed<B: Backend>(
+    a: &B::Stream,
+    first: i64,
+    c: &B::Stream,
+    checker: &Checker,
+) -> (usize, u64, Vec<u32>) {
+    let data = B::zeros(a);
+    let scratch = B::zeros(c);
+    B::sync(a);
+    B::sync(c);
+    checker.reset();
+    let gate = B::hold(a, Duration::from_secs(30));
+    B::fill(B::ptr(&data), a);
+    let relay = Relay::from_managed(B::export(data, a, &versioned(Some(first))).unwrap())
+        .expect("the first import");
+    assert_eq!(relay.shape, [N]);
+    let next = Relay::from_managed(
+        relay
+            .into_dlpack_with(&versioned(Some(B::value(c))))
+            .expect("the relay lends it on"),
+    )
+    .expect("the second import");
+    let carried = next
+        .data
+        .managed()
+        .ready_events()
+        .map_or(0, ReadyEvents::len);
+    B::copy(
+        B::ptr(&scratch),
+        next.data.managed().dl_tensor().data as u64,
+        c,
+    );
+    let violations = checker.violations();
+    assert!(!B::release(gate), "the relay waited for the held stream");
+    B::sync(c);
+    let values = B::read(&scratch);
+    B::sync(a);
+    drop(next);
+    (carried, violations, values)
+}
+
+fn a_relay_orders_the_next_consumer_after_the_producer<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let c = B::stream(0);
+    // Imported for B, kept in a type with no stream field, lent on to C: C waits for the
+    // producer's write with nothing added by the user.
+    let (carried, violations, values) = relayed::<B>(&a, B::value(&b), &c, &checker);
+    assert_eq!(
+        carried, 1,
+        "the relayed tensor carries the producer's event on"
+    );
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(values, filled(), "C read after the producer's write");
+    B::sync(&b);
+    // Negative control: the first import asks for no synchronization (`stream=-1`), so it
+    // carries nothing to be ready after, and the read on C races with the producer's write.
+    let (carried, violations, _) = relayed::<B>(&a, -1, &c, &checker);
+    assert_eq!(carried, 0);
+    assert!(
+        violations >= 1,
+        "the unordered read of the relay is reported"
+    );
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
+}
+
 /// The cases, instantiated for one face.
 macro_rules! handoff_cases {
     ($backend:ty) => {
@@ -364,6 +569,18 @@ macro_rules! handoff_cases {
         #[test]
         fn a_consumer_stream_of_another_device_is_refused() {
             super::a_consumer_stream_of_another_device_is_refused::<$backend>();
+        }
+        #[test]
+        fn ready_events_let_the_consumer_wait_later() {
+            super::ready_events_let_the_consumer_wait_later::<$backend>();
+        }
+        #[test]
+        fn ready_events_block_the_host_until_the_producers_work() {
+            super::ready_events_block_the_host_until_the_producers_work::<$backend>();
+        }
+        #[test]
+        fn a_relay_orders_the_next_consumer_after_the_producer() {
+            super::a_relay_orders_the_next_consumer_after_the_producer::<$backend>();
         }
         #[cfg(feature = "hip")]
         #[test]
@@ -433,7 +650,7 @@ mod cuda_face {
 
     use cuda_sim_testing::Gate;
     use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
-    use dlpack_runtime::cuda::{self, CudaError};
+    use dlpack_runtime::cuda::{self, CudaError, ReadyEvents};
     use dlpack_runtime::{Device, DlpackExport, ExportError, ExportRequest, ManagedTensor};
     use dlpack_tests::Counter;
     use dlpack_tests::gpu::{CapturedGraph, GpuTensor};
@@ -545,6 +762,18 @@ mod cuda_face {
         ) -> Result<ManagedTensor, ExportError> {
             GpuTensor::new(data, stream, &Counter::new()).into_dlpack_with(request)
         }
+        fn export_with_ready_events(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<(ManagedTensor, ReadyEvents), ExportError> {
+            GpuTensor::new(data, stream, &Counter::new()).into_dlpack_with_ready_events(request)
+        }
+        fn wait_ready(events: &ReadyEvents, stream: &Self::Stream) {
+            events
+                .wait_on(stream)
+                .expect("a CUDA stream waits on CUDA events");
+        }
         fn export_claimed(
             data: Self::Buffer,
             device: i32,
@@ -599,6 +828,7 @@ mod hip_face {
 
     use cudarc::driver::{CudaContext, CudaStream};
     use dlpack_runtime::ManagedTensor;
+    use dlpack_runtime::cuda::ReadyEvents;
     use dlpack_runtime::hip::{HipError, HipSlice, HipStream};
     use dlpack_runtime::{Device, DeviceType, DlpackExport, ExportError, ExportRequest};
 
@@ -867,6 +1097,23 @@ mod hip_face {
                 stream: stream.clone(),
             }
             .into_dlpack_with(request)
+        }
+        fn export_with_ready_events(
+            data: Self::Buffer,
+            stream: &Self::Stream,
+            request: &ExportRequest,
+        ) -> Result<(ManagedTensor, ReadyEvents), ExportError> {
+            HipTensor {
+                data,
+                shape: vec![N],
+                stream: stream.clone(),
+            }
+            .into_dlpack_with_ready_events(request)
+        }
+        fn wait_ready(events: &ReadyEvents, stream: &Self::Stream) {
+            events
+                .wait_on_hip(stream)
+                .expect("a HIP stream waits on HIP events");
         }
         fn export_claimed(
             data: Self::Buffer,

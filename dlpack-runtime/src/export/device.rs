@@ -233,9 +233,8 @@ impl<'r> StreamWork<'r> {
         let upstream = buffer.ready_events().filter(|events| !events.is_empty());
         #[cfg(feature = "hip")]
         if rocm::is_rocm_memory(device) {
-            // ROCm work never touches the CUDA driver; relays carry CUDA events only, which
-            // no ROCm tensor has.
-            return self.order_rocm(device, data, has_elements, &pending);
+            // ROCm work never touches the CUDA driver; a ROCm relay carries HIP events.
+            return self.order_rocm(device, data, has_elements, &pending, upstream);
         }
         let pending = cuda_streams(device, &pending)?;
         if pending.is_empty()

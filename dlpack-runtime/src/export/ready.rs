@@ -44,11 +44,12 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;
     }
-    // A wrapping block always carries CUDA events (`wrap` makes none without).
-    let _current = keep_current_context(true);
     // SAFETY: a non-NULL pointer handed to this deleter is a block made by `wrap` (the only
     // place that installs it), called once by its owner (`dlpack.h`, `deleter`).
     let block = unsafe { Box::from_raw(managed.cast::<Versioned>()) };
+    // A block of CUDA events keeps the thread's context; one of HIP events (a ROCm tensor)
+    // never calls the CUDA driver.
+    let _current = keep_current_context(block.events.has_cuda());
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(block)));
 }
 
@@ -57,9 +58,9 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
     if managed.is_null() {
         return;
     }
-    let _current = keep_current_context(true);
     // SAFETY: as in `delete_versioned`, for blocks with a legacy header.
     let block = unsafe { Box::from_raw(managed.cast::<Legacy>()) };
+    let _current = keep_current_context(block.events.has_cuda());
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(block)));
 }
 
@@ -177,9 +178,9 @@ fn block_of(managed: &ManagedTensor) -> Option<Block> {
 
 impl ManagedTensor {
     /// The events after which this tensor's data is ready (feature `cuda`), when the tensor
-    /// carries them: a CUDA tensor exported by this crate to a consumer stream while its
-    /// producer had pending work, a device copy, or a CUDA import that this crate's Python
-    /// consumer made ready on a stream. Lending the tensor on (as an
+    /// carries them: a CUDA tensor (or, feature `hip`, a ROCm tensor, with HIP events) exported
+    /// by this crate to a consumer stream while its producer had pending work, a device copy,
+    /// or a CUDA import that this crate's Python consumer made ready on a stream. Lending the tensor on (as an
     /// [`ExportBuffer`](crate::ExportBuffer), directly or inside an
     /// [`ImportedData`](crate::ImportedData)) orders the next consumer after them, and
     /// [`release_after`](crate::interop::cuda::release_after) releases it only after them. `None` for

@@ -20,6 +20,13 @@
 //! - copies device memory to the host for `dl_device=(CPU, 0)`: one transfer of the tensor's
 //!   span on a stream of this crate made to wait for the producer's work, compacted on the
 //!   host, flagged `IS_COPIED`;
+//! - with [`DlpackExport::into_dlpack_with_ready_events`](crate::DlpackExport::into_dlpack_with_ready_events),
+//!   returns [`ReadyEvents`]: HIP events recorded on the pending producer streams, owned by the
+//!   consumer, which any stream of the device may wait on later
+//!   ([`ReadyEvents::wait_on_hip`]) or the host ([`ReadyEvents::synchronize`]);
+//! - makes the exported tensor carry the events its consumer's stream is ready after
+//!   ([`ManagedTensor::ready_events`](crate::ManagedTensor::ready_events)), so that an import of
+//!   it lent on (a relay) orders the next consumer after the original producer;
 //! - checks that the data pointer (`hipPointerGetAttributes`) and every stream
 //!   (`hipStreamGetDevice`) belong to the tensor's device, and that no CUDA stream is named
 //!   for a ROCm tensor (nor a HIP stream for a CUDA one): [`HipError::ForeignStream`].
@@ -32,12 +39,14 @@
 //! `hipStreamIsCapturing` (and `hipStreamGetCaptureInfo`) before every host-side wait or query
 //! and refuses with [`HipError::Capturing`]; it never relies on an error from the call. A
 //! consumer stream being captured waits on the producer's event as part of the capture (the
-//! event is kept for the process's lifetime, since every launch waits on it); a producer
-//! stream captured apart from the consumer's is refused.
+//! exported tensor keeps the event, recorded once and never again, since every launch waits
+//! on it: keep the tensor as long as the graph may be launched); a producer stream captured
+//! apart from the consumer's is refused.
 //!
-//! Not yet for ROCm: ready events that outlive the call, stream-ordered release of imports,
-//! copies on or between ROCm devices (`copy=True` without `dl_device=(CPU, 0)`), relays.
+//! Not yet for ROCm: stream-ordered release of imports, copies on or between ROCm devices
+//! (`copy=True` without `dl_device=(CPU, 0)`).
 
+pub use crate::engine::cuda::ReadyEvents;
 pub use crate::engine::hip::{
     HipError, HipSlice, HipStream, check_pointer, device_count, init, pointer_device,
 };

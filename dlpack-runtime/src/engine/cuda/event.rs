@@ -306,9 +306,9 @@ pub(crate) fn order_raw(
     // `DLPackExchangeAPI::current_work_stream`).
     let event = record_and_wait(&ctx, producer, consumer, consumer_capture, ctx.cu_ctx())?;
     Ok(match event {
-        Some(event) if consumer_capture != Capture::Not => ReadyEvents {
-            events: vec![Arc::new(event)],
-        },
+        Some(event) if consumer_capture != Capture::Not => {
+            ReadyEvents::of_cuda(vec![Arc::new(event)])
+        }
         _ => ReadyEvents::default(),
     })
 }
@@ -442,26 +442,127 @@ fn record_and_order_for(
             events.push(Arc::new(event));
         }
     }
-    Ok(ReadyEvents { events })
+    Ok(ReadyEvents::of_cuda(events))
 }
 
 /// Events recorded on a producer's streams at export, owned by the consumer: it may make any of
-/// its streams wait on them later ([`ReadyEvents::wait_on`]), or block the host
+/// its streams wait on them later ([`ReadyEvents::wait_on`]; with the `hip` feature,
+/// `ReadyEvents::wait_on_hip` for the HIP events of a ROCm export), or block the host
 /// ([`ReadyEvents::synchronize`]). Beyond the DLPack standard, for Rust-to-Rust exchange.
+///
+/// The events are of the API of the tensor they came with: CUDA events for CUDA memory, HIP
+/// events for ROCm memory (feature `hip`); a stream of the other API cannot wait on them
+/// (`HipError::ForeignEvents`).
 ///
 /// Cloning shares the events (each is recorded once and never again while a clone holds it).
 ///
-/// Under CUDA graph capture: the events are always recorded outside any capture, and a stream
-/// being captured waits on them as part of the graph (`CU_EVENT_WAIT_EXTERNAL`): every launch
-/// of the graph waits for them. Keep them (and the tensor they come with) alive as long as the
-/// graph may be launched; once waited on in a capture, an event is destroyed, never reused,
-/// when its last holder drops it.
+/// Under graph capture: the events are always recorded outside any capture, and a stream
+/// being captured waits on them as part of the graph (`CU_EVENT_WAIT_EXTERNAL` on CUDA): every
+/// launch of the graph waits for them. Keep them (and the tensor they come with) alive as long
+/// as the graph may be launched; once waited on in a capture, an event is destroyed, never
+/// reused, when its last holder drops it (HIP events are never reused at all).
 #[derive(Debug, Default, Clone)]
 pub struct ReadyEvents {
     events: Vec<Arc<PooledEvent>>,
+    /// The HIP events of a ROCm export (each recorded once, never pooled).
+    #[cfg(feature = "hip")]
+    hip: Vec<Arc<crate::engine::hip::HipEvent>>,
 }
 
 impl ReadyEvents {
+    /// CUDA events.
+    fn of_cuda(events: Vec<Arc<PooledEvent>>) -> Self {
+        Self {
+            events,
+            #[cfg(feature = "hip")]
+            hip: Vec::new(),
+        }
+    }
+
+    /// HIP events (recorded outside any capture), for a ROCm tensor.
+    #[cfg(feature = "hip")]
+    pub(crate) fn of_hip(events: Vec<crate::engine::hip::HipEvent>) -> Self {
+        Self {
+            events: Vec::new(),
+            hip: events.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// Whether some of the events are CUDA events (a wrapping block's deleter then keeps the
+    /// thread's current CUDA context).
+    pub(crate) fn has_cuda(&self) -> bool {
+        !self.events.is_empty()
+    }
+
+    /// The HIP events, for a HIP stream or the host to wait on.
+    ///
+    /// # Errors
+    ///
+    /// `HipError::ForeignEvents` when there are CUDA events.
+    #[cfg(feature = "hip")]
+    fn hip_only(
+        &self,
+    ) -> Result<&[Arc<crate::engine::hip::HipEvent>], crate::engine::hip::HipError> {
+        if self.events.is_empty() {
+            Ok(&self.hip)
+        } else {
+            Err(crate::engine::hip::HipError::ForeignEvents {
+                found: "CUDA",
+                expected: "HIP",
+            })
+        }
+    }
+
+    /// Blocks the host until every HIP event has completed, with the GIL released meanwhile.
+    ///
+    /// # Errors
+    ///
+    /// `HipError::ForeignEvents` when there are CUDA events; `HipError::Driver`.
+    #[cfg(feature = "hip")]
+    pub(crate) fn synchronize_hip(&self) -> Result<(), crate::engine::hip::HipError> {
+        self.hip_only()?
+            .iter()
+            .try_for_each(|event| event.synchronize())
+    }
+
+    /// Makes `stream` wait for every event of a ROCm export (`hipStreamWaitEvent`); the host
+    /// does not block. A stream being captured into a HIP graph waits on them as part of the
+    /// graph, at every launch: keep `self` alive as long as the graph may be launched.
+    ///
+    /// # Errors
+    ///
+    /// `HipError::ForeignEvents` for the CUDA events of a CUDA export;
+    /// `HipError::DefaultStreamUnderCapture` for the default stream while a blocking stream of
+    /// its device is being captured; `HipError::Driver` from the runtime.
+    #[cfg(feature = "hip")]
+    pub fn wait_on_hip(
+        &self,
+        stream: &crate::engine::hip::HipStream,
+    ) -> Result<(), crate::engine::hip::HipError> {
+        self.wait_on_hip_raw(stream.device(), stream.raw())
+    }
+
+    /// [`ReadyEvents::wait_on_hip`] for the raw stream `consumer` (valid for the call; NULL the
+    /// default stream) of HIP device `device`. The thread's current device is left as it was.
+    #[cfg(feature = "hip")]
+    pub(crate) fn wait_on_hip_raw(
+        &self,
+        device: i32,
+        consumer: crate::engine::hip::hipStream_t,
+    ) -> Result<(), crate::engine::hip::HipError> {
+        use crate::engine::hip::{Capture, CurrentDevice, HipError, capture_of};
+        let events = self.hip_only()?;
+        if events.is_empty() {
+            return Ok(());
+        }
+        let current = CurrentDevice::save()?;
+        current.set(device)?;
+        if capture_of(consumer)? == Capture::Implicit {
+            return Err(HipError::DefaultStreamUnderCapture);
+        }
+        events.iter().try_for_each(|event| event.wait_on(consumer))
+    }
+
     /// Records one event on each of `streams`.
     ///
     /// # Errors
@@ -489,7 +590,7 @@ impl ReadyEvents {
             event.record_on(stream.cu_stream())?;
             events.push(Arc::new(event));
         }
-        Ok(Self { events })
+        Ok(Self::of_cuda(events))
     }
 
     /// Records one event on the raw stream `stream` of `ctx` (valid for the call).
@@ -500,14 +601,14 @@ impl ReadyEvents {
     pub(crate) fn record_raw(ctx: &CudaContext, stream: sys::CUstream) -> Result<Self, CudaError> {
         let event = PooledEvent::take(ctx)?;
         event.record_on(stream)?;
-        Ok(Self {
-            events: vec![Arc::new(event)],
-        })
+        Ok(Self::of_cuda(vec![Arc::new(event)]))
     }
 
     /// Adds clones of `other`'s events to these.
     pub(crate) fn extend_from(&mut self, other: &ReadyEvents) {
         self.events.extend(other.events.iter().cloned());
+        #[cfg(feature = "hip")]
+        self.hip.extend(other.hip.iter().cloned());
     }
 
     /// Makes `stream` wait for every event; the host does not block. A stream being captured
@@ -519,6 +620,8 @@ impl ReadyEvents {
     /// [`CudaError::LegacyStreamUnderCapture`] for the legacy default stream while a blocking
     /// stream of its context is being captured; [`CudaError::Driver`] from
     /// `cuStreamWaitEvent`.
+    /// `CudaError::Hip` (`HipError::ForeignEvents`, feature `hip`) for the HIP events of a ROCm
+    /// export.
     pub fn wait_on(&self, stream: &CudaStream) -> Result<(), CudaError> {
         // A live stream (borrowed); its default stream resolves in its own context.
         self.wait_on_raw(stream_id(stream), stream.context())
@@ -536,6 +639,14 @@ impl ReadyEvents {
         consumer: StreamId,
         primary: &CudaContext,
     ) -> Result<(), CudaError> {
+        #[cfg(feature = "hip")]
+        if !self.hip.is_empty() {
+            return Err(crate::engine::hip::HipError::ForeignEvents {
+                found: "HIP",
+                expected: "CUDA",
+            }
+            .into());
+        }
         if self.events.is_empty() {
             return Ok(());
         }
@@ -552,18 +663,27 @@ impl ReadyEvents {
     ///
     /// # Errors
     ///
-    /// [`CudaError::Driver`] from `cuEventSynchronize`.
+    /// [`CudaError::Driver`] from `cuEventSynchronize`; `CudaError::Hip` (feature `hip`) from
+    /// `hipEventSynchronize` for the events of a ROCm export.
     pub fn synchronize(&self) -> Result<(), CudaError> {
-        self.events.iter().try_for_each(|event| event.synchronize())
+        self.events
+            .iter()
+            .try_for_each(|event| event.synchronize())?;
+        #[cfg(feature = "hip")]
+        self.hip.iter().try_for_each(|event| event.synchronize())?;
+        Ok(())
     }
 
     /// Whether there are no events (no producer stream had pending work).
     pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
+        self.len() == 0
     }
 
     /// How many events there are.
     pub fn len(&self) -> usize {
+        #[cfg(feature = "hip")]
+        return self.events.len() + self.hip.len();
+        #[cfg(not(feature = "hip"))]
         self.events.len()
     }
 }

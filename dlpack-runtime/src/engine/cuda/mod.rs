@@ -38,6 +38,12 @@ pub enum CudaError {
         "no CUDA driver: libcuda could not be loaded, expected a machine with an NVIDIA driver"
     )]
     NoDriver,
+    /// A failure of the HIP runtime where CUDA and ROCm work meet: the [`ReadyEvents`] of a
+    /// ROCm export waited on or synchronized, or waited on by a CUDA stream
+    /// (`HipError::ForeignEvents`).
+    #[cfg(feature = "hip")]
+    #[error(transparent)]
+    Hip(#[from] crate::engine::hip::HipError),
     /// A driver call failed.
     #[error("CUDA driver call {call} failed with {code:?}")]
     Driver {

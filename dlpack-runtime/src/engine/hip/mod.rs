@@ -26,7 +26,7 @@ mod sys;
 pub use memory::HipSlice;
 pub(crate) use memory::{copy_span_to_host, copy_stream};
 pub use stream::HipStream;
-pub(crate) use stream::{order_before, synchronize_streams};
+pub(crate) use stream::{HipEvent, order_before, record_events, synchronize_streams};
 pub(crate) use sys::hipStream_t;
 use sys::{Api, SUCCESS, hipError_t};
 
@@ -127,6 +127,17 @@ pub enum HipError {
         operation: &'static str,
         /// What to do instead.
         instead: &'static str,
+    },
+    /// Ready events of one API waited on by a stream of the other: the events of a CUDA export
+    /// by a HIP stream, or of a ROCm export by a CUDA stream (`ReadyEvents`).
+    #[error(
+        "ready events of {found} work cannot be waited on by a {expected} stream, expected a stream of the API of the tensor they came with"
+    )]
+    ForeignEvents {
+        /// The events' API: `"CUDA"` or `"HIP"`.
+        found: &'static str,
+        /// The waiting stream's API.
+        expected: &'static str,
     },
     /// The null (default) stream while a blocking stream of its device is being captured: work
     /// on it would join that capture and invalidate it (`hipErrorStreamCaptureImplicit`).

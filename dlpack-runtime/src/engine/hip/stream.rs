@@ -138,10 +138,19 @@ impl Drop for HipStream {
     }
 }
 
-/// An event of the current device (timing disabled), destroyed on drop.
+/// An event of one HIP device (timing disabled), recorded once and destroyed on drop: never
+/// pooled nor recorded again, so a graph that waits on it (a consumer stream captured while it
+/// waited) sees the one record it was made with for as long as its holder keeps it.
+#[derive(Debug)]
 pub(crate) struct HipEvent {
     raw: hipEvent_t,
 }
+
+// SAFETY: HIP events are plain runtime handles, usable from any thread; a shared event is only
+// waited on (`hipStreamWaitEvent`, `hipEventSynchronize`): it was recorded before it was shared.
+unsafe impl Send for HipEvent {}
+// SAFETY: as above.
+unsafe impl Sync for HipEvent {}
 
 impl HipEvent {
     /// A new event of the current device (`hipEventCreateWithFlags`, `hipEventDisableTiming`).
@@ -157,6 +166,14 @@ impl HipEvent {
         Ok(Self { raw })
     }
 
+    /// A new event of the current device, recorded on `stream` (valid for the call, of that
+    /// device).
+    pub(crate) fn recorded(stream: hipStream_t) -> Result<Self, HipError> {
+        let event = Self::new()?;
+        event.record(stream)?;
+        Ok(event)
+    }
+
     /// Records the event on `stream` (valid for the call, of the event's device).
     pub(crate) fn record(&self, stream: hipStream_t) -> Result<(), HipError> {
         let api = api()?;
@@ -168,7 +185,7 @@ impl HipEvent {
         )
     }
 
-    /// Makes `stream` (valid for the call) wait for the event's recorded work
+    /// Makes `stream` (valid for the call, of any device) wait for the event's recorded work
     /// (`hipStreamWaitEvent`, flags 0): the host does not block.
     pub(crate) fn wait_on(&self, stream: hipStream_t) -> Result<(), HipError> {
         let api = api()?;
@@ -178,6 +195,25 @@ impl HipEvent {
             unsafe { (api.hipStreamWaitEvent)(stream, self.raw, 0) },
             api,
         )
+    }
+
+    /// Blocks the host until the event's recorded work has completed (`hipEventSynchronize`),
+    /// with the GIL released meanwhile where this thread holds it. The event was recorded
+    /// outside any capture (the only events this crate hands out), so no capture can be
+    /// invalidated by the wait.
+    pub(crate) fn synchronize(&self) -> Result<(), HipError> {
+        let api = api()?;
+        let raw = self.raw as usize;
+        let wait = move || {
+            check(
+                "hipEventSynchronize",
+                // SAFETY: a live event of ours, recorded outside any capture.
+                unsafe { (api.hipEventSynchronize)(raw as hipEvent_t) },
+                api,
+            )
+        };
+        // SAFETY: one HIP call; nothing touches Python.
+        unsafe { detached(wait) }
     }
 }
 
@@ -191,28 +227,24 @@ impl Drop for HipEvent {
     }
 }
 
-/// How the consumer's stream waits on a producer's event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// Neither stream is captured, or both are in the same capture (an edge of the graph).
-    Now,
-    /// The consumer's stream is captured and the event is recorded outside the capture: the
-    /// graph gets a wait node, and every launch waits for the event's most recent record.
-    External,
-}
-
 /// Orders the work pending on each of `producers` (live streams of HIP device `device`) before
 /// the consumer's stream `consumer` (valid for the call, of `device`; NULL its default
 /// stream): an event recorded on each producer stream other than the consumer's, which the
 /// consumer's stream waits on (`hipEventRecord`, `hipStreamWaitEvent`). The host never blocks.
 ///
+/// Returns what the consumer's stream is ready after, for whoever the tensor is lent to next:
+/// each event recorded outside any capture, and one recorded on a producer stream that is the
+/// consumer's own (unless it is being captured). An event recorded inside a capture can be
+/// waited on only inside it and is not returned.
+///
 /// Capture status is asked of both streams first (`hipStreamIsCapturing`): a consumer stream
-/// being captured waits as part of the capture (its event is then kept for the process's
-/// lifetime: every launch of the graph waits on it); a producer stream captured in the same
-/// capture gets an event inside it; a producer stream captured apart from the consumer is
-/// refused ([`HipError::Capturing`]), as is the default stream while a blocking stream of the
-/// device is captured ([`HipError::DefaultStreamUnderCapture`]). The thread's current device
-/// is left as it was.
+/// being captured waits as part of the capture, and every launch of its graph waits for the
+/// event's one record (the caller keeps the returned events as long as the graph may be
+/// launched: they are never recorded again); a producer stream captured in the same capture
+/// gets an event inside it; a producer stream captured apart from the consumer is refused
+/// ([`HipError::Capturing`]), as is the default stream while a blocking stream of the device
+/// is captured ([`HipError::DefaultStreamUnderCapture`]). The thread's current device is left
+/// as it was.
 ///
 /// # Errors
 ///
@@ -221,7 +253,7 @@ pub(crate) fn order_before(
     device: i32,
     producers: &[hipStream_t],
     consumer: hipStream_t,
-) -> Result<(), HipError> {
+) -> Result<Vec<HipEvent>, HipError> {
     let current = CurrentDevice::save()?;
     current.set(device)?;
     let consumer_capture = capture_of(consumer)?;
@@ -229,16 +261,25 @@ pub(crate) fn order_before(
         return Err(HipError::DefaultStreamUnderCapture);
     }
     let mut seen: Vec<hipStream_t> = Vec::with_capacity(producers.len());
+    let mut kept = Vec::with_capacity(producers.len());
     for &producer in producers {
-        if producer == consumer || seen.contains(&producer) {
+        if seen.contains(&producer) {
             continue;
         }
         seen.push(producer);
-        let how = match (capture_of(producer)?, consumer_capture) {
+        if producer == consumer {
+            // Stream order alone orders the consumer; an event for whoever the tensor is lent
+            // to next, unless the stream is being captured.
+            if consumer_capture == Capture::Not {
+                kept.push(HipEvent::recorded(producer)?);
+            }
+            continue;
+        }
+        let outside = match (capture_of(producer)?, consumer_capture) {
             (Capture::Implicit, _) | (_, Capture::Implicit) => {
                 return Err(HipError::DefaultStreamUnderCapture);
             }
-            (Capture::Active { id: p }, Capture::Active { id: c }) if p == c => Wait::Now,
+            (Capture::Active { id: p }, Capture::Active { id: c }) if p == c => false,
             (Capture::Active { .. }, _) => {
                 return Err(HipError::Capturing {
                     stream: producer as u64,
@@ -246,21 +287,41 @@ pub(crate) fn order_before(
                     instead: "export after the capture ends (and after a launch of its graph), or to a stream of the same capture",
                 });
             }
-            (Capture::Not, Capture::Not) => Wait::Now,
-            (Capture::Not, Capture::Active { .. }) => Wait::External,
+            (Capture::Not, _) => true,
         };
-        let event = HipEvent::new()?;
-        event.record(producer)?;
+        let event = HipEvent::recorded(producer)?;
         event.wait_on(consumer)?;
-        if how == Wait::External {
-            // Every launch of the graph waits for this event's most recent record: it must
-            // neither be destroyed nor recorded again while the graph may be launched, which
-            // this tier cannot know. Kept for the process's lifetime (one event per export to
-            // a capturing stream).
-            core::mem::forget(event);
+        if outside {
+            kept.push(event);
         }
     }
-    Ok(())
+    Ok(kept)
+}
+
+/// Records one event on each of `streams` (live streams of HIP device `device`; NULL its
+/// default stream), refusing a stream being captured first: an event recorded in a capture can
+/// be waited on only inside it. The thread's current device is left as it was.
+///
+/// # Errors
+///
+/// [`HipError::Capturing`], [`HipError::DefaultStreamUnderCapture`]; [`HipError::Driver`].
+pub(crate) fn record_events(
+    device: i32,
+    streams: &[hipStream_t],
+) -> Result<Vec<HipEvent>, HipError> {
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    streams
+        .iter()
+        .map(|&stream| {
+            check_not_capturing(
+                stream,
+                "recording ready events",
+                "record them before the capture begins or after it ends",
+            )?;
+            HipEvent::recorded(stream)
+        })
+        .collect()
 }
 
 /// Blocks the host until each of `streams` (live streams of HIP device `device`; NULL its

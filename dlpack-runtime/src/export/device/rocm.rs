@@ -2,21 +2,22 @@
 //! hand-off of `kDLROCM` (and `kDLROCMHost`) memory, and its copy to the host. The CUDA driver
 //! is never called here.
 //!
-//! What is not done for ROCm yet: ready events that outlive the call
-//! ([`export_with_ready_events`](super::export_with_ready_events) returns none for a ROCm
-//! tensor), stream-ordered release of ROCm imports, copies on or between ROCm devices
-//! (`copy=True` without `dl_device=cpu`), and relays.
+//! Ready events that outlive the call are HIP events in [`ReadyEvents`], and a ROCm tensor
+//! carries those it is ready after, so that lending it on (a relay) orders the next consumer
+//! after the original producer. What is not done for ROCm yet: stream-ordered release of ROCm
+//! imports, and copies on or between ROCm devices (`copy=True` without `dl_device=cpu`).
 
 use super::StreamWork;
+use crate::engine::cuda::ReadyEvents;
 use crate::engine::hip::{
     self, HipError, HipStream, check_not_capturing, check_pointer, check_stream, copy_span_to_host,
-    copy_stream, hipStream_t, order_before, synchronize_streams,
+    copy_stream, hipStream_t, order_before, record_events, synchronize_streams,
 };
 use crate::export::copied::copy_to_host as host_copy;
 use crate::export::parts::AnyStream;
 use crate::export::{ExportError, ExportRequest};
 use crate::plan::copy::StridedCopy;
-use crate::plan::stream::{StreamId, SyncPlan, parse_stream, plan_sync};
+use crate::plan::stream::{StreamId, StreamRequest, SyncPlan, parse_stream, plan_sync};
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
@@ -65,18 +66,24 @@ impl StreamWork<'_> {
     /// Capture status is asked before anything is waited for. For a copy to the host, the
     /// stream the copy goes on is made to wait for the producer's work.
     ///
+    /// The HIP events the consumer's stream is ready after (one of each pending stream, and
+    /// those of `upstream`, a relay's) go on with the tensor ([`StreamWork::carry`]), and to
+    /// the caller of [`export_with_ready_events`](super::export_with_ready_events) when wanted.
+    ///
     /// # Errors
     ///
     /// [`ExportError::Stream`]; [`ExportError::Hip`]: no HIP runtime with pending work, a
     /// pointer or stream of another device, a CUDA stream named
-    /// ([`HipError::ForeignStream`]), a stream being captured ([`HipError::Capturing`]);
-    /// [`ExportError::CopyUnsupported`] for a copy other than to the host.
+    /// ([`HipError::ForeignStream`]), CUDA events of a relay ([`HipError::ForeignEvents`]), a
+    /// stream being captured ([`HipError::Capturing`]); [`ExportError::CopyUnsupported`] for a
+    /// copy other than to the host.
     pub(super) fn order_rocm(
         &mut self,
         device: Device,
         data: u64,
         has_elements: bool,
         pending: &[AnyStream<'_>],
+        upstream: Option<&ReadyEvents>,
     ) -> Result<(), ExportError> {
         let request = self.request;
         let streams = hip_streams(device, pending)?;
@@ -88,7 +95,10 @@ impl StreamWork<'_> {
                 return Err(ExportError::CopyUnsupported { device });
             }
         }
-        if on_device && has_elements && (!streams.is_empty() || hip::init().is_ok()) {
+        if on_device
+            && has_elements
+            && (!streams.is_empty() || upstream.is_some() || hip::init().is_ok())
+        {
             check_pointer(data, device.device_id)?;
         }
         for stream in &streams {
@@ -96,12 +106,13 @@ impl StreamWork<'_> {
         }
         let raws: Vec<hipStream_t> = streams.iter().map(|s| s.raw()).collect();
         if self.copies {
-            if raws.is_empty() || !has_elements {
+            if (raws.is_empty() && upstream.is_none()) || !has_elements {
                 return Ok(());
             }
             if !on_device {
                 // Pinned host memory is copied by the host: it waits for the pending work.
-                return Ok(synchronize_streams(device.device_id, &raws)?);
+                synchronize_streams(device.device_id, &raws)?;
+                return Ok(upstream.map_or(Ok(()), ReadyEvents::synchronize_hip)?);
             }
             // The copy reads after the producer's work: the copy's stream waits for it. Work
             // of a stream being captured runs only at a launch of its graph: refused first.
@@ -111,24 +122,62 @@ impl StreamWork<'_> {
             for &raw in &raws {
                 check_not_capturing(raw, operation, instead)?;
             }
-            order_before(device.device_id, &raws, copy_stream(device.device_id)?)?;
+            let on = copy_stream(device.device_id)?;
+            order_before(device.device_id, &raws, on)?;
+            if let Some(upstream) = upstream {
+                upstream.wait_on_hip_raw(device.device_id, on)?;
+            }
             return Ok(());
         }
-        if raws.is_empty() {
+        if raws.is_empty() && upstream.is_none() {
             return Ok(());
         }
         let target = request.dl_device.unwrap_or(device);
         let stream_request = parse_stream(target, request.stream)?;
-        let identities: Vec<StreamId> = raws.iter().map(|&raw| hip_stream_id(raw)).collect();
-        match plan_sync(device, &identities, stream_request)? {
-            SyncPlan::Nothing => Ok(()),
-            SyncPlan::EventDependency { wait_on, .. } => {
-                let consumer = raw_hip_stream(wait_on);
-                check_stream(consumer, device.device_id, "consumer")?;
-                Ok(order_before(device.device_id, &raws, consumer)?)
-            }
-            SyncPlan::HostSync { .. } => Ok(synchronize_streams(device.device_id, &raws)?),
+        let consumer = StreamId::of_request(stream_request).map(raw_hip_stream);
+        if let Some(consumer) = consumer {
+            check_stream(consumer, device.device_id, "consumer")?;
         }
+        let identities: Vec<StreamId> = raws.iter().map(|&raw| hip_stream_id(raw)).collect();
+        // Whether `kept` holds an event of every pending stream.
+        let recorded = match (plan_sync(device, &identities, stream_request)?, consumer) {
+            // The consumer's stream waits on an event of each other pending stream; those
+            // events, and one on a pending stream that is the consumer's own, are what the
+            // tensor is ready after.
+            (SyncPlan::EventDependency { .. }, Some(consumer))
+            | (SyncPlan::Nothing, Some(consumer)) => {
+                let kept = order_before(device.device_id, &raws, consumer)?;
+                self.kept = ReadyEvents::of_hip(kept);
+                true
+            }
+            (SyncPlan::HostSync { .. }, _) => {
+                synchronize_streams(device.device_id, &raws)?;
+                false
+            }
+            _ => raws.is_empty(),
+        };
+        if let Some(upstream) = upstream {
+            match consumer {
+                Some(consumer) => {
+                    upstream.wait_on_hip_raw(device.device_id, consumer)?;
+                    self.kept.extend_from(upstream);
+                }
+                None if stream_request == StreamRequest::Host => upstream.synchronize_hip()?,
+                // `stream=-1`: the consumer orders itself; the events still go on with the
+                // tensor, for whoever it is lent to next.
+                None => self.kept.extend_from(upstream),
+            }
+        }
+        if self.want_ready {
+            self.ready = Some(if recorded {
+                self.kept.clone()
+            } else {
+                let mut ready = ReadyEvents::of_hip(record_events(device.device_id, &raws)?);
+                ready.extend_from(&self.kept);
+                ready
+            });
+        }
+        Ok(())
     }
 
     /// The copy `request` asks of the ROCm tensor `managed`: to the host (`dl_device=(CPU, 0)`),
