@@ -94,6 +94,10 @@ trait Backend {
     ) -> Result<(ManagedTensor, ReadyEvents), ExportError>;
     /// Makes `stream` wait for `events` (the host does not block).
     fn wait_ready(events: &ReadyEvents, stream: &Self::Stream);
+    /// The face's device type (`kDLCUDA`, `kDLROCM`).
+    const DEVICE_TYPE: DeviceType;
+    /// Stream-ordered release of `tensor` after `stream`.
+    fn release_after(tensor: ManagedTensor, stream: &Self::Stream);
     /// The memory of `data` (on one device) exported as if it lived on `device`, with no
     /// producer stream.
     fn export_claimed(
@@ -527,6 +531,82 @@ fn a_relay_orders_the_next_consumer_after_the_producer<B: Backend>() {
     );
 }
 
+/// Sets its flag when dropped: a tensor's deleter has run.
+struct DropFlag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Imports a tensor of `N` elements of the face's device memory with no pending producer work,
+/// whose deleter sets the returned flag, and enqueues a read of it on `b` behind a gate;
+/// returns the import, its flag, the gate and the scratch buffer read into.
+fn held_read<B: Backend>(
+    a: &B::Stream,
+    b: &B::Stream,
+) -> (
+    ImportedData<u32>,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    B::Gate,
+    B::Buffer,
+) {
+    let data = B::zeros(a);
+    let scratch = B::zeros(b);
+    B::sync(a);
+    B::sync(b);
+    let ptr = B::ptr(&data);
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let device = dlpack_runtime::Device::new(B::DEVICE_TYPE, 0);
+    let managed = export_claimed(
+        ptr,
+        device,
+        (data, DropFlag(dropped.clone())),
+        &versioned(Some(B::value(b))),
+    )
+    .expect("the export succeeds");
+    let import = Relay::from_managed(managed).expect("the import").data;
+    let gate = B::hold(b, Duration::from_secs(30));
+    B::copy(B::ptr(&scratch), ptr, b);
+    (import, dropped, gate, scratch)
+}
+
+fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
+    use std::sync::atomic::Ordering;
+
+    let (a, b, checker) = setup::<B>();
+    checker.reset();
+    let (import, dropped, gate, scratch) = held_read::<B>(&a, &b);
+    B::release_after(import.into_managed(), &b);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the deleter ran while the consumer's stream still held its read"
+    );
+    assert!(!B::release(gate), "the release waited for the held stream");
+    B::sync(&b);
+    let started = std::time::Instant::now();
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the deleter never ran after the consumer's stream finished"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(B::read(&scratch), vec![0; N]);
+    checker.assert_clean("a stream-ordered release");
+    // Negative control: a plain drop runs the deleter at once, while the read is still held.
+    let (import, dropped, gate, _scratch) = held_read::<B>(&a, &b);
+    drop(import);
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "a plain drop runs the deleter before the consumer's stream is done"
+    );
+    assert!(!B::release(gate));
+    B::sync(&b);
+}
+
 /// The cases, instantiated for one face.
 macro_rules! handoff_cases {
     ($backend:ty) => {
@@ -581,6 +661,10 @@ macro_rules! handoff_cases {
         #[test]
         fn a_relay_orders_the_next_consumer_after_the_producer() {
             super::a_relay_orders_the_next_consumer_after_the_producer::<$backend>();
+        }
+        #[test]
+        fn a_release_after_the_consumers_stream_waits_for_its_work() {
+            super::a_release_after_the_consumers_stream_waits_for_its_work::<$backend>();
         }
         #[cfg(feature = "hip")]
         #[test]
@@ -773,6 +857,10 @@ mod cuda_face {
             events
                 .wait_on(stream)
                 .expect("a CUDA stream waits on CUDA events");
+        }
+        const DEVICE_TYPE: dlpack_runtime::DeviceType = dlpack_runtime::DeviceType::Cuda;
+        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) {
+            cuda::release_after(tensor, stream).expect("a stream-ordered release");
         }
         fn export_claimed(
             data: Self::Buffer,
@@ -1114,6 +1202,10 @@ mod hip_face {
             events
                 .wait_on_hip(stream)
                 .expect("a HIP stream waits on HIP events");
+        }
+        const DEVICE_TYPE: DeviceType = DeviceType::Rocm;
+        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) {
+            dlpack_runtime::hip::release_after(tensor, stream).expect("a stream-ordered release");
         }
         fn export_claimed(
             data: Self::Buffer,

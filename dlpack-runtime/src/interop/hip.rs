@@ -43,16 +43,25 @@
 //! on it: keep the tensor as long as the graph may be launched); a producer stream captured
 //! apart from the consumer's is refused.
 //!
-//! Not yet for ROCm: stream-ordered release of imports, copies on or between ROCm devices
-//! (`copy=True` without `dl_device=(CPU, 0)`).
+//! Stream-ordered release ([`release_after`], [`ImportedData::release_after_hip`]): an imported
+//! tensor's deleter runs only after a HIP stream of the consumer has finished with it (a HIP
+//! event recorded on it, waited for by a thread of this crate off the GIL), and after the
+//! events it is ready after. The stream's capture status is asked first: a stream being
+//! captured is refused and the tensor leaked (the graph reads it at every launch).
+//!
+//! Not yet for ROCm: copies on or between ROCm devices (`copy=True` without
+//! `dl_device=(CPU, 0)`).
 
 pub use crate::engine::cuda::ReadyEvents;
+use crate::engine::cuda::release_after_hip;
 pub use crate::engine::hip::{
     HipError, HipSlice, HipStream, check_pointer, device_count, init, pointer_device,
 };
 use crate::export::{AnyStream, AsProducerStream, ExportBuffer, ProducerStream};
+use crate::import::ImportedData;
 use crate::tensor::device::{Device, DeviceType};
 use crate::tensor::dtype::{DataType, Element};
+use crate::tensor::managed::ManagedTensor;
 
 // SAFETY: a `HipSlice<T>` owns `len` elements of `T` in device memory of its stream's device
 // (`hipMallocAsync`, aligned to at least 256 bytes, enough for every element type); the
@@ -87,5 +96,36 @@ impl<'a> From<&'a HipStream> for ProducerStream<'a> {
 impl AsProducerStream for HipStream {
     fn as_producer_stream(&self) -> Option<ProducerStream<'_>> {
         Some(ProducerStream::from(self))
+    }
+}
+
+/// Stream-ordered release: `tensor`'s deleter runs only after the HIP stream `stream` has
+/// completed the work enqueued on it so far (the deleter carries no stream: `dlpack.h`,
+/// `DLManagedTensorVersioned::deleter`), and after the events the tensor is ready after, if it
+/// carries any ([`ManagedTensor::ready_events`]: its producer's pending work). A HIP event is
+/// recorded on `stream` now; a thread of this crate waits for it and those
+/// (`hipEventSynchronize`, off the GIL), then drops the tensor. The stream's capture status is
+/// asked before anything is recorded or waited for.
+///
+/// # Errors
+///
+/// [`HipError::Capturing`] (or [`HipError::DefaultStreamUnderCapture`]) when `stream` is being
+/// captured into a HIP graph: the tensor is leaked (said on stderr), since the captured work
+/// reads it whenever the graph is launched. [`HipError`] when the event cannot be recorded: the
+/// tensor is then released after a host synchronization of `stream` (leaked, and said on
+/// stderr, if that fails too: it may still be read).
+pub fn release_after(tensor: ManagedTensor, stream: &HipStream) -> Result<(), HipError> {
+    let after = tensor.ready_events().cloned().unwrap_or_default();
+    release_after_hip(Box::new(tensor), after, stream.device(), stream.raw())
+}
+
+impl<T: Element> ImportedData<T> {
+    /// Stream-ordered release of this import after a HIP stream: see [`release_after`].
+    ///
+    /// # Errors
+    ///
+    /// As [`release_after`]; the tensor is released (or leaked) either way.
+    pub fn release_after_hip(self, stream: &HipStream) -> Result<(), HipError> {
+        release_after(self.into_managed(), stream)
     }
 }

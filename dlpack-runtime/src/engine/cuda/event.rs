@@ -471,7 +471,7 @@ pub struct ReadyEvents {
 
 impl ReadyEvents {
     /// CUDA events.
-    fn of_cuda(events: Vec<Arc<PooledEvent>>) -> Self {
+    pub(super) fn of_cuda(events: Vec<Arc<PooledEvent>>) -> Self {
         Self {
             events,
             #[cfg(feature = "hip")]
@@ -492,6 +492,12 @@ impl ReadyEvents {
     /// thread's current CUDA context).
     pub(crate) fn has_cuda(&self) -> bool {
         !self.events.is_empty()
+    }
+
+    /// Whether some of the events are HIP events.
+    #[cfg(feature = "hip")]
+    pub(super) fn has_hip(&self) -> bool {
+        !self.hip.is_empty()
     }
 
     /// The HIP events, for a HIP stream or the host to wait on.

@@ -24,6 +24,8 @@ pub(crate) use copy::{
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
 pub(crate) use event::{execute, execute_for, record_and_order};
+#[cfg(feature = "hip")]
+pub(crate) use reaper::release_after_hip;
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, drop_in, leak, release_after_raw};
 #[cfg(feature = "hip")]
 pub(crate) use wait::detached;

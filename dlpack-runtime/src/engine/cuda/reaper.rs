@@ -11,12 +11,13 @@ use super::{CudaError, CurrentContext, HostWait, bind, check_not_capturing, init
 
 /// Work for the reaper thread: frees that must wait for the device.
 pub(super) enum Job {
-    /// Drop `value` (an imported tensor, a copy's source) once `event` has completed, and the
-    /// events `after` (what the tensor was ready after), with `owner` bound: the context of the
-    /// value's device memory, whose drop may free it there (cudarc's `CudaSlice` frees in the
-    /// current context unless it tracks events).
+    /// Drop `value` (an imported tensor, a copy's source) once `event` (recorded on the
+    /// consumer's stream: a CUDA event, or a HIP event for a ROCm tensor) has completed, and
+    /// the events `after` (what the tensor was ready after), with `owner` bound: the context of
+    /// the value's CUDA device memory, whose drop may free it there (cudarc's `CudaSlice` frees
+    /// in the current context unless it tracks events).
     Release {
-        event: PooledEvent,
+        event: ReadyEvents,
         after: ReadyEvents,
         value: Box<dyn Send>,
         owner: Option<Arc<CudaContext>>,
@@ -70,6 +71,12 @@ impl Job {
     /// context is broken for good: freeing memory that may still be read is worse than a leak.
     fn run(self) -> Option<Job> {
         let _current = CurrentContext::save();
+        #[cfg(feature = "hip")]
+        if let Job::Release { event, .. } = &self {
+            if event.has_hip() {
+                relax_hip_capture_mode();
+            }
+        }
         let waited = match &self {
             Job::Release { event, after, .. } => {
                 event.synchronize().and_then(|()| after.synchronize())
@@ -215,7 +222,7 @@ pub(crate) fn release_after_raw(
         .and_then(|event| event.record_on(stream).map(|()| event));
     match recorded {
         Ok(event) => reap(Job::Release {
-            event,
+            event: ReadyEvents::of_cuda(vec![Arc::new(event)]),
             after,
             value,
             owner,
@@ -238,6 +245,76 @@ pub(crate) fn release_after_raw(
                     leak("a tensor whose release could not wait for the consumer's stream");
                     core::mem::forget(value);
                 }
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Makes the reaper thread's HIP stream-capture mode relaxed, once: another thread's
+/// global-mode capture must not forbid (nor be invalidated by) its waits.
+#[cfg(feature = "hip")]
+fn relax_hip_capture_mode() {
+    use std::cell::Cell;
+    thread_local!(static RELAXED: Cell<bool> = const { Cell::new(false) });
+    if !RELAXED.get() {
+        RELAXED.set(crate::engine::hip::relax_capture_mode().is_ok());
+    }
+}
+
+/// Stream-ordered release of a ROCm tensor: drops `value` only after the HIP stream `stream`
+/// (valid for the call, of HIP device `device`; NULL its default stream) has completed the work
+/// enqueued on it so far, and after the HIP events `after`. A HIP event is recorded on
+/// `stream` now, after its capture status is asked (`hipStreamIsCapturing`, never a wait on a
+/// capturing stream); the reaper thread waits for it and `after` (`hipEventSynchronize`, off
+/// the GIL), then drops `value`. The thread's current device is left as it was.
+///
+/// # Errors
+///
+/// [`HipError::Capturing`] (or [`HipError::DefaultStreamUnderCapture`]) when `stream` is being
+/// captured into a HIP graph: `value` is leaked (said on stderr), since the captured work
+/// reads it whenever the graph is launched. [`HipError`] when the event cannot be recorded:
+/// `value` is then dropped after a host synchronization of `stream` and `after` (leaked, and
+/// said on stderr, if that fails too). [`HipError::ReaperGone`] when the reaper thread has
+/// stopped: `value` was dropped after host waits.
+#[cfg(feature = "hip")]
+pub(crate) fn release_after_hip(
+    value: Box<dyn Send>,
+    after: ReadyEvents,
+    device: i32,
+    stream: crate::engine::hip::hipStream_t,
+) -> Result<(), crate::engine::hip::HipError> {
+    use crate::engine::hip::{self, HipError, HipEvent};
+    let recorded = hip::CurrentDevice::save().and_then(|current| {
+        current.set(device)?;
+        hip::check_not_capturing(
+            stream,
+            "a stream-ordered release (the graph reads the tensor at every launch, so it is leaked instead)",
+            "release tensors that a graph reads after the graph's last launch, on a stream that is not being captured",
+        )?;
+        HipEvent::recorded(stream)
+    });
+    match recorded {
+        Ok(event) => reap(Job::Release {
+            event: ReadyEvents::of_hip(vec![event]),
+            after,
+            value,
+            owner: None,
+        })
+        .map_err(|_| HipError::ReaperGone),
+        Err(err @ (HipError::Capturing { .. } | HipError::DefaultStreamUnderCapture)) => {
+            leak("a tensor released after a stream that is being captured into a HIP graph");
+            core::mem::forget(value);
+            Err(err)
+        }
+        Err(err) => {
+            let waited =
+                hip::synchronize_streams(device, &[stream]).is_ok() && after.synchronize().is_ok();
+            if waited {
+                drop(value);
+            } else {
+                leak("a tensor whose release could not wait for the consumer's stream");
+                core::mem::forget(value);
             }
             Err(err)
         }

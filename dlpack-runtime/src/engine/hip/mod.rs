@@ -139,6 +139,12 @@ pub enum HipError {
         /// The waiting stream's API.
         expected: &'static str,
     },
+    /// The stream-ordered release thread has stopped (`release_after`): the tensor was
+    /// released at once after host waits.
+    #[error(
+        "the stream-ordered release thread has stopped; the tensor was released at once after a host synchronization"
+    )]
+    ReaperGone,
     /// The null (default) stream while a blocking stream of its device is being captured: work
     /// on it would join that capture and invalidate it (`hipErrorStreamCaptureImplicit`).
     #[error(
@@ -420,4 +426,22 @@ pub(crate) fn check_stream(
             expected,
         })
     }
+}
+
+/// Makes this thread's stream-capture mode relaxed (`hipThreadExchangeStreamCaptureMode`): a
+/// global-mode capture on another thread then neither forbids this thread's waits nor is
+/// invalidated by them. For the stream-ordered release thread only.
+///
+/// # Errors
+///
+/// [`HipError::NoDriver`]; [`HipError::Driver`].
+pub(crate) fn relax_capture_mode() -> Result<(), HipError> {
+    let api = api()?;
+    let mut mode = sys::CAPTURE_MODE_RELAXED;
+    check(
+        "hipThreadExchangeStreamCaptureMode",
+        // SAFETY: a valid in/out pointer; affects this thread only.
+        unsafe { (api.hipThreadExchangeStreamCaptureMode)(&mut mode) },
+        api,
+    )
 }

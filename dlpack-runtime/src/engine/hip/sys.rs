@@ -44,6 +44,8 @@ pub(crate) const ERROR_STREAM_CAPTURE_IMPLICIT: hipError_t = 906;
 pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
 /// `hipEventDisableTiming`.
 pub(crate) const EVENT_DISABLE_TIMING: u32 = 2;
+/// `hipStreamCaptureModeRelaxed`.
+pub(crate) const CAPTURE_MODE_RELAXED: i32 = 2;
 /// `hipStreamCaptureStatusNone`.
 pub(crate) const CAPTURE_STATUS_NONE: i32 = 0;
 /// `hipMemcpyDeviceToHost`.
