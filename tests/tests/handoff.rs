@@ -96,8 +96,8 @@ trait Backend {
     fn wait_ready(events: &ReadyEvents, stream: &Self::Stream);
     /// The face's device type (`kDLCUDA`, `kDLROCM`).
     const DEVICE_TYPE: DeviceType;
-    /// Stream-ordered release of `tensor` after `stream`.
-    fn release_after(tensor: ManagedTensor, stream: &Self::Stream);
+    /// Stream-ordered release of `tensor` after `stream`: what its error is.
+    fn release_after(tensor: ManagedTensor, stream: &Self::Stream) -> Result<(), Kind>;
     /// The memory of `data` (on one device) exported as if it lived on `device`, with no
     /// producer stream.
     fn export_claimed(
@@ -578,7 +578,7 @@ fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
     let (a, b, checker) = setup::<B>();
     checker.reset();
     let (import, dropped, gate, scratch) = held_read::<B>(&a, &b);
-    B::release_after(import.into_managed(), &b);
+    B::release_after(import.into_managed(), &b).expect("a stream-ordered release");
     std::thread::sleep(Duration::from_millis(100));
     assert!(
         !dropped.load(Ordering::SeqCst),
@@ -605,6 +605,42 @@ fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
     );
     assert!(!B::release(gate));
     B::sync(&b);
+}
+
+fn a_release_after_a_capturing_stream_is_refused_and_leaked<B: Backend>() {
+    use std::sync::atomic::Ordering;
+
+    let (a, b, checker) = setup::<B>();
+    let (import, dropped, gate, _scratch) = held_read::<B>(&a, &b);
+    assert!(!B::release(gate));
+    B::sync(&b);
+    checker.reset();
+    // The graph would read the tensor at every launch: the release is refused before anything
+    // is recorded or waited for on the capturing stream, and the tensor is leaked.
+    B::begin_capture(&b);
+    let refused = B::release_after(import.into_managed(), &b);
+    assert_eq!(refused, Err(Kind::Capturing));
+    assert_eq!(checker.violations(), 0, "{}", checker.report());
+    assert_eq!(B::end_capture(&b), Ok(()), "the capture stays valid");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the refused tensor is leaked"
+    );
+    // Negative control: the same release after the capture has ended runs the deleter.
+    let (import, dropped, gate, _scratch) = held_read::<B>(&a, &b);
+    assert!(!B::release(gate));
+    B::release_after(import.into_managed(), &b).expect("a stream-ordered release");
+    B::sync(&b);
+    let started = std::time::Instant::now();
+    while !dropped.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never released"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    checker.assert_clean("a release refused under capture");
 }
 
 /// The cases, instantiated for one face.
@@ -665,6 +701,10 @@ macro_rules! handoff_cases {
         #[test]
         fn a_release_after_the_consumers_stream_waits_for_its_work() {
             super::a_release_after_the_consumers_stream_waits_for_its_work::<$backend>();
+        }
+        #[test]
+        fn a_release_after_a_capturing_stream_is_refused_and_leaked() {
+            super::a_release_after_a_capturing_stream_is_refused_and_leaked::<$backend>();
         }
         #[cfg(feature = "hip")]
         #[test]
@@ -859,8 +899,11 @@ mod cuda_face {
                 .expect("a CUDA stream waits on CUDA events");
         }
         const DEVICE_TYPE: dlpack_runtime::DeviceType = dlpack_runtime::DeviceType::Cuda;
-        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) {
-            cuda::release_after(tensor, stream).expect("a stream-ordered release");
+        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) -> Result<(), Kind> {
+            cuda::release_after(tensor, stream).map_err(|err| match err {
+                CudaError::Capturing { .. } => Kind::Capturing,
+                other => Kind::Other(other.to_string()),
+            })
         }
         fn export_claimed(
             data: Self::Buffer,
@@ -1204,8 +1247,11 @@ mod hip_face {
                 .expect("a HIP stream waits on HIP events");
         }
         const DEVICE_TYPE: DeviceType = DeviceType::Rocm;
-        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) {
-            dlpack_runtime::hip::release_after(tensor, stream).expect("a stream-ordered release");
+        fn release_after(tensor: ManagedTensor, stream: &Self::Stream) -> Result<(), Kind> {
+            dlpack_runtime::hip::release_after(tensor, stream).map_err(|err| match err {
+                HipError::Capturing { .. } => Kind::Capturing,
+                other => Kind::Other(other.to_string()),
+            })
         }
         fn export_claimed(
             data: Self::Buffer,
