@@ -643,6 +643,99 @@ fn a_release_after_a_capturing_stream_is_refused_and_leaked<B: Backend>() {
     checker.assert_clean("a release refused under capture");
 }
 
+/// Exports a tensor whose write is pending on `a` (behind a gate) as a copy (`copy=True`) for
+/// the consumer stream `c` of device `target` (`dl_device` when not 0), naming the producer's
+/// stream when `named` (else the export knows of no pending work), and copies the result on
+/// `c` into a scratch buffer, still behind the gate; returns whether the result is flagged as
+/// a copy and its device ordinal, the violations the checker saw then, and the values read
+/// after the release.
+fn copied_read<B: Backend>(
+    a: &B::Stream,
+    c: &B::Stream,
+    target: i32,
+    checker: &Checker,
+    named: bool,
+) -> (bool, i32, u64, Vec<u32>) {
+    let data = B::zeros(a);
+    let scratch = B::zeros(c);
+    B::sync(a);
+    B::sync(c);
+    checker.reset();
+    let gate = B::hold(a, Duration::from_secs(30));
+    B::fill(B::ptr(&data), a);
+    let mut request = versioned(Some(B::value(c))).copy(Some(true));
+    if target != 0 {
+        request = request.dl_device(dlpack_runtime::Device::new(B::DEVICE_TYPE, target));
+    }
+    let managed = if named {
+        B::export(data, a, &request)
+    } else {
+        B::export_claimed(data, 0, &request)
+    }
+    .expect("a copy for the consumer");
+    let (copied, device) = (managed.is_copied(), managed.dl_tensor().device.device_id);
+    assert_eq!(
+        managed.dl_tensor().device.device_type,
+        B::DEVICE_TYPE.to_raw(),
+        "a copy on the face's devices"
+    );
+    B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, c);
+    let violations = checker.violations();
+    assert!(!B::release(gate), "the copy waited for the held stream");
+    B::sync(c);
+    let values = B::read(&scratch);
+    B::sync(a);
+    drop(managed);
+    B::sync(c);
+    (copied, device, violations, values)
+}
+
+fn a_copy_on_the_device_is_ordered_after_the_producer<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let (copied, device, violations, values) = copied_read::<B>(&a, &b, 0, &checker, true);
+    assert!(copied, "the result is flagged IS_COPIED");
+    assert_eq!(device, 0);
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the copy was made after the producer's write"
+    );
+    checker.assert_clean("a copy on the device");
+    // Negative control: the producer's stream not named, the copy races with its write.
+    let (copied, _, violations, _) = copied_read::<B>(&a, &b, 0, &checker, false);
+    assert!(copied);
+    assert!(violations >= 1, "the unordered copy is reported");
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
+}
+
+fn a_copy_to_another_device_is_ordered_after_the_producer<B: Backend>() {
+    let (a, _b, checker) = setup::<B>();
+    let c = B::stream(1);
+    let (copied, device, violations, values) = copied_read::<B>(&a, &c, 1, &checker, true);
+    assert!(copied, "the result is flagged IS_COPIED");
+    assert_eq!(device, 1, "the copy is on the device asked for");
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the copy was made after the producer's write"
+    );
+    checker.assert_clean("a copy to another device");
+    // Negative control: the producer's stream not named, the copy races with its write.
+    let (_, _, violations, _) = copied_read::<B>(&a, &c, 1, &checker, false);
+    assert!(violations >= 1, "the unordered copy is reported");
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
+}
+
 /// The cases, instantiated for one face.
 macro_rules! handoff_cases {
     ($backend:ty) => {
@@ -705,6 +798,14 @@ macro_rules! handoff_cases {
         #[test]
         fn a_release_after_a_capturing_stream_is_refused_and_leaked() {
             super::a_release_after_a_capturing_stream_is_refused_and_leaked::<$backend>();
+        }
+        #[test]
+        fn a_copy_on_the_device_is_ordered_after_the_producer() {
+            super::a_copy_on_the_device_is_ordered_after_the_producer::<$backend>();
+        }
+        #[test]
+        fn a_copy_to_another_device_is_ordered_after_the_producer() {
+            super::a_copy_to_another_device_is_ordered_after_the_producer::<$backend>();
         }
         #[cfg(feature = "hip")]
         #[test]

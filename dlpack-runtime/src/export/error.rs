@@ -117,9 +117,9 @@ fn reachable_devices(found: Device) -> String {
         }
     } else if cuda && matches!(found.device_type, DeviceType::Cuda | DeviceType::CudaHost) {
         format!("{found}, cpu:0 or a CUDA device")
-    } else if found.is_host_accessible()
-        || cfg!(feature = "hip") && found.device_type == DeviceType::Rocm
-    {
+    } else if cfg!(feature = "hip") && found.device_type == DeviceType::Rocm {
+        format!("{found}, cpu:0 or a ROCm device")
+    } else if found.is_host_accessible() {
         format!("{found} or cpu:0")
     } else {
         found.to_string()

@@ -136,7 +136,8 @@ pub(crate) fn copies_between(device: Device, target: Device) -> bool {
     match (device.device_type, target.device_type) {
         (DeviceType::Cuda, DeviceType::Cuda) => true,
         (DeviceType::Cuda, _) => target == Device::CPU,
-        // ROCm device memory to the host, on the HIP driver tier.
+        // ROCm device memory to the host or to a ROCm device, on the HIP driver tier.
+        (DeviceType::Rocm, DeviceType::Rocm) => cfg!(feature = "hip"),
         (DeviceType::Rocm, _) => cfg!(feature = "hip") && target == Device::CPU,
         (DeviceType::Cpu | DeviceType::CudaHost, DeviceType::Cuda) => true,
         _ => false,

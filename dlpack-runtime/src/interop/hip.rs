@@ -49,8 +49,15 @@
 //! events it is ready after. The stream's capture status is asked first: a stream being
 //! captured is refused and the tensor leaked (the graph reads it at every launch).
 //!
-//! Not yet for ROCm: copies on or between ROCm devices (`copy=True` without
-//! `dl_device=(CPU, 0)`).
+//! Copies for ROCm consumers: `copy=True` on the tensor's device and `dl_device=(kDLROCM, k)`
+//! for another ROCm device go on the consumer's stream of the target device (the `stream`
+//! argument names a stream of that device), after the producer's events (`hipMemcpyAsync` or
+//! `hipMemcpy2DAsync` on one device, `hipMemcpyPeerAsync` between devices): new compact
+//! memory (`hipMalloc`, freed with `hipFree` by the copy's deleter, which waits for the
+//! device), flagged `IS_COPIED`, with an event recorded after the copy that it carries. The
+//! source is released once that stream has passed the copy; with `stream=-1` the host waits
+//! for the copy instead. A consumer's stream being captured is refused before anything is
+//! enqueued.
 
 pub use crate::engine::cuda::ReadyEvents;
 use crate::engine::cuda::release_after_hip;

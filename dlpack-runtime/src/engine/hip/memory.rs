@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::sys::{self, hipStream_t};
 use super::{CurrentDevice, HipError, HipStream, api, check, check_not_capturing};
 use crate::engine::cuda::detached;
-use crate::tensor::dtype::Element;
+use crate::plan::copy::{Block, StridedCopy};
+use crate::tensor::dtype::{DataType, Element};
 
 /// `len` elements of `T` in device memory of one HIP device, allocated and freed in the order
 /// of one stream (`hipMallocAsync`, `hipFreeAsync`); every operation on it is enqueued on that
@@ -327,4 +328,173 @@ pub(crate) unsafe fn copy_span_to_host(
     let stream = copy_stream(device)?;
     // SAFETY: the caller's contract; `copy_stream` is live, of `device`, never captured.
     unsafe { copy_to_host_on(stream, src, bytes, dst) }
+}
+
+/// The largest row pitch of a 2-D copy that this tier plans, in bytes: `INT_MAX`, the
+/// `hipDeviceAttributeMaxPitch` of AMD devices. Larger pitches are split into rows of their
+/// own by [`StridedCopy`].
+pub(crate) const MAX_PITCH: usize = i32::MAX as usize;
+
+/// Device memory of one HIP device allocated by this crate for a copy (`hipMalloc`), of an
+/// element type named at run time; freed on drop with `hipFree`, which waits for the device's
+/// pending work first (ROCm's documented behaviour), with the GIL released meanwhile.
+#[derive(Debug)]
+pub(crate) struct HipMemory {
+    ptr: u64,
+    bytes: usize,
+    dtype: DataType,
+    device: i32,
+}
+
+impl HipMemory {
+    /// `bytes` bytes of device memory of HIP device `device` (none for 0 bytes), for elements
+    /// of `dtype`. The thread's current device is left as it was.
+    ///
+    /// # Errors
+    ///
+    /// [`HipError::Driver`] from `hipMalloc` (out of memory).
+    pub(crate) fn alloc(device: i32, bytes: usize, dtype: DataType) -> Result<Self, HipError> {
+        let mut ptr: *mut c_void = core::ptr::null_mut();
+        if bytes > 0 {
+            let api = api()?;
+            let current = CurrentDevice::save()?;
+            current.set(device)?;
+            check(
+                "hipMalloc",
+                // SAFETY: a valid out-pointer; the allocation belongs to the current device.
+                unsafe { (api.hipMalloc)(&mut ptr, bytes) },
+                api,
+            )?;
+        }
+        Ok(Self {
+            ptr: ptr as u64,
+            bytes,
+            dtype,
+            device,
+        })
+    }
+
+    /// The device address (0 for no bytes).
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The size, in bytes.
+    pub(crate) fn byte_len(&self) -> usize {
+        self.bytes
+    }
+
+    /// The element type.
+    pub(crate) fn dtype(&self) -> DataType {
+        self.dtype
+    }
+
+    /// The HIP device ordinal.
+    pub(crate) fn device(&self) -> i32 {
+        self.device
+    }
+}
+
+impl Drop for HipMemory {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        let Ok(api) = api() else { return };
+        let ptr = self.ptr as usize;
+        let free = move || {
+            // SAFETY: our allocation (`hipMalloc`), freed once; `hipFree` waits for the work
+            // the device has pending before it frees.
+            unsafe { (api.hipFree)(ptr as *mut c_void) }
+        };
+        // SAFETY: one HIP call; nothing touches Python.
+        let _ = unsafe { detached(free) };
+    }
+}
+
+/// Enqueues the copy `plan` of a strided tensor whose first element is at `src` (device memory
+/// of HIP device `src_device`) into the compact memory `dst` (of HIP device `dst.device()`) on
+/// `stream` (valid for the call, of `dst`'s device, which is current): one
+/// `hipMemcpyAsync` (device to device) or `hipMemcpy2DAsync` per block on one device, one
+/// `hipMemcpyPeerAsync` per row between devices.
+///
+/// # Errors
+///
+/// [`HipError::Driver`] from the runtime.
+///
+/// # Safety
+///
+/// `plan` was made for the source's layout, whose elements stay alive until `stream` has
+/// passed the copy; `dst` has at least `plan.bytes()` bytes.
+pub(crate) unsafe fn copy_on_device(
+    plan: &StridedCopy,
+    src: u64,
+    src_device: i32,
+    dst: &HipMemory,
+    stream: hipStream_t,
+) -> Result<(), HipError> {
+    debug_assert!(plan.bytes() <= dst.bytes);
+    let api = api()?;
+    let peer = src_device != dst.device;
+    plan.try_for_each_block(|block: Block| {
+        let from = src.wrapping_add_signed(block.src as i64);
+        let to = dst.ptr + block.dst as u64;
+        if peer {
+            for row in 0..block.height {
+                check(
+                    "hipMemcpyPeerAsync",
+                    // SAFETY: row `row` of the block: `width` bytes of the source's elements
+                    // (the plan covers exactly them) and `width` bytes inside `dst` (sized to
+                    // the plan), on their two devices; `stream` is valid for the call.
+                    unsafe {
+                        (api.hipMemcpyPeerAsync)(
+                            (to + (row * block.dst_pitch) as u64) as usize as *mut c_void,
+                            dst.device,
+                            (from + (row * block.src_pitch) as u64) as usize as *const c_void,
+                            src_device,
+                            block.width,
+                            stream,
+                        )
+                    },
+                    api,
+                )?;
+            }
+            return Ok(());
+        }
+        if block.height == 1 {
+            return check(
+                "hipMemcpyAsync",
+                // SAFETY: as above, on one device.
+                unsafe {
+                    (api.hipMemcpyAsync)(
+                        to as usize as *mut c_void,
+                        from as usize as *const c_void,
+                        block.width,
+                        sys::MEMCPY_DEVICE_TO_DEVICE,
+                        stream,
+                    )
+                },
+                api,
+            );
+        }
+        check(
+            "hipMemcpy2DAsync",
+            // SAFETY: `height` rows of `width` bytes, `src_pitch` apart, are elements of the
+            // source (`src_pitch >= width`, at most `MAX_PITCH`); the destination rows are
+            // packed inside `dst`; `stream` is valid for the call.
+            unsafe {
+                (api.hipMemcpy2DAsync)(
+                    to as usize as *mut c_void,
+                    block.dst_pitch,
+                    from as usize as *const c_void,
+                    block.src_pitch,
+                    block.width,
+                    block.height,
+                    sys::MEMCPY_DEVICE_TO_DEVICE,
+                    stream,
+                )
+            },
+            api,
+        )
+    })
 }

@@ -24,9 +24,11 @@ mod stream;
 mod sys;
 
 pub use memory::HipSlice;
-pub(crate) use memory::{copy_span_to_host, copy_stream};
+pub(crate) use memory::{HipMemory, MAX_PITCH, copy_on_device, copy_span_to_host, copy_stream};
 pub use stream::HipStream;
-pub(crate) use stream::{HipEvent, order_before, record_events, synchronize_streams};
+pub(crate) use stream::{
+    HipEvent, order_before, order_before_on, record_events, synchronize_streams,
+};
 pub(crate) use sys::hipStream_t;
 use sys::{Api, SUCCESS, hipError_t};
 

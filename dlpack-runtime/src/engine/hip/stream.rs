@@ -254,9 +254,27 @@ pub(crate) fn order_before(
     producers: &[hipStream_t],
     consumer: hipStream_t,
 ) -> Result<Vec<HipEvent>, HipError> {
+    order_before_on(device, producers, device, consumer)
+}
+
+/// [`order_before`], with the consumer's stream `consumer` on HIP device `consumer_device`
+/// (a copy to another device: `hipStreamWaitEvent` takes an event of any device). Each event
+/// is recorded with its producer's device current; the consumer's stream is asked about and
+/// waits with its own device current (the default stream resolves there).
+///
+/// # Errors
+///
+/// As [`order_before`].
+pub(crate) fn order_before_on(
+    device: i32,
+    producers: &[hipStream_t],
+    consumer_device: i32,
+    consumer: hipStream_t,
+) -> Result<Vec<HipEvent>, HipError> {
     let current = CurrentDevice::save()?;
-    current.set(device)?;
+    current.set(consumer_device)?;
     let consumer_capture = capture_of(consumer)?;
+    current.set(device)?;
     if consumer_capture == Capture::Implicit {
         return Err(HipError::DefaultStreamUnderCapture);
     }
@@ -267,7 +285,7 @@ pub(crate) fn order_before(
             continue;
         }
         seen.push(producer);
-        if producer == consumer {
+        if producer == consumer && consumer_device == device {
             // Stream order alone orders the consumer; an event for whoever the tensor is lent
             // to next, unless the stream is being captured.
             if consumer_capture == Capture::Not {
@@ -290,7 +308,13 @@ pub(crate) fn order_before(
             (Capture::Not, _) => true,
         };
         let event = HipEvent::recorded(producer)?;
+        if consumer_device != device {
+            current.set(consumer_device)?;
+        }
         event.wait_on(consumer)?;
+        if consumer_device != device {
+            current.set(device)?;
+        }
         if outside {
             kept.push(event);
         }

@@ -50,6 +50,8 @@ pub(crate) const CAPTURE_MODE_RELAXED: i32 = 2;
 pub(crate) const CAPTURE_STATUS_NONE: i32 = 0;
 /// `hipMemcpyDeviceToHost`.
 pub(crate) const MEMCPY_DEVICE_TO_HOST: i32 = 2;
+/// `hipMemcpyDeviceToDevice`.
+pub(crate) const MEMCPY_DEVICE_TO_DEVICE: i32 = 3;
 /// `hipMemcpyHostToDevice`.
 pub(crate) const MEMCPY_HOST_TO_DEVICE: i32 = 1;
 /// `hipMemoryTypeDevice`.

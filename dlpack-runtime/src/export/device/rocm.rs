@@ -4,21 +4,26 @@
 //!
 //! Ready events that outlive the call are HIP events in [`ReadyEvents`], and a ROCm tensor
 //! carries those it is ready after, so that lending it on (a relay) orders the next consumer
-//! after the original producer. What is not done for ROCm yet: stream-ordered release of ROCm
-//! imports, and copies on or between ROCm devices (`copy=True` without `dl_device=cpu`).
+//! after the original producer. Copies on a ROCm device (`copy=True`) and to another
+//! (`dl_device=(kDLROCM, k)`) go on the consumer's stream of the target device after the
+//! producer's events; their source is released stream-ordered.
 
 use super::StreamWork;
-use crate::engine::cuda::ReadyEvents;
+use crate::engine::cuda::{ReadyEvents, release_after_hip};
 use crate::engine::hip::{
-    self, HipError, HipStream, check_not_capturing, check_pointer, check_stream, copy_span_to_host,
-    copy_stream, hipStream_t, order_before, record_events, synchronize_streams,
+    self, HipError, HipEvent, HipMemory, HipStream, MAX_PITCH, check_not_capturing, check_pointer,
+    check_stream, copy_on_device, copy_span_to_host, copy_stream, hipStream_t, order_before,
+    order_before_on, record_events, synchronize_streams,
 };
-use crate::export::copied::copy_to_host as host_copy;
+use crate::export::copied::{build_copied, copy_to_host as host_copy};
 use crate::export::parts::AnyStream;
-use crate::export::{ExportError, ExportRequest};
+use crate::export::{ExportBuffer, ExportError, ExportParts, ExportRequest};
 use crate::plan::copy::StridedCopy;
-use crate::plan::stream::{StreamId, StreamRequest, SyncPlan, parse_stream, plan_sync};
+use crate::plan::stream::{
+    CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_copy_to, plan_sync,
+};
 use crate::tensor::device::{Device, DeviceType};
+use crate::tensor::dtype::DataType;
 use crate::tensor::layout::LayoutError;
 use crate::tensor::managed::ManagedTensor;
 
@@ -88,10 +93,11 @@ impl StreamWork<'_> {
         let request = self.request;
         let streams = hip_streams(device, pending)?;
         let on_device = device.device_type == DeviceType::Rocm;
+        let target = request.dl_device.unwrap_or(device);
         if self.copies {
             // A request that cannot be served is refused before the runtime is asked anything.
             request.check(device)?;
-            if on_device && request.dl_device.unwrap_or(device) != Device::CPU {
+            if on_device && target != Device::CPU && target.device_type != DeviceType::Rocm {
                 return Err(ExportError::CopyUnsupported { device });
             }
         }
@@ -114,6 +120,9 @@ impl StreamWork<'_> {
                 synchronize_streams(device.device_id, &raws)?;
                 return Ok(upstream.map_or(Ok(()), ReadyEvents::synchronize_hip)?);
             }
+            if target != Device::CPU {
+                return self.order_rocm_copy(device, target, &raws, upstream);
+            }
             // The copy reads after the producer's work: the copy's stream waits for it. Work
             // of a stream being captured runs only at a launch of its graph: refused first.
             let current = hip::CurrentDevice::save()?;
@@ -132,7 +141,6 @@ impl StreamWork<'_> {
         if raws.is_empty() && upstream.is_none() {
             return Ok(());
         }
-        let target = request.dl_device.unwrap_or(device);
         let stream_request = parse_stream(target, request.stream)?;
         let consumer = StreamId::of_request(stream_request).map(raw_hip_stream);
         if let Some(consumer) = consumer {
@@ -180,6 +188,34 @@ impl StreamWork<'_> {
         Ok(())
     }
 
+    /// Plans a copy of a ROCm tensor on `device` onto the ROCm device `target` (`copy=True` on
+    /// its own device, or `dl_device=(kDLROCM, k)`) for the producer streams `raws` and the
+    /// events `upstream`, and orders them before the stream the copy goes on: the consumer's
+    /// stream of `target` ([`plan_copy`], [`plan_copy_to`] for another device; `stream=-1`
+    /// puts it on the producer's stream, or the target's default stream, and the host waits).
+    /// That stream's capture status is asked first: a copy under capture is refused (its
+    /// memory would be allocated once and written at every launch).
+    fn order_rocm_copy(
+        &mut self,
+        device: Device,
+        target: Device,
+        raws: &[hipStream_t],
+        upstream: Option<&ReadyEvents>,
+    ) -> Result<(), ExportError> {
+        let identities: Vec<StreamId> = raws.iter().map(|&raw| hip_stream_id(raw)).collect();
+        let copy = rocm_copy_plan(device, target, self.request, &identities)?;
+        let on = raw_hip_stream(copy.on);
+        refuse_rocm_copy_under_capture(target, on)?;
+        if !raws.is_empty() {
+            order_before_on(device.device_id, raws, target.device_id, on)?;
+        }
+        if let Some(upstream) = upstream {
+            upstream.wait_on_hip_raw(target.device_id, on)?;
+        }
+        self.copy = Some(copy);
+        Ok(())
+    }
+
     /// The copy `request` asks of the ROCm tensor `managed`: to the host (`dl_device=(CPU, 0)`),
     /// on this crate's copy stream of the tensor's device, which [`StreamWork::order_rocm`] made
     /// wait for the producer's pending work; the host waits for the copy. The result is compact
@@ -196,8 +232,12 @@ impl StreamWork<'_> {
     ) -> Result<ManagedTensor, ExportError> {
         let layout = managed.layout()?;
         let device = layout.device();
-        if device.device_type != DeviceType::Rocm || request.dl_device != Some(Device::CPU) {
+        if device.device_type != DeviceType::Rocm {
             return Err(ExportError::CopyUnsupported { device });
+        }
+        if request.dl_device != Some(Device::CPU) {
+            let copied = self.copy_rocm_on_device(managed, request)?;
+            return Ok(self.keep_ready(copied));
         }
         let dtype = layout.dtype();
         let Some(size) = dtype.element_bytes() else {
@@ -232,6 +272,150 @@ impl StreamWork<'_> {
         drop(managed);
         copied
     }
+}
+
+impl StreamWork<'_> {
+    /// The device copy `request` asks of the ROCm tensor `managed` (`copy=True`, or
+    /// `dl_device=(kDLROCM, k)`), on the stream [`StreamWork::order_rocm`] planned and ordered
+    /// after the producer's work (or, for a tensor built without stream work, after the ready
+    /// events it carries): compact row-major memory of the target device, written with
+    /// `hipMemcpyAsync`/`hipMemcpy2DAsync` (one device) or `hipMemcpyPeerAsync` (between
+    /// devices) on that stream, flagged `IS_COPIED`. The source is released once the stream has
+    /// passed the copy (stream-ordered release, no host wait) unless the host waits for the copy
+    /// (`stream=-1`); an event recorded on the stream after the copy comes with the result.
+    fn copy_rocm_on_device(
+        &mut self,
+        source: ManagedTensor,
+        request: &ExportRequest,
+    ) -> Result<(ManagedTensor, Option<ReadyEvents>), ExportError> {
+        let device = Device::from_raw(source.dl_tensor().device);
+        let target = request.dl_device.unwrap_or(device);
+        if target.device_type != DeviceType::Rocm {
+            return Err(ExportError::CopyUnsupported { device });
+        }
+        let layout = source.layout()?;
+        let has_elements = layout.numel() > 0;
+        let copy = match self.copy.take() {
+            Some(copy) => copy,
+            None => {
+                let copy = rocm_copy_plan(device, target, request, &[])?;
+                let on = raw_hip_stream(copy.on);
+                refuse_rocm_copy_under_capture(target, on)?;
+                if let Some(ready) = source.ready_events().filter(|_| has_elements) {
+                    ready.wait_on_hip_raw(target.device_id, on)?;
+                }
+                copy
+            }
+        };
+        let on = raw_hip_stream(copy.on);
+        let dtype = layout.dtype();
+        let Some(size) = dtype.element_bytes() else {
+            return Err(LayoutError::SubByteAccess { dtype }.into());
+        };
+        let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, MAX_PITCH);
+        let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
+        let src = layout.first_element_ptr() as usize as u64;
+        let memory = HipMemory::alloc(target.device_id, plan.bytes(), dtype)?;
+        let current = hip::CurrentDevice::save()?;
+        current.set(target.device_id)?;
+        // SAFETY: `plan` was made for the source's validated layout, whose memory `source`
+        // keeps alive until the stream has passed the copy (released after it below, or after
+        // the host waited); `memory` has `plan.bytes()` bytes; `on` is the consumer's stream
+        // of the target device, valid for the call (checked when the copy was planned).
+        let enqueued = unsafe { copy_on_device(&plan, src, device.device_id, &memory, on) };
+        if copy.host_wait || enqueued.is_err() {
+            // The host waits for whatever was enqueued before the source goes.
+            let waited = synchronize_streams(target.device_id, &[on]);
+            drop(source);
+            enqueued.and(waited)?;
+        } else {
+            release_after_hip(
+                Box::new(source),
+                ReadyEvents::default(),
+                target.device_id,
+                on,
+            )?;
+        }
+        let ready = if copy.host_wait || memory.byte_len() == 0 {
+            None
+        } else {
+            Some(ReadyEvents::of_hip(vec![HipEvent::recorded(on)?]))
+        };
+        drop(current);
+        let copied = build_copied(
+            HipCopy { memory, shape },
+            &hip_copy_parts,
+            request.wants_versioned(),
+        )?;
+        Ok((copied, ready))
+    }
+}
+
+/// A ROCm copy's owner: its memory and its shape, in elements.
+struct HipCopy {
+    memory: HipMemory,
+    shape: Vec<usize>,
+}
+
+fn hip_copy_parts(c: &mut HipCopy) -> ExportParts<'_> {
+    ExportParts::unique(&mut c.memory, &c.shape)
+}
+
+// SAFETY: `ptr` owns `byte_len` bytes of device memory of its HIP device (or is 0 with no
+// bytes); `hipMalloc` aligns to at least 256 bytes, enough for every element type.
+unsafe impl ExportBuffer for HipMemory {
+    fn dtype(&self) -> DataType {
+        self.dtype()
+    }
+    fn device(&self) -> Device {
+        Device::new(DeviceType::Rocm, self.device())
+    }
+    fn byte_len(&self) -> usize {
+        self.byte_len()
+    }
+    fn as_ptr(&self) -> *const core::ffi::c_void {
+        self.ptr() as usize as *const core::ffi::c_void
+    }
+    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+        Some(self.ptr() as usize as *mut core::ffi::c_void)
+    }
+}
+
+/// Where a copy of a ROCm tensor on `device` to the ROCm device `target` goes, for the producer
+/// streams `pending` ([`plan_copy`] on one device; [`plan_copy_to`] for another, whose stream
+/// identities name streams of that device). The target device must exist.
+fn rocm_copy_plan(
+    device: Device,
+    target: Device,
+    request: &ExportRequest,
+    pending: &[StreamId],
+) -> Result<CopyPlan, ExportError> {
+    let stream_request = parse_stream(target, request.stream)?;
+    if target == device {
+        return Ok(plan_copy(device, pending, stream_request)?);
+    }
+    let count = hip::device_count()?;
+    if target.device_id < 0 || target.device_id >= count {
+        return Err(ExportError::NoSuchDevice {
+            requested: target,
+            count,
+        });
+    }
+    Ok(plan_copy_to(device, pending, stream_request)?)
+}
+
+/// Refuses a device copy on the stream `on` of `target` (valid for the call) when it is not of
+/// that device or is being captured into a HIP graph, asked before anything is enqueued, so
+/// the capture is left as it was.
+fn refuse_rocm_copy_under_capture(target: Device, on: hipStream_t) -> Result<(), HipError> {
+    check_stream(on, target.device_id, "consumer")?;
+    let current = hip::CurrentDevice::save()?;
+    current.set(target.device_id)?;
+    check_not_capturing(
+        on,
+        "a copy for the consumer (copy=True or a dl_device the tensor is not on; its memory would be allocated once and written at every launch)",
+        "copy before the capture begins or after it ends, or import without a copy and copy inside the capture into memory kept for the graph",
+    )
 }
 
 /// The HIP streams of `pending`, the producer streams of a ROCm tensor on `device`.
