@@ -57,6 +57,8 @@ trait Backend {
     fn value(stream: &Self::Stream) -> i64;
     /// `N` zeroed elements, in the order of `stream`.
     fn zeros(stream: &Self::Stream) -> Self::Buffer;
+    /// `values` (`N` of them) uploaded, in the order of `stream`.
+    fn upload(values: &[u32], stream: &Self::Stream) -> Self::Buffer;
     /// The device address of the buffer.
     fn ptr(buffer: &Self::Buffer) -> u64;
     /// Enqueues a write of `byte` to every byte of the `N` elements at `ptr` on `stream`.
@@ -736,6 +738,90 @@ fn a_copy_to_another_device_is_ordered_after_the_producer<B: Backend>() {
     );
 }
 
+/// A 16 x 16 matrix of `N` elements viewed transposed (strides `[1, 16]`) on `device`, over
+/// `memory`.
+#[derive(DlpackExport)]
+struct Transposed<M: Send + 'static> {
+    #[dlpack(data)]
+    data: Claimed<M>,
+    #[dlpack(shape)]
+    shape: [usize; 2],
+    #[dlpack(strides)]
+    strides: [isize; 2],
+}
+
+fn a_strided_copy_is_compact<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let values: Vec<u32> = (0..N as u32).collect();
+    // Row-major order of the transposed view: element (i, j) is `values[j * 16 + i]`.
+    let transposed: Vec<u32> = (0..N).map(|k| values[(k % 16) * 16 + k / 16]).collect();
+    for target in [0, 1] {
+        let c = if target == 0 { b.clone() } else { B::stream(1) };
+        let data = B::upload(&values, &a);
+        let scratch = B::zeros(&c);
+        B::sync(&a);
+        B::sync(&c);
+        let view = |copy| {
+            let mut request = versioned(Some(B::value(&c))).copy(copy);
+            if target != 0 {
+                request = request.dl_device(dlpack_runtime::Device::new(B::DEVICE_TYPE, target));
+            }
+            request
+        };
+        let managed = Transposed {
+            data: Claimed {
+                ptr: B::ptr(&data),
+                device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+                _memory: data,
+            },
+            shape: [16, 16],
+            strides: [1, 16],
+        }
+        .into_dlpack_with(&view(Some(true)))
+        .expect("a strided copy");
+        assert!(managed.is_copied());
+        assert_eq!(managed.dl_tensor().device.device_id, target);
+        let layout = managed.layout().unwrap();
+        assert!(
+            layout.is_contiguous(dlpack_runtime::Contiguity::C),
+            "the copy is compact row-major"
+        );
+        B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, &c);
+        assert_eq!(B::read(&scratch), transposed, "target {target}");
+        drop(managed);
+        B::sync(&c);
+    }
+    // Negative control: the view shared without a copy keeps its strides, and its memory read
+    // in order is the untransposed matrix.
+    let data = B::upload(&values, &a);
+    B::sync(&a);
+    let shared = Transposed {
+        data: Claimed {
+            ptr: B::ptr(&data),
+            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+            _memory: data,
+        },
+        shape: [16, 16],
+        strides: [1, 16],
+    }
+    .into_dlpack_with(&versioned(Some(B::value(&b))))
+    .unwrap();
+    assert!(!shared.is_copied());
+    assert!(
+        !shared
+            .layout()
+            .unwrap()
+            .is_contiguous(dlpack_runtime::Contiguity::C)
+    );
+    let scratch = B::zeros(&b);
+    B::copy(B::ptr(&scratch), shared.dl_tensor().data as u64, &b);
+    assert_eq!(B::read(&scratch), values);
+    assert_ne!(values, transposed);
+    drop(shared);
+    B::sync(&a);
+    checker.assert_clean("strided copies");
+}
+
 /// The cases, instantiated for one face.
 macro_rules! handoff_cases {
     ($backend:ty) => {
@@ -806,6 +892,10 @@ macro_rules! handoff_cases {
         #[test]
         fn a_copy_to_another_device_is_ordered_after_the_producer() {
             super::a_copy_to_another_device_is_ordered_after_the_producer::<$backend>();
+        }
+        #[test]
+        fn a_strided_copy_is_compact() {
+            super::a_strided_copy_is_compact::<$backend>();
         }
         #[cfg(feature = "hip")]
         #[test]
@@ -919,6 +1009,9 @@ mod cuda_face {
         }
         fn zeros(stream: &Self::Stream) -> Self::Buffer {
             stream.alloc_zeros::<u32>(N).unwrap()
+        }
+        fn upload(values: &[u32], stream: &Self::Stream) -> Self::Buffer {
+            stream.clone_htod(values).unwrap()
         }
         fn ptr(buffer: &Self::Buffer) -> u64 {
             buffer.device_ptr(buffer.stream()).0
@@ -1231,6 +1324,9 @@ mod hip_face {
         }
         fn zeros(stream: &Self::Stream) -> Self::Buffer {
             HipSlice::alloc_zeros(stream, N).unwrap()
+        }
+        fn upload(values: &[u32], stream: &Self::Stream) -> Self::Buffer {
+            HipSlice::from_host(stream, values).unwrap()
         }
         fn ptr(buffer: &Self::Buffer) -> u64 {
             buffer.device_ptr()
