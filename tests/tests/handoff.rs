@@ -143,22 +143,67 @@ fn consumer_read<B: Backend>(
     checker: &Checker,
     stream: Option<i64>,
 ) -> (u64, Vec<u32>) {
-    let data = B::zeros(a);
-    let scratch = B::zeros(b);
+    let (data, scratch, gate) = held_write::<B>(a, b, checker);
+    let managed = B::export(data, a, &versioned(stream)).expect("the export succeeds");
+    let read = read_behind::<B>(
+        &scratch,
+        managed.dl_tensor().data as u64,
+        a,
+        b,
+        gate,
+        checker,
+    );
+    drop(managed);
     B::sync(a);
-    B::sync(b);
+    read
+}
+
+/// A tensor whose write of `BYTE` is pending on `a` behind a gate, and a zeroed scratch buffer
+/// in the order of `c`; the checker is reset once both are ready.
+fn held_write<B: Backend>(
+    a: &B::Stream,
+    c: &B::Stream,
+    checker: &Checker,
+) -> (B::Buffer, B::Buffer, B::Gate) {
+    let data = B::zeros(a);
+    let scratch = B::zeros(c);
+    B::sync(a);
+    B::sync(c);
     checker.reset();
     let gate = B::hold(a, Duration::from_secs(30));
     B::fill(B::ptr(&data), a);
-    let managed = B::export(data, a, &versioned(stream)).expect("the export succeeds");
-    B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, b);
+    (data, scratch, gate)
+}
+
+/// Copies `N` elements at `src` into `scratch` on `c`, behind the write [`held_write`] holds on
+/// `a`: returns the violations the checker saw then and, after the gate is released (it must
+/// not have opened by itself: nothing waited for it on the host), the values read.
+fn read_behind<B: Backend>(
+    scratch: &B::Buffer,
+    src: u64,
+    a: &B::Stream,
+    c: &B::Stream,
+    gate: B::Gate,
+    checker: &Checker,
+) -> (u64, Vec<u32>) {
+    B::copy(B::ptr(scratch), src, c);
     let violations = checker.violations();
-    assert!(!B::release(gate), "the export waited for the held stream");
-    B::sync(a);
-    let values = B::read(&scratch);
-    drop(managed);
+    assert!(!B::release(gate), "the exchange waited for the held stream");
+    B::sync(c);
+    let values = B::read(scratch);
     B::sync(a);
     (violations, values)
+}
+
+/// Asserts that the checker reported the unordered read of a negative control (`violations`
+/// of them were seen), saying `what` otherwise.
+fn assert_race_reported(violations: u64, checker: &Checker, what: &str) {
+    assert!(violations >= 1, "{what}");
+    assert!(
+        checker.report().contains("read of bytes"),
+        "{}",
+        checker.report()
+    );
 }
 
 fn pending_work_is_ordered_before_the_consumer_stream<B: Backend>() {
@@ -176,12 +221,7 @@ fn without_ordering_the_race_is_reported<B: Backend>() {
     let (a, b, checker) = setup::<B>();
     // Negative control: `stream=-1`, the consumer takes the ordering on itself and does not.
     let (violations, _) = consumer_read::<B>(&a, &b, &checker, Some(-1));
-    assert!(violations >= 1, "the unordered read is reported");
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
-    );
+    assert_race_reported(violations, &checker, "the unordered read is reported");
 }
 
 fn the_producers_own_stream_needs_nothing<B: Backend>() {
@@ -364,13 +404,7 @@ fn read_after_ready_events<B: Backend>(
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let data = B::zeros(a);
-    let scratch = B::zeros(b);
-    B::sync(a);
-    B::sync(b);
-    checker.reset();
-    let gate = B::hold(a, Duration::from_secs(30));
-    B::fill(B::ptr(&data), a);
+    let (data, scratch, gate) = held_write::<B>(a, b, checker);
     let (managed, ready) =
         B::export_with_ready_events(data, a, &versioned(Some(-1))).expect("the export succeeds");
     let released = Arc::new(AtomicBool::new(false));
@@ -409,9 +443,12 @@ fn read_after_ready_events<B: Backend>(
     (ready.len(), violations, values)
 }
 
-fn ready_events_let_the_consumer_wait_later<B: Backend>() {
+/// The consumer reads after waiting on the ready events as `wait` says (its stream, or the
+/// host: a read then enqueued on B with no stream wait is ordered after the producer's write
+/// by that host wait); negative control: the same read without the wait is reported.
+fn ready_events_order_a_read<B: Backend>(wait: Wait) {
     let (a, b, checker) = setup::<B>();
-    let (events, violations, values) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Stream);
+    let (events, violations, values) = read_after_ready_events::<B>(&a, &b, &checker, wait);
     assert!(events >= 1, "an event of the pending producer stream");
     assert_eq!(violations, 0, "{}", checker.report());
     assert_eq!(
@@ -419,35 +456,21 @@ fn ready_events_let_the_consumer_wait_later<B: Backend>() {
         filled(),
         "the consumer read after the producer's write"
     );
-    // Negative control: the same events, not waited on: the read races with the write.
     let (events, violations, _) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Not);
     assert!(events >= 1);
-    assert!(violations >= 1, "the read without the wait is reported");
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
+    assert_race_reported(
+        violations,
+        &checker,
+        "the read without the wait is reported",
     );
 }
 
+fn ready_events_let_the_consumer_wait_later<B: Backend>() {
+    ready_events_order_a_read::<B>(Wait::Stream);
+}
+
 fn ready_events_block_the_host_until_the_producers_work<B: Backend>() {
-    let (a, b, checker) = setup::<B>();
-    // The host waits for the events; a read then enqueued on B with no stream wait is ordered
-    // after the producer's write by that host wait.
-    let (events, violations, values) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Host);
-    assert!(events >= 1);
-    assert_eq!(violations, 0, "{}", checker.report());
-    assert_eq!(
-        values,
-        filled(),
-        "the consumer read after the producer's write"
-    );
-    // Negative control: the same read, with the host not waiting, is reported.
-    let (_, violations, _) = read_after_ready_events::<B>(&a, &b, &checker, Wait::Not);
-    assert!(
-        violations >= 1,
-        "the read without the host wait is reported"
-    );
+    ready_events_order_a_read::<B>(Wait::Host);
 }
 
 /// A user's own tensor type that keeps an import and lends it on (a relay): no stream field.
@@ -470,13 +493,7 @@ fn relayed<B: Backend>(
     c: &B::Stream,
     checker: &Checker,
 ) -> (usize, u64, Vec<u32>) {
-    let data = B::zeros(a);
-    let scratch = B::zeros(c);
-    B::sync(a);
-    B::sync(c);
-    checker.reset();
-    let gate = B::hold(a, Duration::from_secs(30));
-    B::fill(B::ptr(&data), a);
+    let (data, scratch, gate) = held_write::<B>(a, c, checker);
     let relay = Relay::from_managed(B::export(data, a, &versioned(Some(first))).unwrap())
         .expect("the first import");
     assert_eq!(relay.shape, [N]);
@@ -491,16 +508,8 @@ fn relayed<B: Backend>(
         .managed()
         .ready_events()
         .map_or(0, ReadyEvents::len);
-    B::copy(
-        B::ptr(&scratch),
-        next.data.managed().dl_tensor().data as u64,
-        c,
-    );
-    let violations = checker.violations();
-    assert!(!B::release(gate), "the relay waited for the held stream");
-    B::sync(c);
-    let values = B::read(&scratch);
-    B::sync(a);
+    let src = next.data.managed().dl_tensor().data as u64;
+    let (violations, values) = read_behind::<B>(&scratch, src, a, c, gate, checker);
     drop(next);
     (carried, violations, values)
 }
@@ -574,6 +583,18 @@ fn held_read<B: Backend>(
     (import, dropped, gate, scratch)
 }
 
+/// Waits (10 s at most) until the deleter that sets `dropped` has run.
+fn wait_until_dropped(dropped: &std::sync::atomic::AtomicBool) {
+    let started = std::time::Instant::now();
+    while !dropped.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the deleter never ran after the consumer's stream finished"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
     use std::sync::atomic::Ordering;
 
@@ -588,14 +609,7 @@ fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
     );
     assert!(!B::release(gate), "the release waited for the held stream");
     B::sync(&b);
-    let started = std::time::Instant::now();
-    while !dropped.load(Ordering::SeqCst) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the deleter never ran after the consumer's stream finished"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_dropped(&dropped);
     assert_eq!(B::read(&scratch), vec![0; N]);
     checker.assert_clean("a stream-ordered release");
     // Negative control: a plain drop runs the deleter at once, while the read is still held.
@@ -634,14 +648,7 @@ fn a_release_after_a_capturing_stream_is_refused_and_leaked<B: Backend>() {
     assert!(!B::release(gate));
     B::release_after(import.into_managed(), &b).expect("a stream-ordered release");
     B::sync(&b);
-    let started = std::time::Instant::now();
-    while !dropped.load(Ordering::SeqCst) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "never released"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_dropped(&dropped);
     checker.assert_clean("a release refused under capture");
 }
 
@@ -658,13 +665,7 @@ fn copied_read<B: Backend>(
     checker: &Checker,
     named: bool,
 ) -> (bool, i32, u64, Vec<u32>) {
-    let data = B::zeros(a);
-    let scratch = B::zeros(c);
-    B::sync(a);
-    B::sync(c);
-    checker.reset();
-    let gate = B::hold(a, Duration::from_secs(30));
-    B::fill(B::ptr(&data), a);
+    let (data, scratch, gate) = held_write::<B>(a, c, checker);
     let mut request = versioned(Some(B::value(c))).copy(Some(true));
     if target != 0 {
         request = request.dl_device(dlpack_runtime::Device::new(B::DEVICE_TYPE, target));
@@ -681,12 +682,8 @@ fn copied_read<B: Backend>(
         B::DEVICE_TYPE.to_raw(),
         "a copy on the face's devices"
     );
-    B::copy(B::ptr(&scratch), managed.dl_tensor().data as u64, c);
-    let violations = checker.violations();
-    assert!(!B::release(gate), "the copy waited for the held stream");
-    B::sync(c);
-    let values = B::read(&scratch);
-    B::sync(a);
+    let src = managed.dl_tensor().data as u64;
+    let (violations, values) = read_behind::<B>(&scratch, src, a, c, gate, checker);
     drop(managed);
     B::sync(c);
     (copied, device, violations, values)
@@ -707,12 +704,7 @@ fn a_copy_on_the_device_is_ordered_after_the_producer<B: Backend>() {
     // Negative control: the producer's stream not named, the copy races with its write.
     let (copied, _, violations, _) = copied_read::<B>(&a, &b, 0, &checker, false);
     assert!(copied);
-    assert!(violations >= 1, "the unordered copy is reported");
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
-    );
+    assert_race_reported(violations, &checker, "the unordered copy is reported");
 }
 
 fn a_copy_to_another_device_is_ordered_after_the_producer<B: Backend>() {
@@ -730,12 +722,7 @@ fn a_copy_to_another_device_is_ordered_after_the_producer<B: Backend>() {
     checker.assert_clean("a copy to another device");
     // Negative control: the producer's stream not named, the copy races with its write.
     let (_, _, violations, _) = copied_read::<B>(&a, &c, 1, &checker, false);
-    assert!(violations >= 1, "the unordered copy is reported");
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
-    );
+    assert_race_reported(violations, &checker, "the unordered copy is reported");
 }
 
 /// A 16 x 16 matrix of `N` elements viewed transposed (strides `[1, 16]`) on `device`, over
@@ -748,6 +735,19 @@ struct Transposed<M: Send + 'static> {
     shape: [usize; 2],
     #[dlpack(strides)]
     strides: [isize; 2],
+}
+
+/// `data` (`N` elements of device 0 of the face) viewed as a transposed 16 x 16 matrix.
+fn transposed_view<B: Backend>(data: B::Buffer) -> Transposed<B::Buffer> {
+    Transposed {
+        data: Claimed {
+            ptr: B::ptr(&data),
+            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+            _memory: data,
+        },
+        shape: [16, 16],
+        strides: [1, 16],
+    }
 }
 
 fn a_strided_copy_is_compact<B: Backend>() {
@@ -768,17 +768,9 @@ fn a_strided_copy_is_compact<B: Backend>() {
             }
             request
         };
-        let managed = Transposed {
-            data: Claimed {
-                ptr: B::ptr(&data),
-                device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
-                _memory: data,
-            },
-            shape: [16, 16],
-            strides: [1, 16],
-        }
-        .into_dlpack_with(&view(Some(true)))
-        .expect("a strided copy");
+        let managed = transposed_view::<B>(data)
+            .into_dlpack_with(&view(Some(true)))
+            .expect("a strided copy");
         assert!(managed.is_copied());
         assert_eq!(managed.dl_tensor().device.device_id, target);
         let layout = managed.layout().unwrap();
@@ -795,17 +787,9 @@ fn a_strided_copy_is_compact<B: Backend>() {
     // in order is the untransposed matrix.
     let data = B::upload(&values, &a);
     B::sync(&a);
-    let shared = Transposed {
-        data: Claimed {
-            ptr: B::ptr(&data),
-            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
-            _memory: data,
-        },
-        shape: [16, 16],
-        strides: [1, 16],
-    }
-    .into_dlpack_with(&versioned(Some(B::value(&b))))
-    .unwrap();
+    let shared = transposed_view::<B>(data)
+        .into_dlpack_with(&versioned(Some(B::value(&b))))
+        .unwrap();
     assert!(!shared.is_copied());
     assert!(
         !shared

@@ -327,23 +327,55 @@ impl<'r> StreamWork<'r> {
                 pending.is_empty()
             }
         };
-        if let Some(upstream) = upstream {
-            match consumer {
-                Some(consumer) => {
-                    upstream.wait_on_raw(consumer, &*context(device.device_id)?)?;
-                    self.kept.extend_from(upstream);
-                }
-                None if stream_request == StreamRequest::Host => upstream.synchronize()?,
-                // `stream=-1`: the consumer orders itself; the events still go on with the
-                // tensor, for whoever it is lent to next.
-                None => self.kept.extend_from(upstream),
+        self.follow_upstream(
+            upstream,
+            consumer,
+            stream_request == StreamRequest::Host,
+            |upstream, consumer| upstream.wait_on_raw(consumer, &*context(device.device_id)?),
+            ReadyEvents::synchronize,
+        )?;
+        Ok(self.keep_ready_events(recorded, || ReadyEvents::record(pending))?)
+    }
+
+    /// The events of a relay (`upstream`, what the lent tensor is ready after), once the pending
+    /// streams are ordered: the consumer's stream waits on them (`wait`), or the host for a host
+    /// consumer (`host_wait`); they go on with the tensor, for whoever it is lent to next
+    /// (also with `stream=-1`, where the consumer orders itself).
+    fn follow_upstream<S, E>(
+        &mut self,
+        upstream: Option<&ReadyEvents>,
+        consumer: Option<S>,
+        host: bool,
+        wait: impl FnOnce(&ReadyEvents, S) -> Result<(), E>,
+        host_wait: impl FnOnce(&ReadyEvents) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Some(upstream) = upstream else {
+            return Ok(());
+        };
+        match consumer {
+            Some(consumer) => {
+                wait(upstream, consumer)?;
+                self.kept.extend_from(upstream);
             }
+            None if host => host_wait(upstream)?,
+            None => self.kept.extend_from(upstream),
         }
+        Ok(())
+    }
+
+    /// When ready events are wanted: what the tensor carries (`kept`) when it holds an event of
+    /// every pending stream (`recorded`), else events `record`ed on the pending streams and
+    /// those.
+    fn keep_ready_events<E>(
+        &mut self,
+        recorded: bool,
+        record: impl FnOnce() -> Result<ReadyEvents, E>,
+    ) -> Result<(), E> {
         if self.want_ready {
             self.ready = Some(if recorded {
                 self.kept.clone()
             } else {
-                let mut ready = ReadyEvents::record(pending)?;
+                let mut ready = record()?;
                 ready.extend_from(&self.kept);
                 ready
             });
@@ -440,25 +472,37 @@ pub(crate) fn into_dlpack_with_ready_events<T: DlpackExport + Send + 'static>(
     export_with_ready_events(value, |owner| owner.export_parts_mut(), request)
 }
 
-// SAFETY: `ptr` owns `byte_len` bytes of device memory of the context's device (or is 0 with
-// no bytes); `cuMemAlloc` aligns to at least 256 bytes, enough for every element type.
-unsafe impl ExportBuffer for DeviceMemory {
-    fn dtype(&self) -> DataType {
-        self.dtype()
-    }
-    fn device(&self) -> Device {
-        Device::cuda(self.ordinal())
-    }
-    fn byte_len(&self) -> usize {
-        self.byte_len()
-    }
-    fn as_ptr(&self) -> *const core::ffi::c_void {
-        self.ptr() as usize as *const core::ffi::c_void
-    }
-    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
-        Some(self.ptr() as usize as *mut core::ffi::c_void)
-    }
+/// Implements [`ExportBuffer`] for the device memory of a copy (`$memory`, with `ptr`,
+/// `byte_len` and `dtype` methods), on the device `$device` computes from it.
+macro_rules! copy_memory_buffer {
+    ($memory:ty, |$m:ident| $device:expr) => {
+        // SAFETY: `ptr` owns `byte_len` bytes of device memory of the device named here (or
+        // is 0 with no bytes), allocated by the driver (`cuMemAlloc`, `hipMalloc`), which
+        // aligns to at least 256 bytes, enough for every element type.
+        unsafe impl ExportBuffer for $memory {
+            fn dtype(&self) -> DataType {
+                <$memory>::dtype(self)
+            }
+            fn device(&self) -> Device {
+                let $m = self;
+                $device
+            }
+            fn byte_len(&self) -> usize {
+                <$memory>::byte_len(self)
+            }
+            fn as_ptr(&self) -> *const core::ffi::c_void {
+                self.ptr() as usize as *const core::ffi::c_void
+            }
+            fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
+                Some(self.ptr() as usize as *mut core::ffi::c_void)
+            }
+        }
+    };
 }
+#[cfg(feature = "hip")]
+use copy_memory_buffer;
+
+copy_memory_buffer!(DeviceMemory, |m| Device::cuda(m.ordinal()));
 
 /// Makes the stream a CUDA copy is enqueued on (`copy.on`, a stream of the device's primary
 /// context) wait for `events`: the copy reads the source after them.
@@ -516,13 +560,14 @@ fn copy_refusal(copy: &CopyPlan) -> (&'static str, &'static str) {
     }
 }
 
-/// A copy's owner: its memory and its shape, in elements.
-struct DeviceCopy {
-    memory: DeviceMemory,
+/// A device copy's owner: its memory (CUDA's `DeviceMemory`, or with the `hip` feature a ROCm
+/// copy's `HipMemory`) and its shape, in elements.
+struct DeviceCopy<M> {
+    memory: M,
     shape: Vec<usize>,
 }
 
-fn device_copy_parts(c: &mut DeviceCopy) -> ExportParts<'_> {
+fn device_copy_parts<M: ExportBuffer>(c: &mut DeviceCopy<M>) -> ExportParts<'_> {
     ExportParts::unique(&mut c.memory, &c.shape)
 }
 
@@ -654,7 +699,7 @@ fn copy_export(
 fn hand_over<S: Send + 'static>(
     source: S,
     source_ctx: Option<&Arc<CudaContext>>,
-    copy: DeviceCopy,
+    copy: DeviceCopy<DeviceMemory>,
     ctx: &CudaContext,
     stream: sys::CUstream,
     plan: &CopyPlan,

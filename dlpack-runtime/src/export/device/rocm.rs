@@ -8,7 +8,7 @@
 //! (`dl_device=(kDLROCM, k)`) go on the consumer's stream of the target device after the
 //! producer's events; their source is released stream-ordered.
 
-use super::StreamWork;
+use super::{DeviceCopy, StreamWork, device_copy_parts};
 use crate::engine::cuda::{ReadyEvents, release_after_hip};
 use crate::engine::hip::{
     self, HipError, HipEvent, HipMemory, HipStream, MAX_PITCH, check_not_capturing, check_pointer,
@@ -17,7 +17,7 @@ use crate::engine::hip::{
 };
 use crate::export::copied::{build_copied, copy_to_host as host_copy};
 use crate::export::parts::AnyStream;
-use crate::export::{ExportBuffer, ExportError, ExportParts, ExportRequest};
+use crate::export::{ExportBuffer, ExportError, ExportRequest};
 use crate::plan::copy::StridedCopy;
 use crate::plan::stream::{
     CopyPlan, StreamId, StreamRequest, SyncPlan, parse_stream, plan_copy, plan_copy_to, plan_sync,
@@ -164,28 +164,16 @@ impl StreamWork<'_> {
             }
             _ => raws.is_empty(),
         };
-        if let Some(upstream) = upstream {
-            match consumer {
-                Some(consumer) => {
-                    upstream.wait_on_hip_raw(device.device_id, consumer)?;
-                    self.kept.extend_from(upstream);
-                }
-                None if stream_request == StreamRequest::Host => upstream.synchronize_hip()?,
-                // `stream=-1`: the consumer orders itself; the events still go on with the
-                // tensor, for whoever it is lent to next.
-                None => self.kept.extend_from(upstream),
-            }
-        }
-        if self.want_ready {
-            self.ready = Some(if recorded {
-                self.kept.clone()
-            } else {
-                let mut ready = ReadyEvents::of_hip(record_events(device.device_id, &raws)?);
-                ready.extend_from(&self.kept);
-                ready
-            });
-        }
-        Ok(())
+        self.follow_upstream(
+            upstream,
+            consumer,
+            stream_request == StreamRequest::Host,
+            |upstream, consumer| upstream.wait_on_hip_raw(device.device_id, consumer),
+            ReadyEvents::synchronize_hip,
+        )?;
+        Ok(self.keep_ready_events(recorded, || {
+            record_events(device.device_id, &raws).map(ReadyEvents::of_hip)
+        })?)
     }
 
     /// Plans a copy of a ROCm tensor on `device` onto the ROCm device `target` (`copy=True` on
@@ -343,43 +331,15 @@ impl StreamWork<'_> {
         };
         drop(current);
         let copied = build_copied(
-            HipCopy { memory, shape },
-            &hip_copy_parts,
+            DeviceCopy { memory, shape },
+            &device_copy_parts,
             request.wants_versioned(),
         )?;
         Ok((copied, ready))
     }
 }
 
-/// A ROCm copy's owner: its memory and its shape, in elements.
-struct HipCopy {
-    memory: HipMemory,
-    shape: Vec<usize>,
-}
-
-fn hip_copy_parts(c: &mut HipCopy) -> ExportParts<'_> {
-    ExportParts::unique(&mut c.memory, &c.shape)
-}
-
-// SAFETY: `ptr` owns `byte_len` bytes of device memory of its HIP device (or is 0 with no
-// bytes); `hipMalloc` aligns to at least 256 bytes, enough for every element type.
-unsafe impl ExportBuffer for HipMemory {
-    fn dtype(&self) -> DataType {
-        self.dtype()
-    }
-    fn device(&self) -> Device {
-        Device::new(DeviceType::Rocm, self.device())
-    }
-    fn byte_len(&self) -> usize {
-        self.byte_len()
-    }
-    fn as_ptr(&self) -> *const core::ffi::c_void {
-        self.ptr() as usize as *const core::ffi::c_void
-    }
-    fn as_mut_ptr(&mut self) -> Option<*mut core::ffi::c_void> {
-        Some(self.ptr() as usize as *mut core::ffi::c_void)
-    }
-}
+super::copy_memory_buffer!(HipMemory, |m| Device::new(DeviceType::Rocm, m.device()));
 
 /// Where a copy of a ROCm tensor on `device` to the ROCm device `target` goes, for the producer
 /// streams `pending` ([`plan_copy`] on one device; [`plan_copy_to`] for another, whose stream
