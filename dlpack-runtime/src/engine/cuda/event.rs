@@ -496,7 +496,7 @@ impl ReadyEvents {
 
     /// Whether some of the events are HIP events.
     #[cfg(feature = "hip")]
-    pub(super) fn has_hip(&self) -> bool {
+    pub(crate) fn has_hip(&self) -> bool {
         !self.hip.is_empty()
     }
 

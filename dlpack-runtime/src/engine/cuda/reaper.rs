@@ -70,10 +70,23 @@ impl Job {
     /// that fails otherwise leaves the memory alone (leaked, and said on stderr) unless the
     /// context is broken for good: freeing memory that may still be read is worse than a leak.
     fn run(self) -> Option<Job> {
-        let _current = CurrentContext::save();
+        // A job of ROCm work alone (HIP events, no CUDA context) never calls the CUDA driver.
+        let cuda = match &self {
+            Job::Release {
+                event,
+                after,
+                owner,
+                ..
+            } => event.has_cuda() || after.has_cuda() || owner.is_some(),
+            Job::Free { .. } => true,
+        };
+        let _current = cuda.then(CurrentContext::save);
+        if cuda {
+            relax_cuda_capture_mode();
+        }
         #[cfg(feature = "hip")]
-        if let Job::Release { event, .. } = &self {
-            if event.has_hip() {
+        if let Job::Release { event, after, .. } = &self {
+            if event.has_hip() || after.has_hip() {
                 relax_hip_capture_mode();
             }
         }
@@ -144,13 +157,6 @@ fn reaper() -> Option<&'static Mutex<Sender<Job>>> {
             std::thread::Builder::new()
                 .name("dlpack-release".into())
                 .spawn(move || {
-                    if init().is_ok() {
-                        // Another thread's global-mode stream capture must not forbid (nor be
-                        // invalidated by) this thread's waits.
-                        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-                        // SAFETY: a valid in/out pointer; affects this thread only.
-                        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-                    }
                     for job in rx {
                         // A panic in one job must not end the thread: the jobs queued behind
                         // it would be dropped without their waits.
@@ -248,6 +254,20 @@ pub(crate) fn release_after_raw(
             }
             Err(err)
         }
+    }
+}
+
+/// Makes the reaper thread's CUDA stream-capture mode relaxed, once (where a driver is
+/// loaded): another thread's global-mode capture must not forbid (nor be invalidated by) its
+/// waits.
+fn relax_cuda_capture_mode() {
+    use std::cell::Cell;
+    thread_local!(static RELAXED: Cell<bool> = const { Cell::new(false) });
+    if !RELAXED.get() && init().is_ok() {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer; affects this thread only.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        RELAXED.set(true);
     }
 }
 
