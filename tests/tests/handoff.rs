@@ -473,6 +473,58 @@ fn ready_events_block_the_host_until_the_producers_work<B: Backend>() {
     ready_events_order_a_read::<B>(Wait::Host);
 }
 
+/// Ready events of an export whose write is pending on `a` (behind a gate) are waited on by
+/// `b` while `b` is being captured (when `wait`), and the graph's read is launched, still
+/// behind the gate: returns the violations the checker saw then and the values read after the
+/// release. The events are kept (with the tensor) until the launch has finished.
+fn captured_read_after_ready_events<B: Backend>(
+    a: &B::Stream,
+    b: &B::Stream,
+    checker: &Checker,
+    wait: bool,
+) -> (u64, Vec<u32>) {
+    let (data, scratch, gate) = held_write::<B>(a, b, checker);
+    let (managed, ready) =
+        B::export_with_ready_events(data, a, &versioned(Some(-1))).expect("the export succeeds");
+    // Asked before the capture: cudarc's access tracking of a buffer of the capturing stream
+    // would make it wait on an event recorded outside the capture (the `cuda` module docs).
+    let scratch_ptr = B::ptr(&scratch);
+    B::begin_capture(b);
+    if wait {
+        B::wait_ready(&ready, b);
+    }
+    B::copy(scratch_ptr, managed.dl_tensor().data as u64, b);
+    let graph = B::end_capture_and_launch(b);
+    let violations = checker.violations();
+    assert!(!B::release(gate), "the wait held the host");
+    B::sync(b);
+    let values = B::read(&scratch);
+    drop(graph);
+    drop(ready);
+    drop(managed);
+    B::sync(a);
+    (violations, values)
+}
+
+fn ready_events_waited_on_inside_a_capture_order_the_launch<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let (violations, values) = captured_read_after_ready_events::<B>(&a, &b, &checker, true);
+    assert_eq!(violations, 0, "{}", checker.report());
+    assert_eq!(
+        values,
+        filled(),
+        "the launch read after the producer's write"
+    );
+    checker.assert_clean("ready events waited on inside a capture");
+    // Negative control: the same capture without the wait races with the write.
+    let (violations, _) = captured_read_after_ready_events::<B>(&a, &b, &checker, false);
+    assert_race_reported(
+        violations,
+        &checker,
+        "the launch without the wait is reported",
+    );
+}
+
 /// A user's own tensor type that keeps an import and lends it on (a relay): no stream field.
 #[derive(DlpackImport, DlpackExport)]
 struct Relay {
@@ -856,6 +908,10 @@ macro_rules! handoff_cases {
         #[test]
         fn ready_events_block_the_host_until_the_producers_work() {
             super::ready_events_block_the_host_until_the_producers_work::<$backend>();
+        }
+        #[test]
+        fn ready_events_waited_on_inside_a_capture_order_the_launch() {
+            super::ready_events_waited_on_inside_a_capture_order_the_launch::<$backend>();
         }
         #[test]
         fn a_relay_orders_the_next_consumer_after_the_producer() {
