@@ -44,8 +44,8 @@ enum Kind {
 
 /// A driver face: its streams, buffers, gates and captures, and how its errors read.
 trait Backend {
-    /// A stream of the face.
-    type Stream: Clone + Send + Sync + 'static;
+    /// A stream of the face, which a derived tensor may name as its producer stream.
+    type Stream: Clone + Send + Sync + 'static + dlpack_runtime::AsProducerStream;
     /// `u32` device memory.
     type Buffer: Send + 'static;
     /// Pending work held on a stream until released.
@@ -675,6 +675,73 @@ fn a_release_after_the_consumers_stream_waits_for_its_work<B: Backend>() {
     B::sync(&b);
 }
 
+/// A tensor of `N` elements at `ptr` on `device` with the producer stream `stream`, keeping
+/// `memory` alive.
+#[derive(DlpackExport)]
+struct WithStream<M: Send + 'static, S: Send + 'static> {
+    #[dlpack(data)]
+    data: Claimed<M>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: S,
+}
+
+/// A tensor whose write is pending on `a` behind a gate, with a deleter that sets the returned
+/// flag, imported for the consumer stream `first` (`-1`: no synchronization), then released
+/// after `c`, a stream that never used it.
+fn released_relay<B: Backend>(
+    a: &B::Stream,
+    first: i64,
+    c: &B::Stream,
+    checker: &Checker,
+) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, B::Gate) {
+    let (data, _scratch, gate) = held_write::<B>(a, c, checker);
+    let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let managed = WithStream {
+        data: Claimed {
+            ptr: B::ptr(&data),
+            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+            _memory: (data, DropFlag(dropped.clone())),
+        },
+        shape: vec![N],
+        stream: a.clone(),
+    }
+    .into_dlpack_with(&versioned(Some(first)))
+    .expect("the export succeeds");
+    let relay = Relay::from_managed(managed).expect("the import");
+    B::release_after(relay.data.into_managed(), c).expect("a stream-ordered release");
+    (dropped, gate)
+}
+
+fn a_relay_released_after_a_stream_is_released_after_its_producer_too<B: Backend>() {
+    use std::sync::atomic::Ordering;
+
+    let (a, b, checker) = setup::<B>();
+    let c = B::stream(0);
+    // Imported for B, released after C, which never used it: the release still waits for the
+    // producer's write, which the import carries as ready events.
+    let (dropped, gate) = released_relay::<B>(&a, B::value(&b), &c, &checker);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the deleter ran while the producer's write was held"
+    );
+    assert!(!B::release(gate));
+    wait_until_dropped(&dropped);
+    B::sync(&a);
+    checker.assert_clean("a relay released after a stream");
+    // Negative control: imported with `stream=-1`, the import carries nothing to wait for, and
+    // the release after C runs the deleter while the producer's write is still held.
+    let (dropped, gate) = released_relay::<B>(&a, -1, &c, &checker);
+    wait_until_dropped(&dropped);
+    assert!(
+        !B::release(gate),
+        "the gate was still held when the deleter ran"
+    );
+    B::sync(&a);
+}
+
 fn a_release_after_a_capturing_stream_is_refused_and_leaked<B: Backend>() {
     use std::sync::atomic::Ordering;
 
@@ -920,6 +987,10 @@ macro_rules! handoff_cases {
         #[test]
         fn a_release_after_the_consumers_stream_waits_for_its_work() {
             super::a_release_after_the_consumers_stream_waits_for_its_work::<$backend>();
+        }
+        #[test]
+        fn a_relay_released_after_a_stream_is_released_after_its_producer_too() {
+            super::a_relay_released_after_a_stream_is_released_after_its_producer_too::<$backend>();
         }
         #[test]
         fn a_release_after_a_capturing_stream_is_refused_and_leaked() {
