@@ -535,15 +535,16 @@ struct Relay {
 }
 
 /// A tensor whose write is pending on `a` behind a gate, imported into a [`Relay`] for the
-/// consumer stream `first` (`-1`: no synchronization), then lent on to `c` and imported there;
-/// a copy of it is enqueued on `c` into a scratch buffer, still behind the gate. Returns the
-/// events the relayed tensor carries, the violations the checker saw then, and the values
-/// read after the release.
+/// consumer stream `first` (`-1`: no synchronization), then lent on to `c` (with `copy`) and
+/// imported there; a copy of it is enqueued on `c` into a scratch buffer, still behind the
+/// gate. Returns the events the relayed tensor carries, the violations the checker saw then,
+/// and the values read after the release.
 fn relayed<B: Backend>(
     a: &B::Stream,
     first: i64,
     c: &B::Stream,
     checker: &Checker,
+    copy: Option<bool>,
 ) -> (usize, u64, Vec<u32>) {
     let (data, scratch, gate) = held_write::<B>(a, c, checker);
     let relay = Relay::from_managed(B::export(data, a, &versioned(Some(first))).unwrap())
@@ -551,10 +552,11 @@ fn relayed<B: Backend>(
     assert_eq!(relay.shape, [N]);
     let next = Relay::from_managed(
         relay
-            .into_dlpack_with(&versioned(Some(B::value(c))))
+            .into_dlpack_with(&versioned(Some(B::value(c))).copy(copy))
             .expect("the relay lends it on"),
     )
     .expect("the second import");
+    assert_eq!(next.data.managed().is_copied(), copy == Some(true));
     let carried = next
         .data
         .managed()
@@ -566,32 +568,33 @@ fn relayed<B: Backend>(
     (carried, violations, values)
 }
 
-fn a_relay_orders_the_next_consumer_after_the_producer<B: Backend>() {
+/// A relay lent on to C (as it is, or copied on C with `copy=True`) orders C after the
+/// producer's write with nothing added by the user; negative control: imported first with
+/// `stream=-1`, it carries nothing, and C races with the write.
+fn a_relay_case<B: Backend>(copy: Option<bool>) {
     let (a, b, checker) = setup::<B>();
     let c = B::stream(0);
-    // Imported for B, kept in a type with no stream field, lent on to C: C waits for the
-    // producer's write with nothing added by the user.
-    let (carried, violations, values) = relayed::<B>(&a, B::value(&b), &c, &checker);
-    assert_eq!(
-        carried, 1,
-        "the relayed tensor carries the producer's event on"
-    );
+    let (carried, violations, values) = relayed::<B>(&a, B::value(&b), &c, &checker, copy);
+    assert_eq!(carried, 1, "the relayed tensor carries an event on");
     assert_eq!(violations, 0, "{}", checker.report());
     assert_eq!(values, filled(), "C read after the producer's write");
     B::sync(&b);
-    // Negative control: the first import asks for no synchronization (`stream=-1`), so it
-    // carries nothing to be ready after, and the read on C races with the producer's write.
-    let (carried, violations, _) = relayed::<B>(&a, -1, &c, &checker);
-    assert_eq!(carried, 0);
-    assert!(
-        violations >= 1,
-        "the unordered read of the relay is reported"
+    let (carried, violations, _) = relayed::<B>(&a, -1, &c, &checker, copy);
+    // A copy carries the event recorded after it, whatever its source carried.
+    assert_eq!(carried, usize::from(copy == Some(true)));
+    assert_race_reported(
+        violations,
+        &checker,
+        "the unordered read of the relay is reported",
     );
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
-    );
+}
+
+fn a_relay_orders_the_next_consumer_after_the_producer<B: Backend>() {
+    a_relay_case::<B>(None);
+}
+
+fn a_relay_copied_for_the_next_consumer_is_copied_after_the_producer<B: Backend>() {
+    a_relay_case::<B>(Some(true));
 }
 
 /// Sets its flag when dropped: a tensor's deleter has run.
@@ -979,6 +982,10 @@ macro_rules! handoff_cases {
         #[test]
         fn ready_events_waited_on_inside_a_capture_order_the_launch() {
             super::ready_events_waited_on_inside_a_capture_order_the_launch::<$backend>();
+        }
+        #[test]
+        fn a_relay_copied_for_the_next_consumer_is_copied_after_the_producer() {
+            super::a_relay_copied_for_the_next_consumer_is_copied_after_the_producer::<$backend>();
         }
         #[test]
         fn a_relay_orders_the_next_consumer_after_the_producer() {
