@@ -269,9 +269,10 @@ pub mod burn {
         //!
         //! - **Export, zero-copy** ([`BurnCudaTensor`]): the tensor's own device memory (the
         //!   address cubecl's client gives for its handle, `ComputeClient::get_resource`), with
-        //!   cubecl's layout: shape and strides in elements (cubecl pads the rows of tensors it
-        //!   uploads to 512 bytes, so a `[3, 4]` float32 tensor has strides `[128, 1]`; a sliced
-        //!   tensor starts at its handle's offset). Read-only: burn writes a buffer in place
+        //!   cubecl's layout: shape and strides in elements, as cubecl keeps them (a
+        //!   transposed tensor is the same memory with its strides swapped; cubecl's pitched
+        //!   layouts pad rows; a sliced tensor starts at its handle's offset). Read-only: burn
+        //!   writes a buffer in place
         //!   only through its sole handle, and the export holds one, with the client, until the
         //!   consumer releases it.
         //! - **Ordering, by a host wait.** DLPack orders a producer's pending work before the

@@ -114,8 +114,8 @@ unsafe impl ExportBuffer for DeviceLent {
 
 /// A tensor of burn's CUDA backend, ready to be lent zero-copy: a [`DlpackExport`] producer whose
 /// exports are read-only views of the tensor's own device memory (`kDLCUDA`), with the tensor's
-/// strides (cubecl pads rows: a `[3, 4]` float32 tensor uploaded by burn has strides `[128, 1]`),
-/// kept alive while any consumer holds them.
+/// strides as cubecl keeps them (a transposed tensor has its axes' strides swapped; cubecl's
+/// layouts may pad rows), kept alive while any consumer holds them.
 ///
 /// See the module documentation for how the export is ordered after burn's pending work.
 pub struct BurnCudaTensor {
@@ -348,7 +348,8 @@ where
             // burn's own upload, from the host data (zero-copy up to the upload).
             let data = tensor_data_from_managed(managed)?;
             let data = TensorData::from_bytes(data.bytes, data.shape, dtype);
-            return Ok(Tensor::from_data(data, device));
+            // With its dtype: `from_data` alone would convert to the device's default.
+            return Ok(Tensor::from_data(data, (device, dtype)));
         }
         DeviceType::Cuda if on == expected => {}
         _ => {
