@@ -17,12 +17,13 @@ cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
 cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
 rustfmt --check --edition 2024 tests/fixtures/kit-packaged/tests/registry.rs
-echo "==> cargo clippy (default features, all features, each of cuda, python and burn alone, python on abi3)"
+echo "==> cargo clippy (default features, all features, each of cuda, python, burn and burn-cuda alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features burn --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features burn-cuda --locked -- -D warnings
 # The limited API before 3.12 has no vectorcall: `from_dlpack` then calls with a keyword dict.
 CARGO_TARGET_DIR=target/abi3 \
     cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
@@ -59,7 +60,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test burn_cuda
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture

@@ -53,6 +53,15 @@ fn setup() -> (CudaDevice, Arc<CudaStream>, Option<Checker>) {
     (CudaDevice::new(0), ctx.new_stream().unwrap(), checker)
 }
 
+/// The checker, for a negative control: on a real driver (no checker) the test says it is
+/// skipped.
+fn needs_checker(checker: Option<Checker>, test: &str) -> Option<Checker> {
+    if checker.is_none() {
+        println!("{test}: skipped, {NEEDS_SIMULATOR}");
+    }
+    checker
+}
+
 fn assert_clean(checker: &Option<Checker>, what: &str) {
     if let Some(checker) = checker {
         checker.assert_clean(what);
@@ -183,7 +192,9 @@ fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work() {
 #[test]
 fn without_the_wait_the_consumer_reads_while_burn_still_writes() {
     let (device, b, checker) = setup();
-    let checker = checker.expect(NEEDS_SIMULATOR);
+    let Some(checker) = needs_checker(checker, "the export without the wait") else {
+        return;
+    };
     // Wrong: burn's upload is pending on cubecl's stream, and nothing orders the consumer's
     // read after it.
     let t = matrix(&device);
@@ -301,7 +312,9 @@ fn an_import_copies_after_the_producers_pending_work() {
 #[test]
 fn an_import_whose_producer_was_asked_for_no_ordering_races_its_work() {
     let (device, a, checker) = setup();
-    let checker = checker.expect(NEEDS_SIMULATOR);
+    let Some(checker) = needs_checker(checker, "the import without ordering") else {
+        return;
+    };
     let counter = Counter::new();
     let buf = a.alloc_zeros::<u32>(1024).unwrap();
     let gate = Gate::hold(&a);
@@ -456,4 +469,107 @@ fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs() {
         println!("one CUDA device: the refusal of another device's memory is not tested");
     }
     assert_clean(&checker, "refused imports");
+}
+
+/// Whether burn's kernels can run: on a GPU, not on the simulator (no NVRTC kernels run there);
+/// says so when they cannot.
+fn kernels_run(checker: &Option<Checker>, test: &str) -> bool {
+    if checker.is_some() {
+        println!("{test}: skipped on the CUDA simulator (burn's kernels need NVRTC and a GPU)");
+        return false;
+    }
+    true
+}
+
+/// The 3x4 matrix `m` of [`matrix`], as burn's kernels below compute from it: `m mᵀ * 2 + 1`.
+fn expected_gram() -> Vec<f32> {
+    let m: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let mut out = Vec::new();
+    for i in 0..3 {
+        for j in 0..3 {
+            let dot: f32 = (0..4).map(|k| m[i * 4 + k] * m[j * 4 + k]).sum();
+            out.push(dot * 2.0 + 1.0);
+        }
+    }
+    out
+}
+
+#[test]
+fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran() {
+    let (device, b, checker) = setup();
+    if !kernels_run(
+        &checker,
+        "gpu_the_result_of_burns_kernels_is_lent_after_they_ran",
+    ) {
+        return;
+    }
+    for _ in 0..20 {
+        let m = matrix(&device);
+        // Enqueued on cubecl's stream and still running when the export begins.
+        let y = m.clone().matmul(m.transpose()) * 2.0 + 1.0;
+        let managed = BurnCudaTensor::new(y.clone())
+            .unwrap()
+            .into_dlpack_with(&to_stream(&b))
+            .unwrap();
+        let values: Vec<f32> = elements(&managed, &b);
+        assert_eq!(values, expected_gram());
+        assert_eq!(y.into_data().to_vec::<f32>().unwrap(), expected_gram());
+    }
+}
+
+#[test]
+fn gpu_an_import_feeds_burns_kernels() {
+    let (device, a, checker) = setup();
+    if !kernels_run(&checker, "gpu_an_import_feeds_burns_kernels") {
+        return;
+    }
+    let counter = Counter::new();
+    let buf = a.alloc_zeros::<u32>(1 << 20).unwrap();
+    let gate = Gate::hold(&a);
+    fill(&buf, &a, 7);
+    let releaser = release_later(gate);
+    let t: Tensor<B, 1, Int> =
+        tensor_from_dlpack(GpuTensor::new(buf, &a, &counter), &device).unwrap();
+    releaser.join().unwrap();
+    assert_eq!(counter.get(), 1);
+    let sum: f32 = (t.float() * 2.0 + 1.0).sum().into_scalar();
+    assert_eq!(
+        sum,
+        15.0 * (1 << 20) as f32,
+        "every element was 7 when burn read it"
+    );
+    // A strided import (the transpose of a 3x4 matrix) into a matmul.
+    let host: Vec<u32> = (0..12).collect();
+    let producer = GpuStrided {
+        data: a.clone_htod(&host).unwrap(),
+        shape: vec![4, 3],
+        strides: vec![1, 4],
+        byte_offset: 0,
+        stream: a.clone(),
+        guard: DropGuard::default(),
+    };
+    let mt: Tensor<B, 2, Int> = tensor_from_dlpack(producer, &device).unwrap();
+    let gram = matrix(&device).matmul(mt.float()) * 2.0 + 1.0;
+    assert_eq!(gram.into_data().to_vec::<f32>().unwrap(), expected_gram());
+}
+
+#[test]
+fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways() {
+    let (device, _b, checker) = setup();
+    if !kernels_run(
+        &checker,
+        "gpu_half_precision_tensors_go_through_burns_kernels_both_ways",
+    ) {
+        return;
+    }
+    for dtype in [DType::F16, DType::BF16] {
+        let m = matrix(&device).cast(dtype);
+        let y = m.clone() * 2.0 - 3.0;
+        let back: Tensor<B, 2> =
+            tensor_from_dlpack(BurnCudaTensor::new(y).unwrap(), &device).unwrap();
+        assert_eq!(back.dtype(), dtype);
+        let z = (back + 3.0).cast(DType::F32) / 2.0;
+        let values: Vec<f32> = z.into_data().to_vec().unwrap();
+        assert_eq!(values, (0..12).map(|v| v as f32).collect::<Vec<_>>());
+    }
 }
