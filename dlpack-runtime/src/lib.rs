@@ -206,7 +206,7 @@ pub mod burn {
     //!   For device backends (`burn-cuda`, `burn-wgpu`, ...) that is a copy to host memory,
     //!   made after the device's pending work on the tensor (burn's `into_data` waits for it);
     //!   the consumer gets CPU memory. burn's CUDA backend lends its device memory in place
-    //!   with the `burn-cuda` feature ([`cuda`](self::cuda)), after a host wait for its work.
+    //!   with the `burn-cuda` feature (module `burn::cuda`), after a host wait for its work.
     //! - **Import** ([`tensor_from_managed`], [`tensor_from_dlpack`], and with the `python`
     //!   feature [`tensor_from_py`]): a C-contiguous host tensor aligned for its dtype becomes
     //!   a burn CPU tensor without a copy: burn-ndarray keeps foreign memory as borrowed

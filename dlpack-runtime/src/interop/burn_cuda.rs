@@ -15,8 +15,8 @@ use cudarc::driver::CudaStream;
 
 use super::burn::{BurnError, burn_dtype, dlpack_dtype, tensor_data_from_managed};
 use crate::engine::cuda::{
-    CudaError, CurrentContext, bind, context, copy_into_device, driver_error, max_pitch,
-    synchronize,
+    AfterFailedWait, CudaError, CurrentContext, after_failed_wait, bind, context, copy_into_device,
+    driver_error, leak, max_pitch, synchronize,
 };
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest};
 use crate::plan::copy::StridedCopy;
@@ -308,6 +308,8 @@ fn cuda_dtype(found: DataType, kind: &'static str, bool_dtype: DType) -> Result<
 /// another stream of the device's primary context): its producer was given `stream` as the
 /// consumer's stream, or its work on the memory has finished. [`tensor_from_dlpack`] asks the
 /// producer so. Events the tensor carries ([`ManagedTensor::ready_events`]) are waited on too.
+/// `bool` elements in device memory are copied as they are (checking that each is 0 or 1 would
+/// take a read of the device's memory); host `bool` elements are checked.
 /// Host memory (`kDLCPU`) is uploaded by burn (`Tensor::from_data`); `stream` is then not
 /// used.
 ///
@@ -403,6 +405,15 @@ where
         // Wait even after a failed enqueue: the copies already enqueued read the producer's
         // memory and write the handle's.
         let waited = synchronize(stream.cu_stream());
+        if let Err(err) = &waited {
+            if !matches!(after_failed_wait(err), AfterFailedWait::Free) {
+                // The copies may still run: neither memory may be reused while they might.
+                leak("an import into burn whose copy could not be waited for");
+                core::mem::forget(handle);
+                core::mem::forget(managed);
+                return Err(err.clone().into());
+            }
+        }
         enqueued.and(waited)?;
     }
     drop(managed);
