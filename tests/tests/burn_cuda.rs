@@ -8,7 +8,8 @@
 //! of burn's client, before burn sees the tensor. On the simulator its happens-before checker
 //! reports no violation for either, and reports the race in the negative controls: an export
 //! that skips the wait (`from_primitive_unsynchronized`), an import from a producer asked for no
-//! ordering (`stream=-1`). Dtypes both ways, strided imports, refusals, the deleter once.
+//! ordering (`stream=-1`). Dtypes both ways, strided imports, a host copy, refusals, the
+//! deleter once.
 //!
 //! burn's kernels need NVRTC and a GPU, which the simulator does not run: the round trips
 //! through burn's operations (`gpu_` tests) run on a GPU only and say they are skipped on the
@@ -28,7 +29,9 @@ use dlpack_runtime::burn::BurnError;
 use dlpack_runtime::burn::cuda::{
     BurnCudaTensor, consumer_stream, tensor_from_dlpack, tensor_from_managed,
 };
-use dlpack_runtime::{DataType, Device, DlpackExport, ExportRequest, ManagedTensor};
+use dlpack_runtime::{
+    DataType, Device, DlpackExport, ExportRequest, ImportBuffer, ImportedData, ManagedTensor,
+};
 use dlpack_tests::gpu::{GpuStrided, GpuTensor};
 use dlpack_tests::types::tensor;
 use dlpack_tests::{Counter, DropGuard};
@@ -245,6 +248,25 @@ fn a_transposed_burn_cuda_tensor_is_lent_with_its_strides() {
     assert_eq!(&values[..4], [0.0, 4.0, 8.0, 1.0]);
     drop(managed);
     assert_clean(&checker, "a transposed export");
+}
+
+#[test]
+fn a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor() {
+    let (device, _b, checker) = setup();
+    // `dl_device=(CPU, 0)`: the export copies the transposed tensor to compact host memory.
+    let managed = BurnCudaTensor::new(matrix(&device).transpose())
+        .unwrap()
+        .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
+        .unwrap();
+    assert!(managed.is_copied());
+    assert_eq!(Device::from_raw(managed.dl_tensor().device), Device::CPU);
+    let view = ImportedData::<f32>::from_managed(managed).unwrap();
+    assert_eq!(
+        view.as_slice().unwrap(),
+        [0.0, 4.0, 8.0, 1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0, 7.0, 11.0]
+    );
+    drop(view);
+    assert_clean(&checker, "a host copy");
 }
 
 #[test]
