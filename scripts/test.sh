@@ -17,12 +17,13 @@ cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
 cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
 rustfmt --check --edition 2024 tests/fixtures/kit-packaged/tests/registry.rs
-echo "==> cargo clippy (default features, all features, each of cuda, python and burn alone, python on abi3)"
+echo "==> cargo clippy (default features, all features, each of cuda, python, burn and burn-cuda alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features burn --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features burn-cuda --locked -- -D warnings
 # The limited API before 3.12 has no vectorcall: `from_dlpack` then calls with a keyword dict.
 CARGO_TARGET_DIR=target/abi3 \
     cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
@@ -59,7 +60,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff --test burn_cuda
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture
@@ -163,7 +164,7 @@ elif ! rustup target add aarch64-unknown-linux-gnu; then
 else
     cargo clippy --locked --target aarch64-unknown-linux-gnu -p dlpack-runtime --no-default-features --lib -- -D warnings
 fi
-echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, burn on 1.92, candle on 1.94"
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, burn and burn-cuda on 1.92, candle on 1.94"
 msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
 import json, sys
 versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
@@ -183,10 +184,12 @@ else
 fi
 # Some features need more than the crate's declared rust-version: `cuda` needs Rust 1.88
 # (cudarc 0.19 and its libloading 0.9 require it), `candle` needs Rust 1.94 (candle-core 0.11
-# uses intrinsics made safe in 1.94), `burn` needs Rust 1.92 (burn 0.21's rust-version).
-# cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
+# uses intrinsics made safe in 1.94), `burn` and `burn-cuda` need Rust 1.92 (the rust-version
+# of burn 0.21 and cubecl 0.10). cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
+# `burn-cuda` (cubecl and its kernels, about two minutes of checking on two cores) is checked
+# on 1.92 only: the 1.94 leg names every other feature instead of `--all-features`.
 all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
-for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.92.0 --features dlpack-runtime/burn,dlpack-runtime/python" "1.94.0 --all-features"; do
+for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.92.0 --features dlpack-runtime/burn,dlpack-runtime/burn-cuda,dlpack-runtime/python" "1.94.0 --features $all_but_candle,dlpack-runtime/burn,dlpack-runtime/candle"; do
     version="${pair%% *}"
     features="${pair#* }"
     if ! command -v rustup >/dev/null 2>&1; then
