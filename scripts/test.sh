@@ -17,10 +17,11 @@ cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
 cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
 rustfmt --check --edition 2024 tests/fixtures/kit-packaged/tests/registry.rs
-echo "==> cargo clippy (default features, all features, each of cuda, python, burn and burn-cuda alone, python on abi3)"
+echo "==> cargo clippy (default features, all features, each of cuda, hip, python, burn and burn-cuda alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features hip --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features burn --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features burn-cuda --locked -- -D warnings
@@ -28,7 +29,7 @@ cargo clippy -p dlpack-runtime --all-targets --features burn-cuda --locked -- -D
 CARGO_TARGET_DIR=target/abi3 \
     cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
 # Free-threaded CPython (`Py_GIL_DISABLED`), configured by a pyo3 config file: no such interpreter needed.
-for features in python python,cuda; do
+for features in python python,hip; do
     PYO3_CONFIG_FILE="$PWD/scripts/pyo3-free-threaded.cfg" CARGO_TARGET_DIR=target/free-threaded \
         cargo clippy -p dlpack-runtime --lib --features "$features" --locked -- -D warnings
 done
@@ -188,7 +189,7 @@ fi
 # of burn 0.21 and cubecl 0.10). cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
 # `burn-cuda` (cubecl and its kernels, about two minutes of checking on two cores) is checked
 # on 1.92 only: the 1.94 leg names every other feature instead of `--all-features`.
-all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
+all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda,dlpack-runtime/hip
 for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.92.0 --features dlpack-runtime/burn,dlpack-runtime/burn-cuda,dlpack-runtime/python" "1.94.0 --features $all_but_candle,dlpack-runtime/burn,dlpack-runtime/candle"; do
     version="${pair%% *}"
     features="${pair#* }"
