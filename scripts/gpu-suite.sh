@@ -19,7 +19,10 @@
 # CuPy both ways with their streams, copies, the C exchange API from torch; the CUDA Array
 # Interface both ways with the extension alone, CuPy and Numba; test_multi_gpu.py across GPUs).
 # The simulator-only negative controls (tests/tests/cuda_checker.rs, cuda_sim_kernels.rs,
-# cuda_sim_graphs.rs) do not run here.
+# cuda_sim_graphs.rs) do not run here. Nor does examples/python-ext/gpu_tests/test_rocm.py:
+# it needs a ROCm machine (libamdhip64), not an NVIDIA one. There, build the extension with
+# `--features cuda,hip` and run that file with pytest (values only: the checker and the negative
+# controls are the simulator's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
