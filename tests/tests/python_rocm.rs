@@ -6,7 +6,9 @@
 //! producer's `__dlpack__` raises, so a fall back to it fails the test.
 //!
 //! Run with the simulator on the library path (`scripts/cuda-sim.sh`), as the test command
-//! does; without it the test says so and passes (the no-runtime paths are covered elsewhere).
+//! does; without any HIP runtime each test says it is skipped (the no-runtime paths are covered
+//! elsewhere), unless `DLPACK_TESTS_EXPECT_DRIVER=present`. On a ROCm machine (no checker) they
+//! refuse to run.
 #![cfg(all(feature = "python", feature = "hip"))]
 
 use core::ffi::c_void;
@@ -229,12 +231,22 @@ fn read_on(managed: &ManagedTensor, reader: &Arc<HipStream>) -> Vec<u32> {
     result.to_host().unwrap()
 }
 
+/// The checker, or `None` (the test says it is skipped) without a HIP runtime, which
+/// `DLPACK_TESTS_EXPECT_DRIVER=present` does not allow.
 fn setup() -> Option<Checker> {
     if dlpack_runtime::hip::init().is_err() {
+        assert_ne!(
+            dlpack_tests::expected_driver(),
+            Some(true),
+            "the simulator was expected on the library path"
+        );
         eprintln!("skipped: no HIP runtime (put the simulator's directory on LD_LIBRARY_PATH)");
         return None;
     }
-    Checker::attach()
+    Some(
+        Checker::attach()
+            .expect("the HIP runtime loaded is the simulator, whose checker the test reads"),
+    )
 }
 
 #[test]
