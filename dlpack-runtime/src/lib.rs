@@ -69,7 +69,7 @@
 //! | `burn` | no | burn CPU tensors (`burn-ndarray`) lent zero-copy (`burn::BurnTensor`), any backend's tensor lent through its host data (`burn::BurnData`), burn CPU tensors built from any DLPack tensor (zero-copy for C-contiguous host memory); implies `half`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
-//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
+//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, `python::from_dlpack` of ROCm producers on a consumer HIP stream (with `python`), on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
 //!
 //! # Safety model
 //!
