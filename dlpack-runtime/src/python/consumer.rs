@@ -131,7 +131,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
 /// such a producer, or one that ignores `dl_device`) is copied to the host after an event
 /// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
-/// the copy reads after the work the producer ordered before that stream. With `device` a CUDA
+/// the copy reads after the work the producer ordered before that stream; ROCm memory so
+/// handed over (feature `hip`) is copied to the host after the consumer's `stream` too (ROCm
+/// column: `None` and `0` the default stream; none for `-1`). With `device` a CUDA
 /// device (feature `cuda`), host memory, or CUDA memory of another device, handed over where
 /// that device was asked is copied onto it here, on the consumer's `stream` (a stream of that
 /// device), unless `copy=False`. The capsule is
@@ -705,7 +707,9 @@ fn via_host_memory(
 /// so the tensor is first made to carry an event recorded on that stream ([`made_ready`];
 /// `None`: the legacy default stream), which the copy's stream waits on
 /// (`cuStreamWaitEvent`): the copy reads after everything ordered before the consumer's
-/// stream. `stream=-1` asks for no synchronization, and gets none.
+/// stream. `stream=-1` asks for no synchronization, and gets none. ROCm memory handed over so
+/// (feature `hip`) is copied the same way on the HIP runtime: this crate's copy stream waits for
+/// the consumer's `stream` (ROCm column: `None` and `0` the default stream) before the copy.
 fn settle(
     managed: ManagedTensor,
     options: &FromDlpackOptions,
@@ -719,7 +723,7 @@ fn settle(
     // producer should have done (feature `cuda`).
     let copy_to_host = unreachable == Some(Device::CPU)
         && COPIES_CUDA_MEMORY
-        && found.device_type == crate::DeviceType::Cuda
+        && (found.device_type == crate::DeviceType::Cuda || is_rocm(found))
         && options.copy != Some(false);
     let copy_to_device = unreachable.filter(|&wanted| {
         COPIES_CUDA_MEMORY
@@ -746,7 +750,12 @@ fn settle(
         // stream the producer was asked to order its work on, a host copy waits on an event
         // of that stream.
         let request = ExportRequest::versioned().copy(Some(true));
-        let (managed, request) = if copy_to_host {
+        let (managed, request) = if copy_to_host && is_rocm(found) {
+            // ROCm memory (feature `hip`): the copy's stream waits for the consumer's stream.
+            #[cfg(feature = "hip")]
+            crate::export::order_stream_before_host_copy(found, options.stream)?;
+            (managed, request.dl_device(Device::CPU))
+        } else if copy_to_host {
             (
                 made_ready(managed, options)?,
                 request.dl_device(Device::CPU),
@@ -757,6 +766,11 @@ fn settle(
         return serve(managed, &request).map_err(Into::into);
     }
     Ok(managed)
+}
+
+/// Whether `device` is ROCm device memory this build copies to the host (feature `hip`).
+const fn is_rocm(device: Device) -> bool {
+    cfg!(feature = "hip") && matches!(device.device_type, crate::DeviceType::Rocm)
 }
 
 /// Makes a tensor taken through a C exchange API without synchronization safe to use as

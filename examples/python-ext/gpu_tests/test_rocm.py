@@ -231,6 +231,60 @@ def test_each_export_is_deleted_once():
     assert sys.getrefcount(x) == baseline
 
 
+def test_our_consumer_gets_a_host_copy_from_the_producer():
+    # from_dlpack(device=cpu) asks the producer for dl_device=(CPU, 0): it copies to the host
+    # after its held write (the gate opened by a thread while the host waits).
+    x, gate = gated()
+    releaser = releasing_later(gate)
+    assert de.host_sum(x) == expected_sum()
+    releaser.join(5)
+    # A stream names a stream of the device asked for, the host here: only None is valid.
+    with pytest.raises(ValueError):
+        de.host_sum(de.rocm_arange(N), de.rocm_stream())
+
+
+class IgnoresDevice:
+    """A producer that ignores `dl_device` and hands over its ROCm memory. As `__dlpack__`
+    asks, it orders its pending write before the consumer's `stream` (an event dependency, by
+    an export to that stream that it drops unused); the tensor it hands over is then taken
+    with stream=-1: only the consumer's stream is ordered after the write."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        self.inner.__dlpack__(stream=stream, max_version=max_version)
+        return self.inner.__dlpack__(stream=-1, max_version=max_version)
+
+
+@pytest.mark.parametrize("which", ["created", "zero", "none"])
+def test_our_host_copy_of_rocm_memory_handed_over_despite_dl_device_follows_the_consumer_stream(which):
+    # Our consumer asks for dl_device=(CPU, 0) with a consumer stream; the producer hands over
+    # ROCm memory whose held write only the consumer's stream is ordered after. The host copy
+    # our consumer makes must wait for that stream (the gate opened by a thread meanwhile).
+    stream = {"created": de.rocm_stream(), "zero": 0, "none": None}[which]
+    x, gate = gated()
+    releaser = releasing_later(gate)
+    assert de.host_sum(IgnoresDevice(x), stream) == expected_sum()
+    releaser.join(5)
+
+
+@needs_checker
+def test_the_checker_sees_a_host_copy_of_rocm_memory_handed_over_without_synchronization():
+    # The negative control: the same import with stream=-1 (no synchronization asked, none
+    # made); our host copy reads while the producer's write is held.
+    x, gate = gated()
+    de.host_sum(IgnoresDevice(x), -1)  # the value read may be anything
+    report = _report()
+    gate.release()
+    assert _runtime.cuSimViolations() >= 1, "the checker missed the unordered host copy"
+    assert "hipMemcpyAsync" in report, report
+    _runtime.cuSimReset()
+
+
 class SkipSync:
     """Forwards the DLPack protocol, asking the producer for no synchronization (stream=-1)."""
 
