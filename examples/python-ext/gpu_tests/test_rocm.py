@@ -90,9 +90,9 @@ def _mapped_runtimes():
 
 
 @pytest.fixture(autouse=True)
-def no_violations(request):
+def no_violations():
     """On the simulator: starts each test with a clean checker and fails it on any violation
-    (the negative controls, marked `race`, check and reset the checker themselves)."""
+    (the negative controls assert theirs, then reset the checker)."""
     if SIMULATOR:
         _runtime.cuSimReset()
     yield
