@@ -25,7 +25,9 @@
 # other tests as on the simulator, without its checker.
 # The simulator-only negative controls (tests/tests/cuda_checker.rs, cuda_sim_kernels.rs,
 # cuda_sim_graphs.rs, and those of burn_cuda.rs, which say they need the simulator) do not run
-# here.
+# here. Nor does examples/python-ext/gpu_tests/test_rocm.py: it needs a ROCm machine
+# (libamdhip64), not an NVIDIA one. There, build the extension with `--features cuda,hip` and run
+# that file with pytest (values only: the checker and the negative controls are the simulator's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in

@@ -42,7 +42,7 @@ else
     ft_venv="$PWD/target/free-threaded-ext/venv"
     [ -x "$ft_venv/bin/python" ] || "$ft_python" -m venv "$ft_venv"
     CARGO_TARGET_DIR=target/free-threaded-ext timeout 1800 .venv/bin/maturin build --quiet --release \
-        --features cuda -i "$ft_venv/bin/python" -o target/free-threaded-ext/wheels \
+        --features cuda,hip -i "$ft_venv/bin/python" -o target/free-threaded-ext/wheels \
         --manifest-path examples/python-ext/Cargo.toml
     env -u PYTHONPATH "$ft_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         --no-index --no-deps --force-reinstall --find-links target/free-threaded-ext/wheels dlpack-example
@@ -91,11 +91,11 @@ DLPACK_TESTS_EXPECT_DRIVER=absent \
         --lib --test cuda --test exchange --test python_protocol --test handoff \
         -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
         c_exchange_api_of_cuda_memory a_host_copy_of_cuda_memory without_libamdhip64
-echo "==> example extension module (feature cuda, release) and its borrow peer: maturin develop into .venv, then pytest"
+echo "==> example extension module (features cuda and hip, release) and its borrow peer: maturin develop into .venv, then pytest"
 # Release builds: the borrow tests (tests/test_borrows.py) call functions that a release build
 # would miscompile if two imports of one array could both hand out `&mut [f32]`. The peer is a
 # second extension module with its own copy of dlpack-runtime (one borrow registry per process).
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda --manifest-path examples/python-ext/Cargo.toml
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,hip --manifest-path examples/python-ext/Cargo.toml
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path tests/python-peer/Cargo.toml
 timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
 # mpi4py and MPICH's wheel: our tensors through Send/Recv, Isend/Irecv, Bcast, Allreduce on 2 ranks.
@@ -106,6 +106,8 @@ echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+echo "==> the extension's ROCm functions from Python, on the simulator's HIP face (libamdhip64.so in the same directory)"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_rocm.py
 echo "==> copies across CUDA devices from Python, on the CUDA simulator with two devices and with four"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
 CUDA_SIM_DEVICES=4 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
@@ -116,10 +118,11 @@ echo "==> the example extension as an abi3 wheel (pyo3/abi3-py311, as most publi
 # several threads at once and the deleter counts, against the limited-API build, which learns
 # whether a thread is attached otherwise than the full-API build (`abi::gil`). Installed over
 # the full-API build, which no later step uses.
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,abi3 --manifest-path examples/python-ext/Cargo.toml
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,hip,abi3 --manifest-path examples/python-ext/Cargo.toml
 .venv/bin/python -c 'import sys, dlpack_example.dlpack_example as m; print(m.__file__); sys.exit(0 if ".abi3." in m.__file__ else "the installed extension is not the abi3 build")'
 timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
-LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py \
+    examples/python-ext/gpu_tests/test_rocm.py
 # The same GIL, thread and deleter tests with the fallback an abi3 wheel takes where the
 # interpreter's PyGILState_Check cannot be looked up (Windows; PyPy): the entry points' marks.
 DLPACK_RUNTIME_ATTACHED_QUERY=marks LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q \

@@ -70,7 +70,7 @@
 //! | `burn-cuda` | no | burn's CUDA backend (`burn-cuda`, cubecl): its tensors lent zero-copy as CUDA memory after a host wait for burn's work (`burn::cuda::BurnCudaTensor`), and built from any DLPack tensor by a device copy on a stream of this crate; implies `burn` and `cuda`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
-//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
+//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, `python::from_dlpack` of ROCm producers on a consumer HIP stream (with `python`), on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
 //!
 //! # Safety model
 //!

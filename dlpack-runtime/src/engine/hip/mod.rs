@@ -26,6 +26,8 @@ mod sys;
 pub use memory::HipSlice;
 pub(crate) use memory::{copy_span_to_host, copy_stream};
 pub use stream::HipStream;
+#[cfg(feature = "python")]
+pub(crate) use stream::order_raw;
 pub(crate) use stream::{order_before, synchronize_streams};
 pub(crate) use sys::hipStream_t;
 use sys::{Api, SUCCESS, hipError_t};
