@@ -18,8 +18,16 @@
 # the suite says how many GPUs it found), then examples/python-ext/gpu_tests (NumPy, PyTorch and
 # CuPy both ways with their streams, copies, the C exchange API from torch; the CUDA Array
 # Interface both ways with the extension alone, CuPy and Numba; test_multi_gpu.py across GPUs).
+# Then tests/tests/burn_cuda.rs (feature `burn-cuda`): burn's CUDA backend both ways, its
+# `gpu_` tests through burn's kernels (matmul, elementwise, sum, casts to and from float16 and
+# bfloat16; cubecl compiles them when they first run, with NVRTC and the CUDA headers: the run
+# step takes those of the nvidia wheels that PyTorch installs where the system has none), the
+# other tests as on the simulator, without its checker.
 # The simulator-only negative controls (tests/tests/cuda_checker.rs, cuda_sim_kernels.rs,
-# cuda_sim_graphs.rs) do not run here.
+# cuda_sim_graphs.rs, and those of burn_cuda.rs, which say they need the simulator) do not run
+# here. Nor does examples/python-ext/gpu_tests/test_rocm.py: it needs a ROCm machine
+# (libamdhip64), not an NVIDIA one. There, build the extension with `--features cuda,hip` and run
+# that file with pytest (values only: the checker and the negative controls are the simulator's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
@@ -34,6 +42,14 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("cuda", "cuda_driver", "cuda_multi_device"):
         print(m["target"]["name"], m["executable"])' > gpu-bundle/.bin
+    # burn's CUDA backend (cubecl): a binary of its own, so the other suites build without it.
+    cargo test --locked --release -p dlpack-tests --features burn-cuda --test burn_cuda \
+        --no-run --message-format=json \
+        | .venv/bin/python -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "burn_cuda":
+        print(m["target"]["name"], m["executable"])' >> gpu-bundle/.bin
     while read -r name exe; do
         cp "$exe" "gpu-bundle/$name-tests"
         strip "gpu-bundle/$name-tests"
@@ -62,6 +78,18 @@ run)
             echo "gpu-suite: $gpus GPUs: the multi-device tests run"
         fi
         ./gpu-bundle/cuda_multi_device-tests --test-threads=1 --nocapture || [ "$status" -ne 0 ] || status=$?
+        # cubecl compiles burn's kernels when they first run, with NVRTC (libnvrtc.so.13 or .12,
+        # loaded from the library path) and the CUDA headers ($CUDA_PATH/include, else
+        # /usr/local/cuda/include): those of the nvidia wheels PyTorch installs where the
+        # system has none.
+        nvrtc="$(python3 -c 'import glob, os, nvidia; print(":".join(sorted({os.path.dirname(p) for d in nvidia.__path__ for p in glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so*"))})))' 2>/dev/null || true)"
+        headers="$(python3 -c 'import glob, os, nvidia; print(next(iter(sorted(os.path.dirname(os.path.dirname(p)) for d in nvidia.__path__ for p in glob.glob(os.path.join(d, "*", "include", "cuda_fp16.h")))), ""))' 2>/dev/null || true)"
+        if [ -z "${CUDA_PATH:-}" ] && [ ! -d /usr/local/cuda/include ] && [ -n "$headers" ]; then
+            export CUDA_PATH="$headers"
+        fi
+        echo "gpu-suite: NVRTC from ${nvrtc:-the system library path}, CUDA headers from ${CUDA_PATH:-/usr/local/cuda}/include"
+        LD_LIBRARY_PATH="${nvrtc:+$nvrtc:}${LD_LIBRARY_PATH:-}" \
+            ./gpu-bundle/burn_cuda-tests --test-threads=1 --nocapture || [ "$status" -ne 0 ] || status=$?
         PYTHONPATH="$PWD/gpu-bundle/site" PYTHONUNBUFFERED=1 python3 -m pytest -q -s \
             gpu-bundle/test_cuda_numpy.py gpu-bundle/test_gpu.py gpu-bundle/test_multi_gpu.py \
             || [ "$status" -ne 0 ] || status=$?

@@ -17,17 +17,19 @@ cargo fmt --check --manifest-path tests/fixtures/kit-user/Cargo.toml
 cargo fmt --check --manifest-path examples/python-ext/Cargo.toml
 cargo fmt --check --manifest-path tests/python-peer/Cargo.toml
 rustfmt --check --edition 2024 tests/fixtures/kit-packaged/tests/registry.rs
-echo "==> cargo clippy (default features, all features, each of cuda, python and burn alone, python on abi3)"
+echo "==> cargo clippy (default features, all features, each of cuda, hip, python, burn and burn-cuda alone, python on abi3)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features cuda --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features hip --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features python --locked -- -D warnings
 cargo clippy -p dlpack-runtime --all-targets --features burn --locked -- -D warnings
+cargo clippy -p dlpack-runtime --all-targets --features burn-cuda --locked -- -D warnings
 # The limited API before 3.12 has no vectorcall: `from_dlpack` then calls with a keyword dict.
 CARGO_TARGET_DIR=target/abi3 \
     cargo clippy -p dlpack-runtime --lib --features python,pyo3/abi3-py311 --locked -- -D warnings
 # Free-threaded CPython (`Py_GIL_DISABLED`), configured by a pyo3 config file: no such interpreter needed.
-for features in python python,cuda; do
+for features in python python,hip; do
     PYO3_CONFIG_FILE="$PWD/scripts/pyo3-free-threaded.cfg" CARGO_TARGET_DIR=target/free-threaded \
         cargo clippy -p dlpack-runtime --lib --features "$features" --locked -- -D warnings
 done
@@ -40,7 +42,7 @@ else
     ft_venv="$PWD/target/free-threaded-ext/venv"
     [ -x "$ft_venv/bin/python" ] || "$ft_python" -m venv "$ft_venv"
     CARGO_TARGET_DIR=target/free-threaded-ext timeout 1800 .venv/bin/maturin build --quiet --release \
-        --features cuda -i "$ft_venv/bin/python" -o target/free-threaded-ext/wheels \
+        --features cuda,hip -i "$ft_venv/bin/python" -o target/free-threaded-ext/wheels \
         --manifest-path examples/python-ext/Cargo.toml
     env -u PYTHONPATH "$ft_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         --no-index --no-deps --force-reinstall --find-links target/free-threaded-ext/wheels dlpack-example
@@ -59,7 +61,7 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff --test burn_cuda
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture
@@ -89,11 +91,11 @@ DLPACK_TESTS_EXPECT_DRIVER=absent \
         --lib --test cuda --test exchange --test python_protocol --test handoff \
         -- cuda::tests:: without_a_driver_exports copies_of_cuda_memory_need_the_driver \
         c_exchange_api_of_cuda_memory a_host_copy_of_cuda_memory without_libamdhip64
-echo "==> example extension module (feature cuda, release) and its borrow peer: maturin develop into .venv, then pytest"
+echo "==> example extension module (features cuda and hip, release) and its borrow peer: maturin develop into .venv, then pytest"
 # Release builds: the borrow tests (tests/test_borrows.py) call functions that a release build
 # would miscompile if two imports of one array could both hand out `&mut [f32]`. The peer is a
 # second extension module with its own copy of dlpack-runtime (one borrow registry per process).
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda --manifest-path examples/python-ext/Cargo.toml
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,hip --manifest-path examples/python-ext/Cargo.toml
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --manifest-path tests/python-peer/Cargo.toml
 timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
 # mpi4py and MPICH's wheel: our tensors through Send/Recv, Isend/Irecv, Bcast, Allreduce on 2 ranks.
@@ -104,6 +106,8 @@ echo "==> the candle example: candle tensors to and from NumPy"
 cargo run --quiet --locked -p dlpack-examples --example candle --features python,candle
 echo "==> the extension's CUDA functions from Python, on the CUDA simulator"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+echo "==> the extension's ROCm functions from Python, on the simulator's HIP face (libamdhip64.so in the same directory)"
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_rocm.py
 echo "==> copies across CUDA devices from Python, on the CUDA simulator with two devices and with four"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
 CUDA_SIM_DEVICES=4 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_multi_gpu.py
@@ -114,10 +118,11 @@ echo "==> the example extension as an abi3 wheel (pyo3/abi3-py311, as most publi
 # several threads at once and the deleter counts, against the limited-API build, which learns
 # whether a thread is attached otherwise than the full-API build (`abi::gil`). Installed over
 # the full-API build, which no later step uses.
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,abi3 --manifest-path examples/python-ext/Cargo.toml
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --quiet --release --features cuda,hip,abi3 --manifest-path examples/python-ext/Cargo.toml
 .venv/bin/python -c 'import sys, dlpack_example.dlpack_example as m; print(m.__file__); sys.exit(0 if ".abi3." in m.__file__ else "the installed extension is not the abi3 build")'
 timeout 900 .venv/bin/python -m pytest -q examples/python-ext/tests --ignore=examples/python-ext/tests/test_torch.py
-LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q examples/python-ext/gpu_tests/test_cuda_numpy.py \
+    examples/python-ext/gpu_tests/test_rocm.py
 # The same GIL, thread and deleter tests with the fallback an abi3 wheel takes where the
 # interpreter's PyGILState_Check cannot be looked up (Windows; PyPy): the entry points' marks.
 DLPACK_RUNTIME_ATTACHED_QUERY=marks LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 .venv/bin/python -m pytest -q \
@@ -163,7 +168,7 @@ elif ! rustup target add aarch64-unknown-linux-gnu; then
 else
     cargo clippy --locked --target aarch64-unknown-linux-gnu -p dlpack-runtime --no-default-features --lib -- -D warnings
 fi
-echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, burn on 1.92, candle on 1.94"
+echo "==> MSRV: dlpack-runtime and dlpack-derive on their declared rust-version; cuda, cuda-sim and cuda-sim-testing on 1.88, burn and burn-cuda on 1.92, candle on 1.94"
 msrv="$(cargo metadata --no-deps --format-version 1 --locked | .venv/bin/python -c '
 import json, sys
 versions = {p["rust_version"] for p in json.load(sys.stdin)["packages"]
@@ -183,10 +188,12 @@ else
 fi
 # Some features need more than the crate's declared rust-version: `cuda` needs Rust 1.88
 # (cudarc 0.19 and its libloading 0.9 require it), `candle` needs Rust 1.94 (candle-core 0.11
-# uses intrinsics made safe in 1.94), `burn` needs Rust 1.92 (burn 0.21's rust-version).
-# cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
-all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda
-for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.92.0 --features dlpack-runtime/burn,dlpack-runtime/python" "1.94.0 --all-features"; do
+# uses intrinsics made safe in 1.94), `burn` and `burn-cuda` need Rust 1.92 (the rust-version
+# of burn 0.21 and cubecl 0.10). cuda-sim and cuda-sim-testing, on cudarc, declare 1.88.
+# `burn-cuda` (cubecl and its kernels, about two minutes of checking on two cores) is checked
+# on 1.92 only: the 1.94 leg names every other feature instead of `--all-features`.
+all_but_candle=dlpack-runtime/python,dlpack-runtime/half,dlpack-runtime/num-complex,dlpack-runtime/ndarray,dlpack-runtime/float8,dlpack-runtime/cuda,dlpack-runtime/hip
+for pair in "1.88.0 -p cuda-sim -p cuda-sim-testing --features $all_but_candle" "1.92.0 --features dlpack-runtime/burn,dlpack-runtime/burn-cuda,dlpack-runtime/python" "1.94.0 --features $all_but_candle,dlpack-runtime/burn,dlpack-runtime/candle"; do
     version="${pair%% *}"
     features="${pair#* }"
     if ! command -v rustup >/dev/null 2>&1; then

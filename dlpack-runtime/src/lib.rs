@@ -67,9 +67,10 @@
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
 //! | `candle` | no | `candle_core::Tensor` lent zero-copy (`candle::CandleTensor`), candle tensors built from any DLPack tensor (a copy); implies `float8` and `half`; needs Rust 1.94 |
 //! | `burn` | no | burn CPU tensors (`burn-ndarray`) lent zero-copy (`burn::BurnTensor`), any backend's tensor lent through its host data (`burn::BurnData`), burn CPU tensors built from any DLPack tensor (zero-copy for C-contiguous host memory); implies `half`; needs Rust 1.92 |
+//! | `burn-cuda` | no | burn's CUDA backend (`burn-cuda`, cubecl): its tensors lent zero-copy as CUDA memory after a host wait for burn's work (`burn::cuda::BurnCudaTensor`), and built from any DLPack tensor by a device copy on a stream of this crate; implies `burn` and `cuda`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
-//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
+//! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, copies of ROCm memory to the host, `HipStream` and `HipSlice`, `python::from_dlpack` of ROCm producers on a consumer HIP stream (with `python`), on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
 //!
 //! # Safety model
 //!
@@ -206,11 +207,8 @@ pub mod burn {
     //!   burn's [`TensorData`](burn_tensor::TensorData)), lent read-only, compact row-major.
     //!   For device backends (`burn-cuda`, `burn-wgpu`, ...) that is a copy to host memory,
     //!   made after the device's pending work on the tensor (burn's `into_data` waits for it);
-    //!   the consumer gets CPU memory. Device memory is not lent in place: burn's `Tensor` gives
-    //!   no device pointer; the cubecl backends' primitive does (its client's `get_resource` of
-    //!   the tensor's handle), but cubecl exposes no stream or event for the tensor's pending
-    //!   work, so such an export could only wait on the host for all of the device's work
-    //!   (`client.sync()`), where DLPack asks for the consumer's stream to be ordered after it.
+    //!   the consumer gets CPU memory. burn's CUDA backend lends its device memory in place
+    //!   with the `burn-cuda` feature (module `burn::cuda`), after a host wait for its work.
     //! - **Import** ([`tensor_from_managed`], [`tensor_from_dlpack`], and with the `python`
     //!   feature [`tensor_from_py`]): a C-contiguous host tensor aligned for its dtype becomes
     //!   a burn CPU tensor without a copy: burn-ndarray keeps foreign memory as borrowed
@@ -263,6 +261,71 @@ pub mod burn {
     pub use crate::interop::burn::*;
     #[cfg(feature = "python")]
     pub use crate::python::burn::tensor_from_py;
+
+    #[cfg(feature = "burn-cuda")]
+    pub mod cuda {
+        //! burn's CUDA backend (feature `burn-cuda`: burn-cuda 0.21, cubecl-cuda 0.10, default
+        //! features off): tensors of `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (which
+        //! is `burn_cuda::Cuda` without burn-cuda's `fusion` feature) lent as CUDA memory
+        //! (`kDLCUDA`), and built from any DLPack tensor.
+        //!
+        //! - **Export, zero-copy** ([`BurnCudaTensor`]): the tensor's own device memory (the
+        //!   address cubecl's client gives for its handle, `ComputeClient::get_resource`), with
+        //!   cubecl's layout: shape and strides in elements, as cubecl keeps them (a
+        //!   transposed tensor is the same memory with its strides swapped; cubecl's pitched
+        //!   layouts pad rows; a sliced tensor starts at its handle's offset). Read-only: burn
+        //!   writes a buffer in place
+        //!   only through its sole handle, and the export holds one, with the client, until the
+        //!   consumer releases it.
+        //! - **Ordering, by a host wait.** DLPack orders a producer's pending work before the
+        //!   consumer's stream with an event: record on the producer's stream, wait on the
+        //!   consumer's (the `cuda` module docs). cubecl enqueues burn's work on streams of its
+        //!   own (one per host thread, `StreamId::current()`) and hands out neither those streams
+        //!   nor an event recorded on them, so [`BurnCudaTensor::new`] waits on the host instead:
+        //!   it asks the client for the handle's memory from this thread (which makes this
+        //!   thread's cubecl stream wait for the stream that last wrote the tensor) and then
+        //!   synchronizes that stream (`ComputeClient::sync`). **Cost: one host wait per export,
+        //!   for all of the work queued on that cubecl stream, not only the tensor's**; any
+        //!   consumer stream then reads finished values, and the `stream` of the request needs
+        //!   nothing more. A caller that has already waited (one `B::sync(&device)` before many
+        //!   exports) skips it with `unsafe` [`BurnCudaTensor::from_primitive_unsynchronized`].
+        //!   To make the export non-blocking, cubecl would have to expose, for a tensor's handle,
+        //!   either the `CUstream` of the work that writes it (the exporter would record an
+        //!   event there and make the consumer's stream wait on it) or such an event itself (a
+        //!   `CUevent` recorded after that work, as cubecl already records internally to order
+        //!   its own streams, `Fence` in cubecl-cuda).
+        //! - **Import, a device copy** ([`tensor_from_managed`], [`tensor_from_dlpack`]):
+        //!   cubecl's storage allocates and frees its own memory (`cuMemAllocAsync` on its
+        //!   stream, into pools it reuses) and has no way to hold memory it did not allocate, so
+        //!   burn cannot keep a producer's memory: the elements are copied. The memory is
+        //!   allocated through the tensor's client (`ComputeClient::empty`) and the host waits for
+        //!   cubecl's stream (the allocation, and earlier users of pooled memory, are then done);
+        //!   the producer is asked to order its work before a stream of this crate
+        //!   ([`consumer_stream`], passed as the export's `stream`; events the tensor carries are
+        //!   waited on too); the copy runs on that stream (one driver copy per 2-D block of any
+        //!   strides, into compact row-major memory); the host waits for the stream; the
+        //!   producer's deleter runs; and only then is the tensor handed to burn, whose stream
+        //!   this crate cannot order after its own. Two host waits per import. Host memory is
+        //!   uploaded by burn itself (`Tensor::from_data`). Memory of another CUDA device is
+        //!   asked for on the burn device (`dl_device`), which this crate's producers serve
+        //!   with a copy between devices.
+        //!
+        //! | DLPack dtype | CUDA backend tensor kind |
+        //! |---|---|
+        //! | `float32`, `float16`, `bfloat16` | `Float` (`float64` is refused: burn-cuda registers no `F64`) |
+        //! | `int8` to `int64`, `uint8` to `uint64` | `Int` |
+        //! | `bool` | `Bool`, where the device's burn bool dtype is one byte (`BoolStore::U8`, burn-cuda's default) |
+        //!
+        //! Exports carry every dtype of the table in the [`burn`](super) module docs that the
+        //! tensor has (burn-cuda's bools are `Bool(U8)`, lent as `bool`).
+        //!
+        //! The tests on the CUDA simulator (`tests/tests/burn_cuda.rs`) cover what is this
+        //! crate's: the wait before export and the ordering of the import, with the simulator's
+        //! checker, and their negative controls; burn's kernels need NVRTC and a GPU, so the
+        //! round trips through burn's operations run in `scripts/gpu-suite.sh`.
+
+        pub use crate::interop::burn_cuda::*;
+    }
 }
 #[cfg(feature = "cuda")]
 pub use interop::cuda;

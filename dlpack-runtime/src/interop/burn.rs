@@ -84,6 +84,29 @@ pub enum BurnError {
     /// The producer could not export.
     #[error(transparent)]
     Export(#[from] ExportError),
+    /// A driver call of this crate failed (feature `burn-cuda`).
+    #[cfg(feature = "burn-cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::engine::cuda::CudaError),
+    /// burn's CUDA backend (cubecl) reported an error (feature `burn-cuda`).
+    #[cfg(feature = "burn-cuda")]
+    #[error("burn's CUDA backend failed: {reason}")]
+    Backend {
+        /// cubecl's message.
+        reason: String,
+    },
+    /// The DLPack tensor's memory is on another device than the burn device asked for
+    /// (feature `burn-cuda`).
+    #[cfg(feature = "burn-cuda")]
+    #[error(
+        "a DLPack tensor on {found} cannot become a burn tensor on {expected} without a copy between devices, expected memory on {expected} or the host"
+    )]
+    Device {
+        /// The device of the tensor's memory.
+        found: crate::tensor::device::Device,
+        /// The burn tensor's device.
+        expected: crate::tensor::device::Device,
+    },
 }
 
 impl From<LayoutError> for BurnError {
@@ -93,7 +116,7 @@ impl From<LayoutError> for BurnError {
 }
 
 /// The DLPack dtype of a burn dtype, if it has one.
-fn dlpack_dtype(dtype: DType) -> Option<DataType> {
+pub(super) fn dlpack_dtype(dtype: DType) -> Option<DataType> {
     Some(match dtype {
         DType::F64 => DataType::F64,
         DType::F32 => DataType::F32,
@@ -436,7 +459,7 @@ impl<T: Element> AsRef<[u8]> for Lending<T> {
 }
 
 /// The burn dtype of a DLPack dtype, if burn has one.
-fn burn_dtype(dtype: DataType) -> Option<DType> {
+pub(super) fn burn_dtype(dtype: DataType) -> Option<DType> {
     Some(match dtype {
         DataType::F64 => DType::F64,
         DataType::F32 => DType::F32,

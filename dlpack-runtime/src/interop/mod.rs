@@ -3,6 +3,8 @@
 
 #[cfg(feature = "burn")]
 pub mod burn;
+#[cfg(feature = "burn-cuda")]
+pub mod burn_cuda;
 #[cfg(feature = "candle")]
 pub mod candle;
 #[cfg(feature = "cuda")]

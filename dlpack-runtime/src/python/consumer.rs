@@ -32,8 +32,10 @@ pub struct FromDlpackOptions {
     /// The consumer's stream, passed as `stream=` (the `stream` parameter of the array API's
     /// [`__dlpack__`](https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html):
     /// for CUDA a `cudaStream_t` as an integer, `1` or `2` for the default streams, `-1` for no
-    /// synchronization); `None` passes none, which a CUDA producer reads as the legacy default
-    /// stream.
+    /// synchronization; for ROCm a `hipStream_t` as an integer, `0` for the default stream, `-1`
+    /// for no synchronization, while `1` and `2` are refused with `ValueError`); `None` passes
+    /// none, which a CUDA producer reads as the legacy default stream and a ROCm producer as the
+    /// default stream.
     pub stream: Option<i64>,
     /// Whether an import through `__cuda_array_interface__` skips ordering the consumer's
     /// stream after the exported `stream` (set only by the `unsafe`
@@ -112,7 +114,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// `device`/`copy` is asked, the tensor is taken through `managed_tensor_from_py_object_no_sync`
 /// and kept if it is host memory with no `stream` asked, or (feature `cuda`) CUDA device memory, whose
 /// producer's `current_work_stream` is then ordered before the consumer's `stream` by an event
-/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would. A table whose call
+/// (`None`: the legacy default stream), as `__dlpack__(stream=...)` would; the same for ROCm
+/// device memory (feature `hip`), whose `current_work_stream` is a HIP stream, with `stream`
+/// read by the ROCm column (`None` and `0`: the default stream). A table whose call
 /// fails with `BufferError`, or fails without setting an exception (which `dlpack.h` does not
 /// allow, and some producers do), refuses that path. Otherwise, or then, with `device` a CUDA
 /// device (feature `cuda`), it asks `__dlpack_device__()` first: a producer on the host (`cpu`
@@ -127,7 +131,9 @@ pub fn from_dlpack<T: DlpackImport>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 /// the `cuda` feature) and checks `device`. CUDA memory handed over despite `device=CPU` (by
 /// such a producer, or one that ignores `dl_device`) is copied to the host after an event
 /// recorded on the consumer's `stream` (`None`: the legacy default stream; none for `-1`), so
-/// the copy reads after the work the producer ordered before that stream. With `device` a CUDA
+/// the copy reads after the work the producer ordered before that stream; ROCm memory so
+/// handed over (feature `hip`) is copied to the host after the consumer's `stream` too (ROCm
+/// column: `None` and `0` the default stream; none for `-1`). With `device` a CUDA
 /// device (feature `cuda`), host memory, or CUDA memory of another device, handed over where
 /// that device was asked is copied onto it here, on the consumer's `stream` (a stream of that
 /// device), unless `copy=False`. The capsule is
@@ -701,7 +707,9 @@ fn via_host_memory(
 /// so the tensor is first made to carry an event recorded on that stream ([`made_ready`];
 /// `None`: the legacy default stream), which the copy's stream waits on
 /// (`cuStreamWaitEvent`): the copy reads after everything ordered before the consumer's
-/// stream. `stream=-1` asks for no synchronization, and gets none.
+/// stream. `stream=-1` asks for no synchronization, and gets none. ROCm memory handed over so
+/// (feature `hip`) is copied the same way on the HIP runtime: this crate's copy stream waits for
+/// the consumer's `stream` (ROCm column: `None` and `0` the default stream) before the copy.
 fn settle(
     managed: ManagedTensor,
     options: &FromDlpackOptions,
@@ -715,7 +723,7 @@ fn settle(
     // producer should have done (feature `cuda`).
     let copy_to_host = unreachable == Some(Device::CPU)
         && COPIES_CUDA_MEMORY
-        && found.device_type == crate::DeviceType::Cuda
+        && (found.device_type == crate::DeviceType::Cuda || is_rocm(found))
         && options.copy != Some(false);
     let copy_to_device = unreachable.filter(|&wanted| {
         COPIES_CUDA_MEMORY
@@ -742,7 +750,12 @@ fn settle(
         // stream the producer was asked to order its work on, a host copy waits on an event
         // of that stream.
         let request = ExportRequest::versioned().copy(Some(true));
-        let (managed, request) = if copy_to_host {
+        let (managed, request) = if copy_to_host && is_rocm(found) {
+            // ROCm memory (feature `hip`): the copy's stream waits for the consumer's stream.
+            #[cfg(feature = "hip")]
+            crate::export::order_stream_before_host_copy(found, options.stream)?;
+            (managed, request.dl_device(Device::CPU))
+        } else if copy_to_host {
             (
                 made_ready(managed, options)?,
                 request.dl_device(Device::CPU),
@@ -755,12 +768,21 @@ fn settle(
     Ok(managed)
 }
 
+/// Whether `device` is ROCm device memory this build copies to the host (feature `hip`).
+const fn is_rocm(device: Device) -> bool {
+    cfg!(feature = "hip") && matches!(device.device_type, crate::DeviceType::Rocm)
+}
+
 /// Makes a tensor taken through a C exchange API without synchronization safe to use as
 /// `__dlpack__(stream=options.stream)` would (its `stream` parameter; `current_work_stream` in
 /// `dlpack.h`): host memory needs nothing; CUDA memory (feature `cuda`) gets an event
 /// dependency from the producer's `current_work_stream` to the consumer's stream (`None`: the
 /// legacy default stream), which a consumer stream being captured into a CUDA graph keeps as
 /// part of the graph: the tensor then carries that event, so it lives as long as the tensor.
+/// ROCm device memory (feature `hip`) gets the same dependency from the producer's
+/// `current_work_stream` for `kDLROCM` (a HIP stream; NULL its default stream) to the
+/// consumer's stream, read with the ROCm column (`None` or `0`: the default stream, `-1`: none,
+/// `1` and `2` refused); the event a capturing consumer stream waits on is kept by the HIP tier.
 /// Gives memory this consumer cannot order back (drops it) and returns `None`; on failure,
 /// including a `current_work_stream` that fails without setting an exception, the tensor is
 /// given back too.
@@ -794,6 +816,26 @@ fn order_exchanged(
         let kept = crate::engine::cuda::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
         return Ok(Some(crate::export::carry_ready_events(managed, kept)));
+    }
+    #[cfg(feature = "hip")]
+    // ROCm device memory: the producer's `current_work_stream` for `kDLROCM` is a HIP stream
+    // (NULL: the default stream), ordered before the consumer's stream with the ROCm column
+    // of the stream table. Pinned host memory (`kDLROCMHost`) is left to `__dlpack__`, as
+    // `kDLCUDAHost` is.
+    if device.device_type == crate::DeviceType::Rocm {
+        let Some(current) = api.current_work_stream else {
+            return Ok(None);
+        };
+        let request = crate::plan::stream::parse_stream(device, options.stream)
+            .map_err(crate::export::ExportError::from)?;
+        let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
+        // SAFETY: as for CUDA above; the stream written is a `hipStream_t` of the device.
+        if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
+            return Err(ExchangeFailure::taken(py, "current_work_stream"));
+        }
+        crate::engine::hip::order_raw(device.device_id, stream.cast(), request)
+            .map_err(crate::export::ExportError::from)?;
+        return Ok(Some(managed));
     }
     Ok(None)
 }

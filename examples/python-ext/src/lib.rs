@@ -521,6 +521,344 @@ fn any_relay(x: &Bound<'_, PyAny>, copy: Option<bool>) -> PyResult<AnyRelay> {
     python::from_dlpack_with(x, &python::FromDlpackOptions::new().copy(copy))
 }
 
+#[cfg(feature = "hip")]
+mod rocm {
+    //! ROCm tensors on the HIP runtime (feature `hip`), for `gpu_tests/test_rocm.py`: a
+    //! producer (`RocmTensor`, whose write may be held behind a gate) and a consumer
+    //! (`rocm_sum`) that imports on a stream and reads there.
+
+    use core::ffi::c_void;
+    use std::sync::{Arc, Condvar, Mutex, OnceLock};
+    use std::time::Duration;
+
+    use dlpack_runtime::hip::{HipSlice, HipStream};
+    use dlpack_runtime::python::{self, FromDlpackOptions};
+    use dlpack_runtime::{DeviceType, DlpackExport, DlpackImport, ImportedData};
+    use pyo3::exceptions::{PyBufferError, PyIndexError, PyRuntimeError};
+    use pyo3::prelude::*;
+
+    type Stream = *mut c_void;
+    /// `hipMemcpyDeviceToHost`, `hipMemcpyDeviceToDevice`.
+    const DEVICE_TO_HOST: i32 = 2;
+    const DEVICE_TO_DEVICE: i32 = 3;
+
+    /// The HIP calls this module makes itself, beyond `HipStream` and `HipSlice`: from the
+    /// same `libamdhip64.so` as `dlpack-runtime` loads (already loaded by `hip::init`).
+    struct Hip {
+        set_device: unsafe extern "C" fn(i32) -> i32,
+        launch_host_func:
+            unsafe extern "C" fn(Stream, unsafe extern "C" fn(*mut c_void), *mut c_void) -> i32,
+        memcpy_async: unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32, Stream) -> i32,
+        stream_synchronize: unsafe extern "C" fn(Stream) -> i32,
+        host_malloc: unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32,
+        host_free: unsafe extern "C" fn(*mut c_void) -> i32,
+        _library: libloading::Library,
+    }
+
+    fn hip_err(e: impl std::fmt::Display) -> PyErr {
+        PyRuntimeError::new_err(e.to_string())
+    }
+
+    fn hip_failed(call: &str, code: i32) -> PyErr {
+        PyRuntimeError::new_err(format!("{call} failed with hipError_t {code}"))
+    }
+
+    fn hip_check(call: &str, code: i32) -> PyResult<()> {
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(hip_failed(call, code))
+        }
+    }
+
+    /// The HIP runtime, after probing for it (no runtime is a `RuntimeError`), with the two
+    /// module streams (`rocm_stream`) made once.
+    fn hip() -> PyResult<&'static Hip> {
+        static HIP: OnceLock<Hip> = OnceLock::new();
+        if let Some(hip) = HIP.get() {
+            return Ok(hip);
+        }
+        dlpack_runtime::hip::init()?;
+        // SAFETY: the HIP runtime `hip::init` loaded and initialized; each symbol has the
+        // prototype of `hip_runtime_api.h`.
+        let loaded = unsafe {
+            let library = libloading::Library::new("libamdhip64.so")
+                .or_else(|_| libloading::Library::new("libamdhip64.so.7"))
+                .or_else(|_| libloading::Library::new("libamdhip64.so.6"))
+                .map_err(hip_err)?;
+            Hip {
+                set_device: *library.get(b"hipSetDevice\0").map_err(hip_err)?,
+                launch_host_func: *library.get(b"hipLaunchHostFunc\0").map_err(hip_err)?,
+                memcpy_async: *library.get(b"hipMemcpyAsync\0").map_err(hip_err)?,
+                stream_synchronize: *library.get(b"hipStreamSynchronize\0").map_err(hip_err)?,
+                host_malloc: *library.get(b"hipHostMalloc\0").map_err(hip_err)?,
+                host_free: *library.get(b"hipHostFree\0").map_err(hip_err)?,
+                _library: library,
+            }
+        };
+        for slot in &STREAMS {
+            let stream = HipStream::new_non_blocking(0)?;
+            let _ = slot.get_or_init(|| Arc::new(stream));
+        }
+        Ok(HIP.get_or_init(|| loaded))
+    }
+
+    /// A float32 ROCm tensor and the stream its contents were written on: `RocmTensor` in
+    /// Python, a frozen pyclass with `__dlpack__` and `__dlpack_device__` (installed by
+    /// `python::add_dlpack_methods`). Consumers get an event dependency on `stream`.
+    #[pyclass(frozen, name = "RocmTensor", module = "dlpack_example")]
+    #[derive(DlpackExport)]
+    pub struct RocmTensor {
+        #[dlpack(data)]
+        data: HipSlice<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+        #[dlpack(stream)]
+        stream: Arc<HipStream>,
+    }
+
+    #[derive(DlpackImport)]
+    struct RocmView {
+        #[dlpack(data)]
+        data: ImportedData<f32>,
+        #[dlpack(shape)]
+        shape: Vec<usize>,
+    }
+
+    fn arange(n: usize) -> Vec<f32> {
+        (0..n).map(|v| v as f32).collect()
+    }
+
+    /// `rocm_arange(n) -> RocmTensor`: 0..n as float32 on HIP device 0, written
+    /// asynchronously on a non-blocking stream of its own.
+    #[pyfunction]
+    pub fn rocm_arange(n: usize) -> PyResult<RocmTensor> {
+        hip()?;
+        let stream = Arc::new(HipStream::new_non_blocking(0)?);
+        let data = HipSlice::from_host(&stream, &arange(n))?;
+        Ok(RocmTensor {
+            data,
+            shape: vec![n],
+            stream,
+        })
+    }
+
+    /// The streams `rocm_stream` hands out, made with the runtime (`hip`), alive until the
+    /// process exits.
+    static STREAMS: [OnceLock<Arc<HipStream>>; 2] = [OnceLock::new(), OnceLock::new()];
+
+    /// `rocm_stream(index=0) -> int`: the handle (`hipStream_t`, as an integer) of one of two
+    /// non-blocking streams of HIP device 0 that the module owns for the life of the process,
+    /// for use as a consumer stream, as in `rocm_sum(x, rocm_stream())`.
+    #[pyfunction]
+    #[pyo3(signature = (index=0))]
+    pub fn rocm_stream(index: usize) -> PyResult<usize> {
+        let slot = STREAMS.get(index).ok_or_else(|| {
+            PyIndexError::new_err(format!("stream index {index}, expected 0 or 1"))
+        })?;
+        hip()?;
+        let stream = slot
+            .get()
+            .ok_or_else(|| PyRuntimeError::new_err("the module streams were not created"))?;
+        Ok(stream.raw() as usize)
+    }
+
+    /// A gate on a HIP stream: work enqueued on the stream after the gate waits until
+    /// `release()` is called, or until `timeout` seconds have passed (so that a test that goes
+    /// wrong fails instead of hanging). Made by `rocm_arange_gated`.
+    #[pyclass(frozen, module = "dlpack_example")]
+    pub struct RocmGate {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        stream: Arc<HipStream>,
+    }
+
+    /// The host function a gate enqueues (`hipLaunchHostFunc`): waits until the gate opens or
+    /// its timeout passes.
+    unsafe extern "C" fn wait_for_gate(user_data: *mut c_void) {
+        // SAFETY: the `Box::into_raw` of `hold`, taken back here exactly once.
+        let held = unsafe { Box::from_raw(user_data.cast::<(Arc<(Mutex<bool>, Condvar)>, f64)>()) };
+        let (gate, timeout) = *held;
+        let (open, cv) = &*gate;
+        let guard = open.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = cv.wait_timeout_while(guard, Duration::from_secs_f64(timeout), |open| !*open);
+    }
+
+    fn open_gate(gate: &(Mutex<bool>, Condvar)) {
+        let (open, cv) = gate;
+        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cv.notify_all();
+    }
+
+    #[pymethods]
+    impl RocmGate {
+        /// Lets the stream go on. Any thread may call it.
+        fn release(&self) {
+            open_gate(&self.open);
+        }
+
+        /// The held stream's handle (`hipStream_t` as an integer).
+        #[getter]
+        fn stream(&self) -> usize {
+            self.stream.raw() as usize
+        }
+    }
+
+    /// `rocm_arange_gated(n, timeout) -> (RocmTensor, RocmGate)`: as `rocm_arange`, with the
+    /// write held behind a gate on its stream until `gate.release()` (or `timeout` seconds):
+    /// the values are uploaded first, then copied into the tensor on the device behind the
+    /// gate, so nothing the host does waits for the gate.
+    #[pyfunction]
+    pub fn rocm_arange_gated(n: usize, timeout: f64) -> PyResult<(RocmTensor, RocmGate)> {
+        let hip = hip()?;
+        let stream = Arc::new(HipStream::new_non_blocking(0)?);
+        let staged = HipSlice::from_host(&stream, &arange(n))?;
+        let data = HipSlice::<f32>::alloc_zeros(&stream, n)?;
+        stream.synchronize()?;
+        let open = Arc::new((Mutex::new(false), Condvar::new()));
+        let user_data = Box::into_raw(Box::new((open.clone(), timeout))).cast::<c_void>();
+        // SAFETY: device 0 exists (the stream was made on it).
+        hip_check("hipSetDevice", unsafe { (hip.set_device)(0) })?;
+        // SAFETY: a live stream; the host function takes `user_data` back once.
+        let code = unsafe { (hip.launch_host_func)(stream.raw(), wait_for_gate, user_data) };
+        if code != 0 {
+            // SAFETY: not handed over: taken back here.
+            drop(unsafe { Box::from_raw(user_data.cast::<(Arc<(Mutex<bool>, Condvar)>, f64)>()) });
+            return Err(hip_failed("hipLaunchHostFunc", code));
+        }
+        if n > 0 {
+            // SAFETY: `n` f32 of two live allocations of device 0, stream-ordered on their
+            // stream; `staged` is freed on drop in the same stream's order, after the copy.
+            let code = unsafe {
+                (hip.memcpy_async)(
+                    data.device_ptr() as usize as *mut c_void,
+                    staged.device_ptr() as usize as *const c_void,
+                    n * 4,
+                    DEVICE_TO_DEVICE,
+                    stream.raw(),
+                )
+            };
+            if code != 0 {
+                open_gate(&open);
+                return Err(hip_failed("hipMemcpyAsync", code));
+            }
+        }
+        drop(staged);
+        let tensor = RocmTensor {
+            data,
+            shape: vec![n],
+            stream: stream.clone(),
+        };
+        Ok((tensor, RocmGate { open, stream }))
+    }
+
+    /// Pinned host memory (`hipHostMalloc`), freed on drop.
+    struct Pinned {
+        ptr: *mut c_void,
+    }
+
+    impl Drop for Pinned {
+        fn drop(&mut self) {
+            if let Ok(hip) = hip() {
+                // SAFETY: our allocation, used no more (the stream that wrote it was waited
+                // for).
+                let _ = unsafe { (hip.host_free)(self.ptr) };
+            }
+        }
+    }
+
+    /// `rocm_sum(x, stream, release=None) -> float`: imports a ROCm producer with
+    /// `from_dlpack(x, stream=stream)` (a `hipStream_t` as an integer, `None` or `0` for the
+    /// default stream, `-1` for no synchronization), then copies it to pinned host memory on
+    /// that stream (the default stream for `None`, `0` and `-1`), waits for the copy with the
+    /// GIL released and sums the values. A gate passed as `release` is opened once the copy is
+    /// enqueued, before the host waits: a test's read is then enqueued while the gated write is
+    /// still pending, whatever the timing of the run.
+    #[pyfunction]
+    #[pyo3(signature = (x, stream, release=None))]
+    pub fn rocm_sum(
+        x: &Bound<'_, PyAny>,
+        stream: Option<i64>,
+        release: Option<PyRef<'_, RocmGate>>,
+    ) -> PyResult<f64> {
+        let hip = hip()?;
+        let view: PyResult<RocmView> =
+            python::from_dlpack_with(x, &FromDlpackOptions::new().stream(stream));
+        let view = match view {
+            Ok(view) => view,
+            Err(err) => {
+                if let Some(gate) = &release {
+                    open_gate(&gate.open);
+                }
+                return Err(err);
+            }
+        };
+        let device = view.data.device();
+        if device.device_type != DeviceType::Rocm {
+            if let Some(gate) = &release {
+                open_gate(&gate.open);
+            }
+            return Err(PyBufferError::new_err(format!(
+                "expected a ROCm tensor, found {device}"
+            )));
+        }
+        let numel: usize = view.shape.iter().product();
+        let bytes = numel * 4;
+        let read_on = match stream {
+            None | Some(0) | Some(-1) => 0usize,
+            Some(handle) => handle as usize,
+        };
+        let src = view.data.as_ptr() as usize;
+        let release = release.map(|gate| gate.open.clone());
+        let pinned = if bytes == 0 {
+            None
+        } else {
+            let mut ptr: *mut c_void = core::ptr::null_mut();
+            // SAFETY: a valid out-pointer; flags 0 (`hipHostMallocDefault`).
+            hip_check("hipHostMalloc", unsafe {
+                (hip.host_malloc)(&mut ptr, bytes, 0)
+            })?;
+            Some(Pinned { ptr })
+        };
+        let dst = pinned.as_ref().map_or(0, |p| p.ptr as usize);
+        let device_id = device.device_id;
+        let waited = x.py().detach(move || -> PyResult<()> {
+            // SAFETY: an ordinal the runtime has (the tensor's).
+            hip_check("hipSetDevice", unsafe { (hip.set_device)(device_id) })?;
+            let enqueued = if bytes == 0 {
+                Ok(())
+            } else {
+                // SAFETY: `src` addresses `numel` contiguous f32 of the imported tensor
+                // (C-contiguous: the view has no strides field), alive until this returns;
+                // `dst` is pinned memory of `bytes` bytes; the stream is the caller's.
+                hip_check("hipMemcpyAsync", unsafe {
+                    (hip.memcpy_async)(
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        bytes,
+                        DEVICE_TO_HOST,
+                        read_on as Stream,
+                    )
+                })
+            };
+            if let Some(open) = &release {
+                open_gate(open);
+            }
+            enqueued?;
+            // SAFETY: a live stream (the caller's, or the default stream).
+            hip_check("hipStreamSynchronize", unsafe {
+                (hip.stream_synchronize)(read_on as Stream)
+            })
+        });
+        waited?;
+        let Some(pinned) = pinned else {
+            return Ok(0.0);
+        };
+        // SAFETY: `numel` f32 written by the copy, which completed.
+        let values = unsafe { core::slice::from_raw_parts(pinned.ptr.cast::<f32>(), numel) };
+        Ok(values.iter().map(|&v| f64::from(v)).sum())
+    }
+}
+
 #[cfg(feature = "cuda")]
 mod gpu {
     //! CUDA tensors, for the GPU suite (`scripts/gpu-suite.sh`).
@@ -1397,6 +1735,17 @@ fn dlpack_example(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_class::<gpu::CudaRelay>()?;
         // A shared, read-only export of the imported CUDA memory it holds.
         python::add_dlpack_methods::<gpu::CudaRelay>(m.py())?;
+    }
+    #[cfg(feature = "hip")]
+    {
+        m.add_class::<rocm::RocmTensor>()?;
+        // A shared, read-only export of ROCm memory.
+        python::add_dlpack_methods::<rocm::RocmTensor>(m.py())?;
+        m.add_class::<rocm::RocmGate>()?;
+        m.add_function(wrap_pyfunction!(rocm::rocm_arange, m)?)?;
+        m.add_function(wrap_pyfunction!(rocm::rocm_arange_gated, m)?)?;
+        m.add_function(wrap_pyfunction!(rocm::rocm_stream, m)?)?;
+        m.add_function(wrap_pyfunction!(rocm::rocm_sum, m)?)?;
     }
     Ok(())
 }

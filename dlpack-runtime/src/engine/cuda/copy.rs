@@ -300,6 +300,30 @@ pub(crate) fn copy_to_device(
     plan.try_for_each_block(|block| enqueue(block, src, target, stream))
 }
 
+/// Enqueues the copies of `plan` from `src` (element `(0, ..., 0)` of a validated layout of
+/// CUDA memory, the one `plan` was made for) into `dst`, device memory of the same device that
+/// another allocator owns, on `stream`; the host does not wait.
+///
+/// # Errors
+///
+/// [`CudaError::Driver`] from the first copy that cannot be enqueued (those before it stay
+/// enqueued).
+///
+/// # Safety
+///
+/// `dst` is the first of `plan.bytes()` writable bytes of device memory of the current
+/// context's device that stay alive, and that nothing else accesses unordered with `stream`,
+/// until the copies have finished on `stream`; `stream` is valid for the call.
+#[cfg_attr(not(feature = "burn-cuda"), allow(dead_code))]
+pub(crate) unsafe fn copy_into_device(
+    plan: &StridedCopy,
+    src: sys::CUdeviceptr,
+    dst: sys::CUdeviceptr,
+    stream: sys::CUstream,
+) -> Result<(), CudaError> {
+    plan.try_for_each_block(|block| enqueue(block, src, CopyTarget::Device(dst), stream))
+}
+
 /// Enqueues the copy of `src`, `memory.byte_len()` bytes of host memory, into `memory` on
 /// `stream` (a stream of `memory`'s context, which is current), with the GIL released while the
 /// driver takes the bytes where this thread holds it: from pageable memory the driver copies

@@ -17,6 +17,8 @@ mod reaper;
 mod tests;
 mod wait;
 
+#[cfg(feature = "burn-cuda")]
+pub(crate) use copy::copy_into_device;
 pub(crate) use copy::{
     DeviceMemory, PeerContexts, copy_to_device, copy_to_host, enqueue_from_host, max_pitch,
 };

@@ -26,6 +26,8 @@ mod sys;
 pub use memory::HipSlice;
 pub(crate) use memory::{HipMemory, MAX_PITCH, copy_on_device, copy_span_to_host, copy_stream};
 pub use stream::HipStream;
+#[cfg(feature = "python")]
+pub(crate) use stream::order_raw;
 pub(crate) use stream::{
     HipEvent, order_before, order_before_on, record_events, synchronize_streams,
 };

@@ -5,6 +5,7 @@ use core::ffi::c_void;
 use super::sys::{self, hipEvent_t, hipStream_t};
 use super::{Capture, CurrentDevice, HipError, api, capture_of, check, check_not_capturing};
 use crate::engine::cuda::detached;
+use crate::plan::stream::StreamRequest;
 
 /// A HIP stream of one device: owned (made by [`HipStream::new`], destroyed on drop with its
 /// device current) or borrowed (a handle of another library, [`HipStream::borrowed`], or the
@@ -346,6 +347,49 @@ pub(crate) fn record_events(
             HipEvent::recorded(stream)
         })
         .collect()
+}
+
+/// Orders a producer's work on its raw stream `producer` (a C exchange API's
+/// `current_work_stream` for `kDLROCM`, a live stream of HIP device `device`; NULL is its
+/// default stream) before the consumer's `request`, as [`order_before`] does: an event recorded
+/// on `producer` that the consumer's stream waits on (the host does not block), nothing for the
+/// same stream or `stream=-1`. A host consumer ([`StreamRequest::Host`]) waits on the host
+/// ([`synchronize_streams`]). The consumer's stream is checked to belong to `device` first. A
+/// consumer stream being captured waits at every launch of its graph on an event kept for the
+/// process's lifetime, so nothing is returned for the import to keep.
+///
+/// # Errors
+///
+/// [`HipError::StreamOnOtherDevice`] for a consumer stream of another device; those of
+/// [`order_before`] and [`synchronize_streams`].
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn order_raw(
+    device: i32,
+    producer: hipStream_t,
+    request: StreamRequest,
+) -> Result<(), HipError> {
+    let consumer: hipStream_t = match request {
+        StreamRequest::NoSync => return Ok(()),
+        StreamRequest::Host => return synchronize_streams(device, &[producer]),
+        StreamRequest::LegacyDefault => core::ptr::null_mut(),
+        // `hipStreamPerThread`; the ROCm column of the stream table names no such value, but a
+        // request may still carry it.
+        StreamRequest::PerThreadDefault => 2 as hipStream_t,
+        StreamRequest::Handle(handle) => handle.get() as usize as hipStream_t,
+    };
+    if consumer == producer {
+        return Ok(());
+    }
+    super::check_stream(consumer, device, "consumer")?;
+    let kept = order_before(device, &[producer], consumer)?;
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    if capture_of(consumer)? != Capture::Not {
+        // Every launch of the consumer's graph waits on the event's one record, and nothing
+        // here keeps it for the import: kept for the process's lifetime.
+        core::mem::forget(kept);
+    }
+    Ok(())
 }
 
 /// Blocks the host until each of `streams` (live streams of HIP device `device`; NULL its

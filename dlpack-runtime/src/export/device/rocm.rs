@@ -378,6 +378,41 @@ fn refuse_rocm_copy_under_capture(target: Device, on: hipStream_t) -> Result<(),
     )
 }
 
+/// Makes this crate's copy stream of `device` (ROCm memory) wait for the consumer's `stream`
+/// (ROCm column of the stream table: `None` and `0` the default stream, a `hipStream_t`, `-1`
+/// nothing): a consumer that copies to the host memory a producer handed over despite
+/// `dl_device=(CPU, 0)` reads after the work that producer ordered before `stream`, as the
+/// CUDA consumer does with an event recorded on its stream. The consumer's stream is checked
+/// to belong to `device` and not to be captured (a host copy cannot wait for captured work)
+/// before anything is recorded.
+///
+/// # Errors
+///
+/// [`ExportError::Stream`] for a value the ROCm column refuses (`1`, `2`); [`ExportError::Hip`]:
+/// no HIP runtime, a stream of another device, a stream being captured.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn order_stream_before_host_copy(
+    device: Device,
+    stream: Option<i64>,
+) -> Result<(), ExportError> {
+    let Some(consumer) = StreamId::of_request(parse_stream(device, stream)?) else {
+        return Ok(());
+    };
+    let consumer = raw_hip_stream(consumer);
+    let current = hip::CurrentDevice::save()?;
+    current.set(device.device_id)?;
+    check_stream(consumer, device.device_id, "consumer")?;
+    let (operation, instead) = HOST_COPY_UNDER_CAPTURE;
+    check_not_capturing(consumer, operation, instead)?;
+    // The copy stream is this crate's, never captured: the events may go once it has waited.
+    order_before(
+        device.device_id,
+        &[consumer],
+        copy_stream(device.device_id)?,
+    )?;
+    Ok(())
+}
+
 /// The HIP streams of `pending`, the producer streams of a ROCm tensor on `device`.
 ///
 /// # Errors
