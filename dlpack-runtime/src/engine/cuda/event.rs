@@ -563,10 +563,16 @@ impl ReadyEvents {
         }
         let current = CurrentDevice::save()?;
         current.set(device)?;
-        if capture_of(consumer)? == Capture::Implicit {
-            return Err(HipError::DefaultStreamUnderCapture);
-        }
-        events.iter().try_for_each(|event| event.wait_on(consumer))
+        // The events were recorded outside any capture: a consumer stream being captured
+        // waits on them as external events, at every launch.
+        let external = match capture_of(consumer)? {
+            Capture::Implicit => return Err(HipError::DefaultStreamUnderCapture),
+            Capture::Active { .. } => true,
+            Capture::Not => false,
+        };
+        events
+            .iter()
+            .try_for_each(|event| event.wait_on(consumer, external))
     }
 
     /// Records one event on each of `streams`.

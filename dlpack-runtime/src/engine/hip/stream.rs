@@ -187,13 +187,21 @@ impl HipEvent {
     }
 
     /// Makes `stream` (valid for the call, of any device) wait for the event's recorded work
-    /// (`hipStreamWaitEvent`, flags 0): the host does not block.
-    pub(crate) fn wait_on(&self, stream: hipStream_t) -> Result<(), HipError> {
+    /// (`hipStreamWaitEvent`): the host does not block. `external` for a stream being captured
+    /// and an event recorded outside the capture (`hipEventWaitExternal`: the graph gets a wait
+    /// node, and every launch waits for the event's record); flags 0 otherwise.
+    pub(crate) fn wait_on(&self, stream: hipStream_t, external: bool) -> Result<(), HipError> {
         let api = api()?;
+        let flags = if external {
+            sys::EVENT_WAIT_EXTERNAL
+        } else {
+            0
+        };
         check(
             "hipStreamWaitEvent",
-            // SAFETY: a live, recorded event of ours; `stream` is valid for the call (caller).
-            unsafe { (api.hipStreamWaitEvent)(stream, self.raw, 0) },
+            // SAFETY: a live, recorded event of ours; `stream` is valid for the call (caller);
+            // a documented flag.
+            unsafe { (api.hipStreamWaitEvent)(stream, self.raw, flags) },
             api,
         )
     }
@@ -312,7 +320,7 @@ pub(crate) fn order_before_on(
         if consumer_device != device {
             current.set(consumer_device)?;
         }
-        event.wait_on(consumer)?;
+        event.wait_on(consumer, outside && consumer_capture != Capture::Not)?;
         if consumer_device != device {
             current.set(device)?;
         }

@@ -42,6 +42,8 @@ pub(crate) const ERROR_STREAM_CAPTURE_IMPLICIT: hipError_t = 906;
 
 /// `hipStreamNonBlocking`: a stream that does not synchronize with the null stream.
 pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
+/// `hipEventWaitExternal`: a wait in a capture on an event recorded outside it.
+pub(crate) const EVENT_WAIT_EXTERNAL: u32 = 1;
 /// `hipEventDisableTiming`.
 pub(crate) const EVENT_DISABLE_TIMING: u32 = 2;
 /// `hipStreamCaptureModeRelaxed`.
