@@ -1788,6 +1788,20 @@ mod hip {
                     HipStream::default_stream(0).synchronize(),
                     Err(HipError::NoDriver)
                 );
+                // A stream-ordered release with no runtime releases at once: no stream runs.
+                let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let managed = super::export_claimed(
+                    0x1000,
+                    Device::new(dlpack_runtime::DeviceType::Rocm, 0),
+                    super::DropFlag(dropped.clone()),
+                    &ExportRequest::versioned(),
+                )
+                .expect("an export with nothing to order");
+                assert_eq!(
+                    hip::release_after(managed, &HipStream::default_stream(0)),
+                    Err(HipError::NoDriver)
+                );
+                assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
             }
             other => {
                 assert_ne!(

@@ -118,8 +118,9 @@ impl AsProducerStream for HipStream {
 ///
 /// [`HipError::Capturing`] (or [`HipError::DefaultStreamUnderCapture`]) when `stream` is being
 /// captured into a HIP graph: the tensor is leaked (said on stderr), since the captured work
-/// reads it whenever the graph is launched. [`HipError`] when the event cannot be recorded: the
-/// tensor is then released after a host synchronization of `stream` (leaked, and said on
+/// reads it whenever the graph is launched. [`HipError::NoDriver`] without a HIP runtime: the
+/// tensor is released at once (no stream runs). [`HipError`] when the event cannot be recorded:
+/// the tensor is then released after a host synchronization of `stream` (leaked, and said on
 /// stderr, if that fails too: it may still be read).
 pub fn release_after(tensor: ManagedTensor, stream: &HipStream) -> Result<(), HipError> {
     let after = tensor.ready_events().cloned().unwrap_or_default();

@@ -293,10 +293,11 @@ fn relax_hip_capture_mode() {
 ///
 /// [`HipError::Capturing`] (or [`HipError::DefaultStreamUnderCapture`]) when `stream` is being
 /// captured into a HIP graph: `value` is leaked (said on stderr), since the captured work
-/// reads it whenever the graph is launched. [`HipError`] when the event cannot be recorded:
-/// `value` is then dropped after a host synchronization of `stream` and `after` (leaked, and
-/// said on stderr, if that fails too). [`HipError::ReaperGone`] when the reaper thread has
-/// stopped: `value` was dropped after host waits.
+/// reads it whenever the graph is launched. [`HipError::NoDriver`] without a HIP runtime:
+/// `value` is dropped at once (no stream runs). [`HipError`] when the event cannot be
+/// recorded: `value` is then dropped after a host synchronization of `stream` and `after`
+/// (leaked, and said on stderr, if that fails too). [`HipError::ReaperGone`] when the reaper
+/// thread has stopped: `value` was dropped after host waits.
 #[cfg(feature = "hip")]
 pub(crate) fn release_after_hip(
     value: Box<dyn Send>,
@@ -322,6 +323,11 @@ pub(crate) fn release_after_hip(
             owner: None,
         })
         .map_err(|_| HipError::ReaperGone),
+        Err(HipError::NoDriver) => {
+            // No HIP runtime: no stream runs, so nothing can still read the tensor.
+            drop(value);
+            Err(HipError::NoDriver)
+        }
         Err(err @ (HipError::Capturing { .. } | HipError::DefaultStreamUnderCapture)) => {
             leak("a tensor released after a stream that is being captured into a HIP graph");
             core::mem::forget(value);
