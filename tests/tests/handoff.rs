@@ -114,6 +114,9 @@ trait Backend {
         stream: &Self::Stream,
         request: &ExportRequest,
     ) -> Result<ManagedTensor, ExportError>;
+    /// Makes a stream of the other API wait for `events`: what its error is.
+    #[cfg(feature = "hip")]
+    fn wait_ready_on_the_other_api(events: &ReadyEvents) -> Result<(), Kind>;
     /// What `err` is.
     fn kind(err: &ExportError) -> Kind;
 }
@@ -368,6 +371,21 @@ fn a_consumer_stream_of_another_device_is_refused<B: Backend>() {
         Kind::StreamOnOtherDevice("consumer"),
         "{err}"
     );
+}
+
+#[cfg(feature = "hip")]
+fn ready_events_of_the_other_api_are_refused<B: Backend>() {
+    let (a, b, _checker) = setup::<B>();
+    let data = B::zeros(&a);
+    B::sync(&a);
+    let (managed, ready) =
+        B::export_with_ready_events(data, &a, &versioned(Some(B::value(&b)))).unwrap();
+    assert!(!ready.is_empty());
+    assert_eq!(B::wait_ready_on_the_other_api(&ready), Err(Kind::Foreign));
+    // Negative control: a stream of the events' own API waits on them.
+    B::wait_ready(&ready, &b);
+    B::sync(&b);
+    drop(managed);
 }
 
 #[cfg(feature = "hip")]
@@ -1017,6 +1035,11 @@ macro_rules! handoff_cases {
         }
         #[cfg(feature = "hip")]
         #[test]
+        fn ready_events_of_the_other_api_are_refused() {
+            super::ready_events_of_the_other_api_are_refused::<$backend>();
+        }
+        #[cfg(feature = "hip")]
+        #[test]
         fn a_stream_of_the_other_api_is_refused() {
             super::a_stream_of_the_other_api_is_refused::<$backend>();
         }
@@ -1238,6 +1261,16 @@ mod cuda_face {
                 hip: dlpack_runtime::hip::HipStream::default_stream(0),
             }
             .into_dlpack_with(request)
+        }
+        #[cfg(feature = "hip")]
+        fn wait_ready_on_the_other_api(events: &ReadyEvents) -> Result<(), Kind> {
+            use dlpack_runtime::hip::{HipError, HipStream};
+            events
+                .wait_on_hip(&HipStream::default_stream(0))
+                .map_err(|err| match err {
+                    HipError::ForeignEvents { found: "CUDA", .. } => Kind::Foreign,
+                    other => Kind::Other(other.to_string()),
+                })
         }
         fn kind(err: &ExportError) -> Kind {
             match err {
@@ -1592,6 +1625,19 @@ mod hip_face {
                 cuda: Some(cuda),
             }
             .into_dlpack_with(request)
+        }
+        fn wait_ready_on_the_other_api(events: &ReadyEvents) -> Result<(), Kind> {
+            let cuda = CudaContext::new(0)
+                .expect(super::NEEDS_SIMULATOR)
+                .new_stream()
+                .unwrap();
+            events.wait_on(&cuda).map_err(|err| match err {
+                dlpack_runtime::cuda::CudaError::Hip(HipError::ForeignEvents {
+                    found: "HIP",
+                    ..
+                }) => Kind::Foreign,
+                other => Kind::Other(other.to_string()),
+            })
         }
         fn kind(err: &ExportError) -> Kind {
             match err {
