@@ -61,7 +61,22 @@ LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present \
     cargo test --workspace --all-features --locked
 echo "==> the CUDA suites again, with every stream operation of the simulator delayed by 200 us"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 \
-    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test handoff --test burn_cuda
+    cargo test --locked -p dlpack-tests --all-features --test cuda --test cuda_checker --test cuda_sim_graphs --test cuda_sim_kernels --test cuda_sim_lifetimes --test cuda_driver --test cuda_multi_device --test burn_cuda
+echo "==> the hand-off suite on both faces of the simulator (CUDA and HIP), delayed too: every shared case on each face, and each negative control's race"
+# Each case is written once (tests/tests/handoff.rs) and runs as cuda::NAME and hip::NAME; the
+# list must pair them. With --nocapture each negative control prints the violations it saw.
+handoff_list="$(cargo test --locked -p dlpack-tests --all-features --test handoff -- --list 2>/dev/null)"
+.venv/bin/python - "$handoff_list" <<'PY'
+import sys
+names = [line.split(": test")[0] for line in sys.argv[1].splitlines() if line.endswith(": test")]
+cuda = {n.split("::", 1)[1] for n in names if n.startswith("cuda::")}
+hip = {n.split("::", 1)[1] for n in names if n.startswith("hip::")}
+missing = sorted(cuda - hip)
+print(f"handoff: {len(cuda)} shared cases on the CUDA face, {len(cuda & hip)} of them on the HIP face, {len(hip - cuda)} more on the HIP face only")
+sys.exit(f"cases of the CUDA face missing on the HIP face: {missing}" if missing or not cuda else 0)
+PY
+LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" DLPACK_TESTS_EXPECT_DRIVER=present CUDA_SIM_OP_DELAY_US=200 timeout 600 \
+    cargo test --locked -p dlpack-tests --all-features --test handoff -- --nocapture 2>&1 | grep -E "^negative control|^test result|FAILED|panicked"
 echo "==> host tensors with feature cuda leave the CUDA driver alone: not loaded, no call counted by the simulator, and a forked child can use CUDA"
 LD_LIBRARY_PATH="$sim:$LD_LIBRARY_PATH" timeout 600 \
     cargo test --locked -p dlpack-tests --all-features --test cuda_host_paths --test cuda_sim_fork -- --nocapture

@@ -200,12 +200,18 @@ fn read_behind<B: Backend>(
 
 /// Asserts that the checker reported the unordered read of a negative control (`violations`
 /// of them were seen), saying `what` otherwise.
+/// Says so on stderr when it holds, so that a run with `--nocapture` lists every negative
+/// control of each face with what it saw.
 fn assert_race_reported(violations: u64, checker: &Checker, what: &str) {
     assert!(violations >= 1, "{what}");
     assert!(
         checker.report().contains("read of bytes"),
         "{}",
         checker.report()
+    );
+    eprintln!(
+        "negative control {}: {what}: {violations} violation(s)",
+        std::thread::current().name().unwrap_or("(unnamed test)")
     );
 }
 
