@@ -5,14 +5,16 @@
 //! compiler output (`.stderr`); `ui/pass` holds inputs that must compile and run.
 //!
 //! Bless the `.stderr` files on the pinned toolchain only:
-//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui` (`--features cuda,hip` for
+//! `TRYBUILD=overwrite cargo test -p dlpack-tests --test ui` (`--all-features` for
 //! `ui/cuda`).
 //!
 //! The expected output lists trait implementations, which the `cuda` feature extends, so
 //! `ui/fail` and `ui/pass` run in the default-feature pass of `scripts/test.sh` only;
 //! `ui/cuda/fail` holds inputs that name cudarc's types (stream fields), refused with the
-//! feature, and runs in the pass with every feature: its output lists the implementations of
-//! every feature (`hip` adds `HipStream`), so bless it with `--features cuda,hip`.
+//! feature, and runs in the pass with every feature: its output depends on every crate of that
+//! build (`hip` adds `HipStream` to the implementations listed; with `burn-cuda`'s crates in the
+//! build, rustc names cudarc's `CUstream_st` by its whole path), so bless it with
+//! `--all-features`.
 
 #[cfg(not(feature = "cuda"))]
 #[test]
