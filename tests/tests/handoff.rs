@@ -117,6 +117,9 @@ trait Backend {
     /// Makes a stream of the other API wait for `events`: what its error is.
     #[cfg(feature = "hip")]
     fn wait_ready_on_the_other_api(events: &ReadyEvents) -> Result<(), Kind>;
+    /// The default stream of `device` as a producer stream, where the face can name one for a
+    /// device that it may not have (`None` where it cannot).
+    fn default_stream(device: i32) -> Option<Self::Stream>;
     /// What `err` is.
     fn kind(err: &ExportError) -> Kind;
 }
@@ -364,6 +367,27 @@ fn a_producer_stream_of_another_device_is_refused<B: Backend>() {
         Kind::StreamOnOtherDevice("producer"),
         "{err}"
     );
+}
+
+/// A default stream names no handle of its own: the device it is the default stream of is what
+/// says whose work it orders. That of another device (1), or of a device the process does not
+/// have (9), is refused as a producer stream of a device-0 tensor, before anything is ordered.
+fn a_default_stream_of_another_device_is_refused<B: Backend>() {
+    let (a, b, _checker) = setup::<B>();
+    for device in [1, 9] {
+        let Some(other) = B::default_stream(device) else {
+            continue;
+        };
+        let data = B::zeros(&a);
+        B::sync(&a);
+        let err = B::export(data, &other, &versioned(Some(B::value(&b))))
+            .expect_err("a default stream of another device is refused");
+        assert_eq!(
+            B::kind(&err),
+            Kind::StreamOnOtherDevice("producer"),
+            "device {device}: {err}"
+        );
+    }
 }
 
 fn a_consumer_stream_of_another_device_is_refused<B: Backend>() {
@@ -992,6 +1016,10 @@ macro_rules! handoff_cases {
             super::a_producer_stream_of_another_device_is_refused::<$backend>();
         }
         #[test]
+        fn a_default_stream_of_another_device_is_refused() {
+            super::a_default_stream_of_another_device_is_refused::<$backend>();
+        }
+        #[test]
         fn a_consumer_stream_of_another_device_is_refused() {
             super::a_consumer_stream_of_another_device_is_refused::<$backend>();
         }
@@ -1277,6 +1305,12 @@ mod cuda_face {
                     HipError::ForeignEvents { found: "CUDA", .. } => Kind::Foreign,
                     other => Kind::Other(other.to_string()),
                 })
+        }
+        fn default_stream(device: i32) -> Option<Self::Stream> {
+            // cudarc streams carry their context: a device the driver does not have has none.
+            CudaContext::new(device as usize)
+                .ok()
+                .map(|ctx| ctx.default_stream())
         }
         fn kind(err: &ExportError) -> Kind {
             match err {
@@ -1644,6 +1678,9 @@ mod hip_face {
                 }) => Kind::Foreign,
                 other => Kind::Other(other.to_string()),
             })
+        }
+        fn default_stream(device: i32) -> Option<Self::Stream> {
+            Some(Arc::new(HipStream::default_stream(device)))
         }
         fn kind(err: &ExportError) -> Kind {
             match err {

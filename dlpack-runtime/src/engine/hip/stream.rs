@@ -77,7 +77,10 @@ impl HipStream {
     }
 
     /// The default (null) stream of HIP device `device`, with the legacy default stream's
-    /// implicit synchronization with blocking streams.
+    /// implicit synchronization with blocking streams. As a producer stream it names work of
+    /// `device` alone: named for a tensor of another device (or `device` is one the runtime
+    /// does not have), the export is refused with [`HipError::StreamOnOtherDevice`], as for any
+    /// stream whose [`HipStream::device`] is not the tensor's.
     pub fn default_stream(device: i32) -> Self {
         Self {
             raw: 0,
