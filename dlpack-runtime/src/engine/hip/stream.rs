@@ -13,7 +13,10 @@ use crate::plan::stream::StreamRequest;
 ///
 /// As a `#[dlpack(stream)]` field (`HipStream`, `Arc<HipStream>`, `Option` of either) it names
 /// pending work on a ROCm tensor: the consumer's stream is made to wait on an event recorded on
-/// it (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks.
+/// it (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks. On a host (`cpu`)
+/// tensor it names the stream's pending writes into host memory (a copy to the host, a host
+/// function): the export waits on the host for the stream (`hipStreamSynchronize`, its capture
+/// status asked first, the GIL released meanwhile) before anything reads the memory.
 #[derive(Debug)]
 pub struct HipStream {
     /// The `hipStream_t`, as an address (NULL: the device's default stream).
