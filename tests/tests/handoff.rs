@@ -1883,6 +1883,31 @@ mod hip {
         c.synchronize().unwrap();
     }
 
+    /// A `dl_device` of a ROCm device the process does not have is refused with
+    /// [`ExportError::NoSuchDevice`], in words that name the ROCm devices there are.
+    #[test]
+    fn a_rocm_dl_device_the_process_does_not_have_names_the_rocm_devices() {
+        let a = HipFace::stream(0);
+        let count = hip::device_count().unwrap();
+        assert!(count >= 2, "the simulator has two devices");
+        let data = HipFace::zeros(&a);
+        a.synchronize().unwrap();
+        let requested = Device::new(dlpack_runtime::DeviceType::Rocm, count + 3);
+        let request = ExportRequest::versioned()
+            .dl_device(requested)
+            .stream(Some(HipFace::value(&a)));
+        let err = HipFace::export(data, &a, &request).unwrap_err();
+        assert_eq!(err, ExportError::NoSuchDevice { requested, count });
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "dl_device rocm:{} does not exist: the process has {count} ROCm devices (0 to {})",
+                count + 3,
+                count - 1
+            )
+        );
+    }
+
     /// The derive takes `HipSlice<f32>` as data and `Arc<HipStream>` as a stream unchanged: the
     /// export is `kDLROCM` memory of the stream's device, float32, and its copy to the host
     /// has the values uploaded.
