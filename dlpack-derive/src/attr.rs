@@ -157,7 +157,7 @@ keys! {
         Shape = shape,
         /// `contiguous = "C" | "F" | "any"`.
         Contiguous = contiguous,
-        /// `device = "cpu" | "cuda"`.
+        /// `device = "cpu" | "cuda" | "rocm"`.
         Device = device,
         /// `writable`.
         Writable = writable,
@@ -289,7 +289,7 @@ pub enum ConstraintKind {
     Shape(Vec<Option<usize>>),
     /// `contiguous = "C" | "F" | "any"`.
     Contiguous(Order),
-    /// `device = "cpu" | "cuda"`.
+    /// `device = "cpu" | "cuda" | "rocm"`.
     Device(DeviceKind),
     /// `writable`.
     Writable,
@@ -330,6 +330,8 @@ pub enum DeviceKind {
     Cpu,
     /// `"cuda"`: `kDLCUDA`.
     Cuda,
+    /// `"rocm"`: `kDLROCM`.
+    Rocm,
 }
 
 /// The access of `borrow = "..."`.
@@ -555,13 +557,14 @@ fn parse_contiguous(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind
     Ok((literal.span(), ConstraintKind::Contiguous(order)))
 }
 
-/// `device = "cpu" | "cuda"`.
+/// `device = "cpu" | "cuda" | "rocm"`.
 fn parse_device(input: ParseStream<'_>) -> syn::Result<(Span, ConstraintKind)> {
-    let expected = "expected `\"cpu\"` or `\"cuda\"`";
+    let expected = "expected `\"cpu\"`, `\"cuda\"` or `\"rocm\"`";
     let literal = string_value(input, "device", expected)?;
     let device = match literal.value().as_str() {
         "cpu" => DeviceKind::Cpu,
         "cuda" => DeviceKind::Cuda,
+        "rocm" => DeviceKind::Rocm,
         other => {
             return Err(syn::Error::new(
                 literal.span(),

@@ -496,6 +496,7 @@ fn constraint_builder(krate: &syn::Path, constraint: &Constraint) -> TokenStream
             let device = match device {
                 DeviceKind::Cpu => quote!(Cpu),
                 DeviceKind::Cuda => quote!(Cuda),
+                DeviceKind::Rocm => quote!(Rocm),
             };
             quote!(.device(#private::DeviceType::#device))
         }

@@ -493,7 +493,7 @@ pub use dlpack_derive::DlpackExport;
 /// | `ndim = N` | `N` axes | [`ImportError::Ndim`] | `#[dlpack(ndim = 2)]` |
 /// | `shape = [..]` | one entry per axis, an extent or `_` for any; implies `ndim` | [`ImportError::Shape`] | `#[dlpack(shape = [_, 3])]` |
 /// | `contiguous = "C" \| "F" \| "any"` | compact row-major, column-major, or either; `"F"` and `"any"` need a `strides` field | [`ImportError::Layout`] | `#[dlpack(contiguous = "F")]` |
-/// | `device = "cpu" \| "cuda"` | memory of that device type, any ordinal | [`ImportError::Device`] | `#[dlpack(device = "cpu")]` |
+/// | `device = "cpu" \| "cuda" \| "rocm"` | memory of that device type, any ordinal | [`ImportError::Device`] | `#[dlpack(device = "cpu")]` |
 /// | `writable` | a writable tensor (versioned, not flagged read-only) | [`ImportError::ReadOnly`] | `#[dlpack(writable)]` |
 ///
 /// Contradictions are compile errors: `ndim` against `shape`, either against a `[usize; N]`

@@ -467,12 +467,27 @@ fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs() {
     );
     let err = tensor_from_dlpack::<B, 1, Float, _>(producer(), &device).unwrap_err();
     assert!(
-        matches!(err, BurnError::Kind { kind: "Float", .. }),
+        matches!(
+            err,
+            BurnError::Kind {
+                kind: "Float",
+                backend: "burn-cuda",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("a DLPack uint32 tensor cannot become a burn-cuda Float tensor"),
         "{err}"
     );
     let err = tensor_from_dlpack::<B, 1, Float, _>(tensor(vec![1.0f64], &[1], &counter), &device)
         .unwrap_err();
-    assert!(err.to_string().contains("float64"), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "a DLPack float64 tensor cannot become a burn-cuda Float tensor, expected float32, float16 or bfloat16 (burn-cuda registers no float64)"
+    );
     assert_eq!(counter.get(), 3, "every refused producer's deleter ran");
     // Memory of another device, given without a copy: refused with the two devices named.
     if let Ok(ctx1) = CudaContext::new(1) {

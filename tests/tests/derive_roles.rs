@@ -396,6 +396,42 @@ struct AnyOrderCuda {
     device: Device,
 }
 
+/// A ROCm consumer: `device = "rocm"` (`kDLROCM`, any ordinal).
+#[derive(DlpackImport, Debug)]
+#[dlpack(device = "rocm")]
+struct OnRocm {
+    #[dlpack(data)]
+    managed: ManagedTensor,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(device)]
+    device: Device,
+}
+
+#[test]
+fn a_rocm_device_constraint_accepts_rocm_memory_and_refuses_host_memory() {
+    let counter = Counter::new();
+    let values: Vec<f32> = (0..6).map(|v| v as f32).collect();
+    let host = Foreign::new(&bytes_of(&values), DataType::F32, &[6]);
+    let on_rocm = Foreign {
+        device: Device::new(DeviceType::Rocm, 1),
+        ..host.clone()
+    };
+    let view = OnRocm::from_managed(foreign(on_rocm, &counter)).unwrap();
+    assert_eq!(view.device, Device::new(DeviceType::Rocm, 1));
+    assert_eq!(view.shape, [6]);
+    assert_eq!(view.managed.dl_tensor().device.device_id, 1);
+    drop(view);
+    assert_eq!(
+        OnRocm::from_managed(foreign(host, &counter)).unwrap_err(),
+        ImportError::Device {
+            found: Device::CPU,
+            expected: "rocm memory (kDLROCM)"
+        }
+    );
+    assert_eq!(counter.get(), 2, "the deleter ran once for each");
+}
+
 #[test]
 fn dtype_shape_contiguity_and_device_constraints_accept_what_they_describe() {
     let counter = Counter::new();

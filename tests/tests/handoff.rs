@@ -117,6 +117,12 @@ trait Backend {
     /// Makes a stream of the other API wait for `events`: what its error is.
     #[cfg(feature = "hip")]
     fn wait_ready_on_the_other_api(events: &ReadyEvents) -> Result<(), Kind>;
+    /// Enqueues on `stream` a host function that writes `BYTE` to every byte of the `N`
+    /// elements at `dst` (host memory written in the stream's order).
+    fn write_host(dst: *mut u32, stream: &Self::Stream);
+    /// The default stream of `device` as a producer stream, where the face can name one for a
+    /// device that it may not have (`None` where it cannot).
+    fn default_stream(device: i32) -> Option<Self::Stream>;
     /// What `err` is.
     fn kind(err: &ExportError) -> Kind;
 }
@@ -364,6 +370,129 @@ fn a_producer_stream_of_another_device_is_refused<B: Backend>() {
         Kind::StreamOnOtherDevice("producer"),
         "{err}"
     );
+}
+
+/// `N` `u32` of host memory, zeroed, freed on drop: shared by a test and the tensor it exports,
+/// so that a stream's pending write into it stays in live memory whatever the export does.
+struct HostCells(*mut u32);
+
+// SAFETY: plain host memory, written only by a stream's host function and read by the test
+// after the stream's work.
+unsafe impl Send for HostCells {}
+// SAFETY: as above.
+unsafe impl Sync for HostCells {}
+
+impl HostCells {
+    fn new() -> std::sync::Arc<Self> {
+        let memory: Box<[u32]> = vec![0u32; N].into_boxed_slice();
+        std::sync::Arc::new(Self(Box::into_raw(memory).cast::<u32>()))
+    }
+    /// The values now (after the writing stream's work, or the test's wait for it).
+    fn values(&self) -> Vec<u32> {
+        // SAFETY: `N` u32 of live memory.
+        unsafe { std::slice::from_raw_parts(self.0, N) }.to_vec()
+    }
+}
+
+impl Drop for HostCells {
+    fn drop(&mut self) {
+        // SAFETY: the `Box<[u32]>` of `new`, freed once.
+        drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(self.0, N)) });
+    }
+}
+
+/// A host tensor (`cpu:0`) whose values a stream of the face writes: the stream is its
+/// producer stream.
+#[derive(DlpackExport)]
+struct HostWrittenByStream<S: dlpack_runtime::AsProducerStream + Send + 'static> {
+    #[dlpack(data)]
+    data: Claimed<std::sync::Arc<HostCells>>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(stream)]
+    stream: Option<S>,
+}
+
+/// The host function of [`Backend::write_host`]: `user_data` is the `N` `u32` to fill.
+unsafe extern "C" fn write_filled(user_data: *mut core::ffi::c_void) {
+    // SAFETY: `N` u32 of host memory kept alive until the stream's work is done
+    // (`Backend::write_host`'s callers).
+    unsafe { core::ptr::write_bytes(user_data.cast::<u32>(), BYTE, N) };
+}
+
+/// Host memory written asynchronously by a stream (a host function behind a gate): the host
+/// consumer's read (`cpu:0`, no `stream`) comes after a host wait for the producer's stream,
+/// so it sees every value; the gate is released by another thread meanwhile. Negative control:
+/// the same tensor without its producer stream is handed over while the write is still held,
+/// and its values are still the zeros.
+fn host_memory_written_by_a_stream_is_complete_when_the_host_reads<B: Backend + 'static>() {
+    let (a, _b, _checker) = setup::<B>();
+    let export = |with_stream: bool| {
+        let cells = HostCells::new();
+        let gate = B::hold(&a, Duration::from_secs(30));
+        B::write_host(cells.0, &a);
+        let tensor = HostWrittenByStream {
+            data: Claimed {
+                ptr: cells.0 as u64,
+                device: dlpack_runtime::Device::CPU,
+                _memory: cells.clone(),
+            },
+            shape: vec![N],
+            stream: with_stream.then(|| a.clone()),
+        };
+        (cells, tensor, gate)
+    };
+    let (cells, tensor, gate) = export(true);
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        B::release(gate)
+    });
+    let managed = tensor.into_dlpack_with(&ExportRequest::versioned());
+    // What the host consumer reads once it has the tensor.
+    let read = cells.values();
+    let opened_by_itself = releaser.join().unwrap();
+    B::sync(&a);
+    let managed = managed.expect("a host tensor with a producer stream");
+    assert_eq!(
+        managed.dl_tensor().device,
+        dlpack_runtime::Device::CPU.into()
+    );
+    assert_eq!(read, filled(), "the host read after the stream's write");
+    assert!(!opened_by_itself, "the gate was released, not timed out");
+    drop(managed);
+    drop(cells);
+
+    // Negative control: no producer stream, nothing waited for.
+    let (cells, tensor, gate) = export(false);
+    let managed = tensor
+        .into_dlpack_with(&ExportRequest::versioned())
+        .expect("a host tensor");
+    assert_eq!(cells.values(), vec![0u32; N], "the write was still held");
+    assert!(!B::release(gate), "nothing waited for the held stream");
+    B::sync(&a);
+    assert_eq!(cells.values(), filled());
+    drop(managed);
+}
+
+/// A default stream names no handle of its own: the device it is the default stream of is what
+/// says whose work it orders. That of another device (1), or of a device the process does not
+/// have (9), is refused as a producer stream of a device-0 tensor, before anything is ordered.
+fn a_default_stream_of_another_device_is_refused<B: Backend>() {
+    let (a, b, _checker) = setup::<B>();
+    for device in [1, 9] {
+        let Some(other) = B::default_stream(device) else {
+            continue;
+        };
+        let data = B::zeros(&a);
+        B::sync(&a);
+        let err = B::export(data, &other, &versioned(Some(B::value(&b))))
+            .expect_err("a default stream of another device is refused");
+        assert_eq!(
+            B::kind(&err),
+            Kind::StreamOnOtherDevice("producer"),
+            "device {device}: {err}"
+        );
+    }
 }
 
 fn a_consumer_stream_of_another_device_is_refused<B: Backend>() {
@@ -992,6 +1121,14 @@ macro_rules! handoff_cases {
             super::a_producer_stream_of_another_device_is_refused::<$backend>();
         }
         #[test]
+        fn a_default_stream_of_another_device_is_refused() {
+            super::a_default_stream_of_another_device_is_refused::<$backend>();
+        }
+        #[test]
+        fn host_memory_written_by_a_stream_is_complete_when_the_host_reads() {
+            super::host_memory_written_by_a_stream_is_complete_when_the_host_reads::<$backend>();
+        }
+        #[test]
         fn a_consumer_stream_of_another_device_is_refused() {
             super::a_consumer_stream_of_another_device_is_refused::<$backend>();
         }
@@ -1277,6 +1414,22 @@ mod cuda_face {
                     HipError::ForeignEvents { found: "CUDA", .. } => Kind::Foreign,
                     other => Kind::Other(other.to_string()),
                 })
+        }
+        fn write_host(dst: *mut u32, stream: &Self::Stream) {
+            bound(stream);
+            // SAFETY: a live stream; the callers keep `N` u32 at `dst` alive until its work is
+            // done.
+            unsafe {
+                sys::cuLaunchHostFunc(stream.cu_stream(), Some(super::write_filled), dst.cast())
+            }
+            .result()
+            .unwrap();
+        }
+        fn default_stream(device: i32) -> Option<Self::Stream> {
+            // cudarc streams carry their context: a device the driver does not have has none.
+            CudaContext::new(device as usize)
+                .ok()
+                .map(|ctx| ctx.default_stream())
         }
         fn kind(err: &ExportError) -> Kind {
             match err {
@@ -1645,6 +1798,17 @@ mod hip_face {
                 other => Kind::Other(other.to_string()),
             })
         }
+        fn write_host(dst: *mut u32, stream: &Self::Stream) {
+            on(stream);
+            // SAFETY: a live stream; the callers keep `N` u32 at `dst` alive until its work is
+            // done.
+            let code =
+                unsafe { (hip().launch_host_func)(stream.raw(), super::write_filled, dst.cast()) };
+            assert_eq!(code, 0, "hipLaunchHostFunc");
+        }
+        fn default_stream(device: i32) -> Option<Self::Stream> {
+            Some(Arc::new(HipStream::default_stream(device)))
+        }
         fn kind(err: &ExportError) -> Kind {
             match err {
                 ExportError::Hip(HipError::Capturing { .. }) => Kind::Capturing,
@@ -1717,6 +1881,31 @@ mod hip {
             "a direct hipStreamSynchronize of a capturing stream is recorded (it returned {code})"
         );
         c.synchronize().unwrap();
+    }
+
+    /// A `dl_device` of a ROCm device the process does not have is refused with
+    /// [`ExportError::NoSuchDevice`], in words that name the ROCm devices there are.
+    #[test]
+    fn a_rocm_dl_device_the_process_does_not_have_names_the_rocm_devices() {
+        let a = HipFace::stream(0);
+        let count = hip::device_count().unwrap();
+        assert!(count >= 2, "the simulator has two devices");
+        let data = HipFace::zeros(&a);
+        a.synchronize().unwrap();
+        let requested = Device::new(dlpack_runtime::DeviceType::Rocm, count + 3);
+        let request = ExportRequest::versioned()
+            .dl_device(requested)
+            .stream(Some(HipFace::value(&a)));
+        let err = HipFace::export(data, &a, &request).unwrap_err();
+        assert_eq!(err, ExportError::NoSuchDevice { requested, count });
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "dl_device rocm:{} does not exist: the process has {count} ROCm devices (0 to {})",
+                count + 3,
+                count - 1
+            )
+        );
     }
 
     /// The derive takes `HipSlice<f32>` as data and `Arc<HipStream>` as a stream unchanged: the

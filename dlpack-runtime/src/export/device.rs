@@ -231,6 +231,12 @@ impl<'r> StreamWork<'r> {
         if let Some(stream) = buffer.producer_stream() {
             pending.push(stream.0);
         }
+        if device.device_type == DeviceType::Cpu && !pending.is_empty() {
+            // Host memory that producer streams write: whatever reads it (the host consumer,
+            // the host's copy, a copy to a device) reads after a host wait for them.
+            self.wait_for_host_writes(&pending)?;
+            pending.clear();
+        }
         // A relay: imported memory lent on, ready after the events it carries.
         let upstream = buffer.ready_events().filter(|events| !events.is_empty());
         #[cfg(feature = "hip")]
@@ -247,6 +253,50 @@ impl<'r> StreamWork<'r> {
         }
         self.touched_cuda = true;
         self.order(device, data, has_elements, &pending, upstream)
+    }
+
+    /// Blocks the host until the producer streams `pending` of a host (`cpu`) tensor have
+    /// finished their work, CUDA streams (`cuStreamSynchronize`) and HIP streams
+    /// (`hipStreamSynchronize`, feature `hip`) alike, with the GIL released meanwhile where this
+    /// thread holds it. Each stream's capture status is asked before any wait: captured work
+    /// runs only at a launch of its graph, so a stream being captured is refused.
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Cuda`]: no CUDA driver, [`CudaError::Capturing`], a driver failure;
+    /// [`ExportError::Hip`]: no HIP runtime, [`HipError::Capturing`](crate::engine::hip::HipError::Capturing),
+    /// a runtime failure.
+    fn wait_for_host_writes(&mut self, pending: &[AnyStream<'_>]) -> Result<(), ExportError> {
+        let (operation, instead) = HOST_WAIT_UNDER_CAPTURE;
+        // Without `hip` every stream is a CUDA stream.
+        #[cfg_attr(not(feature = "hip"), allow(clippy::unnecessary_filter_map))]
+        let cuda: Vec<&CudaStream> = pending
+            .iter()
+            .filter_map(|stream| match *stream {
+                AnyStream::Cuda(stream) => Some(stream),
+                #[cfg(feature = "hip")]
+                AnyStream::Hip(_) => None,
+            })
+            .collect();
+        if !cuda.is_empty() {
+            self.touched_cuda = true;
+            init()?;
+            let _current = CurrentContext::save();
+            for stream in &cuda {
+                bind(stream.context().cu_ctx())?;
+                check_not_capturing(stream.cu_stream(), operation, instead)?;
+            }
+            let streams = cuda.iter().map(|stream| stream_id(stream)).collect();
+            execute(&SyncPlan::HostSync { streams }, &cuda)?;
+        }
+        #[cfg(feature = "hip")]
+        for stream in pending {
+            if let AnyStream::Hip(stream) = *stream {
+                // Asks the stream's capture status first (`synchronize_streams`).
+                stream.synchronize()?;
+            }
+        }
+        Ok(())
     }
 
     fn order(
@@ -524,6 +574,13 @@ const COPY_UNDER_CAPTURE: (&str, &str) = (
     "a copy for the consumer (copy=True, a dl_device the tensor is not on, or an unversioned request of a read-only tensor; its memory would be allocated once and written at every launch)",
     "copy before the capture begins or after it ends, or import without a copy (a versioned request, copy=None) and copy inside the capture into memory kept for the graph",
 );
+/// What a host wait for the producer streams of a host (`cpu`) tensor is refused as under
+/// capture, and what to do instead.
+const HOST_WAIT_UNDER_CAPTURE: (&str, &str) = (
+    "a host wait for the producer's writes into host memory",
+    "export the host tensor after the capture ends (and after a launch of its graph)",
+);
+
 /// The same for a copy to the host (`dl_device=(CPU, 0)`), which goes on the per-thread default
 /// stream and is waited for by the host.
 const HOST_COPY_UNDER_CAPTURE: (&str, &str) = (

@@ -35,16 +35,21 @@ pub enum ExportError {
         /// The device asked for.
         requested: Device,
     },
-    /// The `dl_device` asked for is a CUDA device that the process does not have (feature
-    /// `cuda`): its ordinal is negative, or not below the number of CUDA devices.
+    /// The `dl_device` asked for is a CUDA device (feature `cuda`) or a ROCm device (feature
+    /// `hip`) that the process does not have: its ordinal is negative, or not below the number
+    /// of devices of that runtime, which the message names ("2 ROCm devices (0 to 1)").
     #[error(
         "dl_device {requested} does not exist: the process has {}",
-        crate::tensor::device::devices_in_words("CUDA", *count)
+        crate::tensor::device::devices_in_words(
+            crate::tensor::device::runtime_name(requested.device_type),
+            *count
+        )
     )]
     NoSuchDevice {
         /// The device asked for.
         requested: Device,
-        /// The number of CUDA devices of the process.
+        /// The number of devices of the requested device's runtime (CUDA or ROCm) in the
+        /// process.
         count: i32,
     },
     /// `copy=False` but serving the request needs a copy.

@@ -42,15 +42,16 @@ pub enum BurnError {
         /// The tensor's dtype.
         found: DataType,
     },
-    /// A DLPack dtype that the burn tensor kind asked for cannot hold on the CPU backend:
-    /// `burn-ndarray` keeps floats as float32 or float64 only, integers in `Int` tensors and
-    /// bools in `Bool` tensors.
-    #[error(
-        "a DLPack {found} tensor cannot become a burn-ndarray {kind} tensor, expected {expected}"
-    )]
+    /// A DLPack dtype that the burn tensor kind asked for cannot hold on the backend that
+    /// imports it: `burn-ndarray` keeps floats as float32 or float64 only, integers in `Int`
+    /// tensors and bools in `Bool` tensors; `burn-cuda` keeps floats as float32, float16 or
+    /// bfloat16.
+    #[error("a DLPack {found} tensor cannot become a {backend} {kind} tensor, expected {expected}")]
     Kind {
         /// The tensor's dtype.
         found: DataType,
+        /// The burn backend that imports it (`"burn-ndarray"`, `"burn-cuda"`).
+        backend: &'static str,
         /// The burn tensor kind asked for (`Float`, `Int` or `Bool`).
         kind: &'static str,
         /// The DLPack dtypes that kind accepts, in words.
@@ -602,6 +603,7 @@ where
         } else {
             BurnError::Kind {
                 found: dtype,
+                backend: "burn-ndarray",
                 kind,
                 expected,
             }

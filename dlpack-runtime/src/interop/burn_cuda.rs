@@ -289,6 +289,7 @@ fn cuda_dtype(found: DataType, kind: &'static str, bool_dtype: DType) -> Result<
     if !accepted {
         return Err(BurnError::Kind {
             found,
+            backend: "burn-cuda",
             kind,
             expected,
         });

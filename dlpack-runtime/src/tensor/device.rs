@@ -244,6 +244,15 @@ impl fmt::Display for Device {
     }
 }
 
+/// The runtime whose devices a device type's ordinals count, for error messages: `"ROCm"`
+/// for ROCm memory (`kDLROCM`, `kDLROCMHost`), `"CUDA"` otherwise.
+pub(crate) fn runtime_name(device_type: DeviceType) -> &'static str {
+    match device_type.streams() {
+        StreamApi::Rocm => "ROCm",
+        _ => "CUDA",
+    }
+}
+
 /// `count` devices of the runtime `runtime` (`"CUDA"`, `"ROCm"`) in words, with the valid
 /// ordinals, for error messages: "2 CUDA devices (0 to 1)", "no ROCm device".
 pub(crate) fn devices_in_words(runtime: &str, count: i32) -> String {

@@ -432,6 +432,27 @@ pub(crate) fn check_stream(
     }
 }
 
+/// Checks that a producer stream belongs to HIP device `expected`: first the device the
+/// [`HipStream`] names ([`HipStream::device`]), whatever its handle (a default stream, NULL, of
+/// another device, or of a device the runtime does not have, names no work of `expected`'s),
+/// then the device of its handle ([`check_stream`]).
+///
+/// # Errors
+///
+/// [`HipError::StreamOnOtherDevice`] (role `"producer"`); [`HipError::Driver`] for a handle the
+/// runtime refuses.
+pub(crate) fn check_producer_stream(stream: &HipStream, expected: i32) -> Result<(), HipError> {
+    if stream.device() != expected {
+        return Err(HipError::StreamOnOtherDevice {
+            role: "producer",
+            stream: stream.raw() as u64,
+            found: stream.device(),
+            expected,
+        });
+    }
+    check_stream(stream.raw(), expected, "producer")
+}
+
 /// Makes this thread's stream-capture mode relaxed (`hipThreadExchangeStreamCaptureMode`): a
 /// global-mode capture on another thread then neither forbids this thread's waits nor is
 /// invalidated by them. For the stream-ordered release thread only.

@@ -13,7 +13,10 @@ use crate::plan::stream::StreamRequest;
 ///
 /// As a `#[dlpack(stream)]` field (`HipStream`, `Arc<HipStream>`, `Option` of either) it names
 /// pending work on a ROCm tensor: the consumer's stream is made to wait on an event recorded on
-/// it (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks.
+/// it (`hipEventRecord`, `hipStreamWaitEvent`); the host never blocks. On a host (`cpu`)
+/// tensor it names the stream's pending writes into host memory (a copy to the host, a host
+/// function): the export waits on the host for the stream (`hipStreamSynchronize`, its capture
+/// status asked first, the GIL released meanwhile) before anything reads the memory.
 #[derive(Debug)]
 pub struct HipStream {
     /// The `hipStream_t`, as an address (NULL: the device's default stream).
@@ -77,7 +80,10 @@ impl HipStream {
     }
 
     /// The default (null) stream of HIP device `device`, with the legacy default stream's
-    /// implicit synchronization with blocking streams.
+    /// implicit synchronization with blocking streams. As a producer stream it names work of
+    /// `device` alone: named for a tensor of another device (or `device` is one the runtime
+    /// does not have), the export is refused with [`HipError::StreamOnOtherDevice`], as for any
+    /// stream whose [`HipStream::device`] is not the tensor's.
     pub fn default_stream(device: i32) -> Self {
         Self {
             raw: 0,

@@ -12,8 +12,8 @@ use super::{DeviceCopy, StreamWork, device_copy_parts};
 use crate::engine::cuda::{ReadyEvents, release_after_hip};
 use crate::engine::hip::{
     self, HipError, HipEvent, HipMemory, HipStream, MAX_PITCH, check_not_capturing, check_pointer,
-    check_stream, copy_on_device, copy_span_to_host, copy_stream, hipStream_t, order_before,
-    order_before_on, record_events, synchronize_streams,
+    check_producer_stream, check_stream, copy_on_device, copy_span_to_host, copy_stream,
+    hipStream_t, order_before, order_before_on, record_events, synchronize_streams,
 };
 use crate::export::copied::{build_copied, copy_to_host as host_copy};
 use crate::export::parts::AnyStream;
@@ -108,7 +108,7 @@ impl StreamWork<'_> {
             check_pointer(data, device.device_id)?;
         }
         for stream in &streams {
-            check_stream(stream.raw(), device.device_id, "producer")?;
+            check_producer_stream(stream, device.device_id)?;
         }
         let raws: Vec<hipStream_t> = streams.iter().map(|s| s.raw()).collect();
         if self.copies {
