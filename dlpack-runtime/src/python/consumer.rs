@@ -802,17 +802,9 @@ fn order_exchanged(
     // Host and managed CUDA memory: `current_work_stream` is per device, and these have none
     // (device 0 by convention), so `__dlpack__` orders them instead.
     if device.device_type == crate::DeviceType::Cuda {
-        let Some(current) = api.current_work_stream else {
+        let Some((request, stream)) = current_work_stream(py, api, device, options)? else {
             return Ok(None);
         };
-        let request = crate::plan::stream::parse_stream(device, options.stream)
-            .map_err(crate::export::ExportError::from)?;
-        let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
-        // SAFETY: the table's contract (`dlpack.h`, `current_work_stream`): GIL held, a valid
-        // out-pointer; the stream written is valid until control returns to Python.
-        if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
-            return Err(ExchangeFailure::taken(py, "current_work_stream"));
-        }
         let kept = crate::engine::cuda::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
         return Ok(Some(crate::export::carry_ready_events(managed, kept)));
@@ -823,21 +815,40 @@ fn order_exchanged(
     // of the stream table. Pinned host memory (`kDLROCMHost`) is left to `__dlpack__`, as
     // `kDLCUDAHost` is.
     if device.device_type == crate::DeviceType::Rocm {
-        let Some(current) = api.current_work_stream else {
+        // The stream is a `hipStream_t` of the device.
+        let Some((request, stream)) = current_work_stream(py, api, device, options)? else {
             return Ok(None);
         };
-        let request = crate::plan::stream::parse_stream(device, options.stream)
-            .map_err(crate::export::ExportError::from)?;
-        let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
-        // SAFETY: as for CUDA above; the stream written is a `hipStream_t` of the device.
-        if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
-            return Err(ExchangeFailure::taken(py, "current_work_stream"));
-        }
         crate::engine::hip::order_raw(device.device_id, stream.cast(), request)
             .map_err(crate::export::ExportError::from)?;
         return Ok(Some(managed));
     }
     Ok(None)
+}
+
+/// The producer's `current_work_stream` for `device` (a CUDA or HIP stream handle; NULL its
+/// default stream), with the consumer's `options.stream` parsed for that device; `None` when
+/// the table has no `current_work_stream`.
+#[cfg(feature = "cuda")]
+fn current_work_stream(
+    py: Python<'_>,
+    api: &ffi::DLPackExchangeAPI,
+    device: Device,
+    options: &FromDlpackOptions,
+) -> Result<Option<(crate::plan::stream::StreamRequest, *mut core::ffi::c_void)>, ExchangeFailure> {
+    let Some(current) = api.current_work_stream else {
+        return Ok(None);
+    };
+    let request = crate::plan::stream::parse_stream(device, options.stream)
+        .map_err(crate::export::ExportError::from)?;
+    let raw = ffi::DLDevice::from(device);
+    let mut stream: *mut core::ffi::c_void = core::ptr::null_mut();
+    // SAFETY: the table's contract (`dlpack.h`, `current_work_stream`): GIL held, a valid
+    // out-pointer; the stream written is valid until control returns to Python.
+    if unsafe { current(raw.device_type, raw.device_id, &mut stream) } != 0 {
+        return Err(ExchangeFailure::taken(py, "current_work_stream"));
+    }
+    Ok(Some((request, stream)))
 }
 
 /// How a call into a producer's C exchange API failed.
