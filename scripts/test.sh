@@ -10,6 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+# The workspace's dev profile keeps line tables only (Cargo.toml); the fixtures outside the
+# workspace build into the same target directory, so they get the same setting and reuse its builds.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
