@@ -67,7 +67,7 @@
 //! | `num-complex` | no | `Element` for `num_complex::Complex<f32>`, `Complex<f64>` |
 //! | `candle` | no | `candle_core::Tensor` lent zero-copy (`candle::CandleTensor`), candle tensors built from any DLPack tensor (a copy); implies `float8` and `half`; needs Rust 1.94 |
 //! | `burn` | no | burn CPU tensors (`burn-ndarray`) lent zero-copy (`burn::BurnTensor`), any backend's tensor lent through its host data (`burn::BurnData`), burn CPU tensors built from any DLPack tensor (zero-copy for C-contiguous host memory); implies `half`; needs Rust 1.92 |
-//! | `burn-cuda` | no | burn's CUDA backend (`burn-cuda`, cubecl): its tensors lent zero-copy as CUDA memory after a host wait for burn's work (`burn::cuda::BurnCudaTensor`), and built from any DLPack tensor by a device copy on a stream of this crate; implies `burn` and `cuda`; needs Rust 1.92 |
+//! | `burn-cuda` | no | burn's CUDA backend (`burn-cuda`, cubecl), fused (`burn_cuda::Cuda` with its default features) or not: its tensors lent zero-copy as CUDA memory after a host wait for burn's work (`burn::cuda::BurnCudaTensor`), and built from any DLPack tensor by a device copy on a stream of this crate; implies `burn` and `cuda`, turns on burn-cuda's `fusion`; needs Rust 1.92 |
 //! | `float8` | no | `Element` for `float8::F8E4M3` (`float8_e4m3fn`), `float8::F8E5M2` (`float8_e5m2`) |
 //! | `cuda` | no | cudarc (dynamic loading): `#[dlpack(stream)]`, event dependencies, ready events, stream-ordered release, copies of CUDA memory on the consumer's stream (to the host, on the device, to another CUDA device with `dl_device`) and of host memory to a CUDA device, `CudaSlice` buffers; needs Rust 1.88 (cudarc 0.19), the rest of the crate builds on 1.85 |
 //! | `hip` | no | ROCm/HIP (module `hip`): `kDLROCM` hand-off ordered by events (`hipStreamWaitEvent`), capture status asked before every host wait, ready events and relays, stream-ordered release (`hip::release_after`), copies of ROCm memory to the host, on the device and to another ROCm device, `HipStream` and `HipSlice`, `python::from_dlpack` of ROCm producers on a consumer HIP stream (with `python`), on a binding loaded at run time from `libamdhip64.so` (builds without ROCm); implies `cuda` (the export machinery is shared: cudarc is compiled, but ROCm work never calls the CUDA driver) |
@@ -265,9 +265,16 @@ pub mod burn {
     #[cfg(feature = "burn-cuda")]
     pub mod cuda {
         //! burn's CUDA backend (feature `burn-cuda`: burn-cuda 0.21, cubecl-cuda 0.10, default
-        //! features off): tensors of `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (which
-        //! is `burn_cuda::Cuda` without burn-cuda's `fusion` feature) lent as CUDA memory
-        //! (`kDLCUDA`), and built from any DLPack tensor.
+        //! features off but `fusion`): tensors lent as CUDA memory (`kDLCUDA`), and built from
+        //! any DLPack tensor, of both CUDA backends ([`CudaPrimitive`]):
+        //! - `burn_cuda::Cuda<F, I>` as burn-cuda's default features make it, the fused
+        //!   backend `burn_fusion::Fusion<CubeBackend<CudaRuntime, F, I, BT>>`. A fused tensor
+        //!   is an entry in fusion's queue of deferred operations: an export first has fusion
+        //!   run what it still holds for the tensor (`resolve_tensor_float`, which enqueues the
+        //!   kernels on cubecl's streams) and lends the `CubeTensor` it stands for; an import
+        //!   registers its copy with fusion as a new tensor, as burn-fusion's `from_data` does.
+        //! - `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (`burn_cuda::Cuda` without
+        //!   burn-cuda's `fusion` feature).
         //!
         //! - **Export, zero-copy** ([`BurnCudaTensor`]): the tensor's own device memory (the
         //!   address cubecl's client gives for its handle, `ComputeClient::get_resource`), with

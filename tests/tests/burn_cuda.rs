@@ -9,7 +9,12 @@
 //! reports no violation for either, and reports the race in the negative controls: an export
 //! that skips the wait (`from_primitive_unsynchronized`), an import from a producer asked for no
 //! ordering (`stream=-1`). Dtypes both ways, strided imports, a host copy, refusals, the
-//! deleter once.
+//! deleter once, tensors made on another thread and given back.
+//!
+//! Every case runs on both of burn's CUDA backends: `cube::NAME` on `CubeBackend` and
+//! `fused::NAME` on `Fusion<CubeBackend>` (`burn_cuda::Cuda` with burn-cuda's default features),
+//! whose tensors are entries in fusion's queue of deferred operations (the export has fusion
+//! run those the tensor still waits for).
 //!
 //! burn's kernels need NVRTC and a GPU, which the simulator does not run: the round trips
 //! through burn's operations (`gpu_` tests) run on a GPU only and say they are skipped on the
@@ -21,13 +26,18 @@ use std::time::Duration;
 
 use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::cuda::{CudaDevice, CudaRuntime};
+use burn_cubecl::fusion::FusionCubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
-use burn_tensor::{Bool, DType, Float, Int, Tensor, TensorData, bf16, f16};
+use burn_fusion::{Fusion, FusionTensor};
+use burn_tensor::backend::Backend;
+use burn_tensor::{
+    BasicOps, Bool, DType, Float, Int, Tensor, TensorData, TensorPrimitive, bf16, f16,
+};
 use cuda_sim_testing::{Checker, Gate};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
 use dlpack_runtime::burn::BurnError;
 use dlpack_runtime::burn::cuda::{
-    BurnCudaTensor, consumer_stream, tensor_from_dlpack, tensor_from_managed,
+    BurnCudaTensor, CudaPrimitive, consumer_stream, tensor_from_dlpack, tensor_from_managed,
 };
 use dlpack_runtime::{
     DataType, Device, DlpackExport, ExportRequest, ImportBuffer, ImportedData, ManagedTensor,
@@ -36,8 +46,59 @@ use dlpack_tests::gpu::{GpuStrided, GpuTensor};
 use dlpack_tests::types::tensor;
 use dlpack_tests::{Counter, DropGuard};
 
-/// burn's CUDA backend without burn-cuda's `fusion` feature (`burn_cuda::Cuda` then).
-type B = CubeBackend<CudaRuntime, f32, i32, u8>;
+/// burn's CUDA backend without fusion (`burn_cuda::Cuda` without burn-cuda's `fusion` feature).
+type Unfused = CubeBackend<CudaRuntime, f32, i32, u8>;
+
+/// burn's fused CUDA backend (`burn_cuda::Cuda` with burn-cuda's default features).
+type Fused = Fusion<Unfused>;
+
+/// A CUDA backend of burn, each of whose tensor kinds this crate exports and imports, and whose
+/// tensors the tests can see the `CubeTensor` of. Every case runs on [`Unfused`] (module
+/// `cube`) and on [`Fused`] (module `fused`).
+trait CudaBackend:
+    Backend<
+        Device = CudaDevice,
+        FloatElem = f32,
+        FloatTensorPrimitive: CudaPrimitive + ToCube,
+        IntTensorPrimitive: CudaPrimitive + ToCube,
+        BoolTensorPrimitive: CudaPrimitive + ToCube,
+    >
+{
+}
+
+impl CudaBackend for Unfused {}
+impl CudaBackend for Fused {}
+
+/// The `CubeTensor` a primitive stands for.
+trait ToCube {
+    fn cube(self) -> CubeTensor<CudaRuntime>;
+}
+
+impl ToCube for CubeTensor<CudaRuntime> {
+    fn cube(self) -> CubeTensor<CudaRuntime> {
+        self
+    }
+}
+
+impl ToCube for FusionTensor<FusionCubeRuntime<CudaRuntime>> {
+    /// Runs what fusion still holds for the tensor and takes its handle.
+    fn cube(self) -> CubeTensor<CudaRuntime> {
+        let client = self.client.clone();
+        client.resolve_tensor_float::<Unfused>(self)
+    }
+}
+
+impl<B: Backend> ToCube for TensorPrimitive<B>
+where
+    B::FloatTensorPrimitive: ToCube,
+{
+    fn cube(self) -> CubeTensor<CudaRuntime> {
+        match self {
+            TensorPrimitive::Float(tensor) => tensor.cube(),
+            TensorPrimitive::QFloat(_) => panic!("no test quantizes"),
+        }
+    }
+}
 
 const NEEDS_DRIVER: &str =
     "needs a CUDA driver: the CUDA simulator on the library path (scripts/cuda-sim.sh) or a GPU";
@@ -72,13 +133,19 @@ fn assert_clean(checker: &Option<Checker>, what: &str) {
 }
 
 /// A 3x4 float32 matrix 0..12, uploaded by burn (no kernel).
-fn matrix(device: &CudaDevice) -> Tensor<B, 2> {
+fn matrix<B: CudaBackend>(device: &CudaDevice) -> Tensor<B, 2> {
     let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
     Tensor::from_data(TensorData::new(values, [3, 4]), device)
 }
 
-fn primitive<const D: usize>(t: &Tensor<B, D>) -> CubeTensor<CudaRuntime> {
-    t.clone().into_primitive().tensor()
+/// The `CubeTensor` of a clone of `t`.
+fn primitive<B: CudaBackend, const D: usize, K: BasicOps<B>>(
+    t: &Tensor<B, D, K>,
+) -> CubeTensor<CudaRuntime>
+where
+    K::Primitive: ToCube,
+{
+    t.clone().into_primitive().cube()
 }
 
 /// The device address cubecl's client gives for a tensor's handle.
@@ -160,10 +227,9 @@ fn release_later(gate: Gate) -> std::thread::JoinHandle<()> {
     })
 }
 
-#[test]
-fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work() {
+fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work<B: CudaBackend>() {
     let (device, b, checker) = setup();
-    let t = matrix(&device);
+    let t = matrix::<B>(&device);
     let at = address(&primitive(&t));
     let managed = BurnCudaTensor::new(t.clone())
         .unwrap()
@@ -192,15 +258,14 @@ fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work() {
     assert_clean(&checker, "an export after the host wait");
 }
 
-#[test]
-fn without_the_wait_the_consumer_reads_while_burn_still_writes() {
+fn without_the_wait_the_consumer_reads_while_burn_still_writes<B: CudaBackend>() {
     let (device, b, checker) = setup();
     let Some(checker) = needs_checker(checker, "the export without the wait") else {
         return;
     };
     // Wrong: burn's upload is pending on cubecl's stream, and nothing orders the consumer's
     // read after it.
-    let t = matrix(&device);
+    let t = matrix::<B>(&device);
     // SAFETY: deliberately broken (the negative control): the consumer below reads the memory
     // unordered with burn's upload; the simulator's memory is host memory, so the race is a
     // report of the checker, not undefined behaviour of this process.
@@ -219,7 +284,7 @@ fn without_the_wait_the_consumer_reads_while_burn_still_writes() {
     drop(managed);
     // Right: the same with the wait.
     checker.reset();
-    let t = matrix(&device);
+    let t = matrix::<B>(&device);
     let managed = BurnCudaTensor::new(t)
         .unwrap()
         .into_dlpack_with(&to_stream(&b))
@@ -230,10 +295,9 @@ fn without_the_wait_the_consumer_reads_while_burn_still_writes() {
     checker.assert_clean("the same export with the wait");
 }
 
-#[test]
-fn a_transposed_burn_cuda_tensor_is_lent_with_its_strides() {
+fn a_transposed_burn_cuda_tensor_is_lent_with_its_strides<B: CudaBackend>() {
     let (device, b, checker) = setup();
-    let t = matrix(&device);
+    let t = matrix::<B>(&device);
     let at = address(&primitive(&t));
     // cubecl transposes by swapping strides: no kernel, the same memory.
     let managed = BurnCudaTensor::new(t.transpose())
@@ -250,11 +314,82 @@ fn a_transposed_burn_cuda_tensor_is_lent_with_its_strides() {
     assert_clean(&checker, "a transposed export");
 }
 
-#[test]
-fn a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor() {
+fn a_lent_tensor_comes_back_as_a_tensor_of_its_backend<B: CudaBackend>() {
+    let (device, b, checker) = setup();
+    let t = matrix::<B>(&device);
+    let lent = BurnCudaTensor::new(t.clone()).unwrap();
+    let at = address(lent.primitive());
+    let back: Tensor<B, 2> = lent.into_tensor().unwrap();
+    assert_eq!(address(&primitive(&back)), at, "the same memory");
+    assert_eq!(back.into_data(), t.clone().into_data());
+    let err = BurnCudaTensor::new(t)
+        .unwrap()
+        .into_tensor::<B, 3, Float>()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            BurnError::Rank {
+                found: 2,
+                expected: 3
+            }
+        ),
+        "{err}"
+    );
+    b.synchronize().unwrap();
+    assert_clean(&checker, "a lent tensor given back");
+}
+
+fn a_tensor_made_on_another_thread_is_lent_after_its_work<B: CudaBackend>() {
+    let (device, b, checker) = setup();
+    // burn enqueues on the cubecl stream (and, fused, the fusion stream) of the thread that
+    // makes the tensor: the export, on this thread, is ordered after that work all the same.
+    // (The negative control of the wait is `without_the_wait_the_consumer_reads_while_burn_still_writes`:
+    // across threads, the simulator's one host clock lets a host wait of a test running beside
+    // this one order the other thread's upload, so a race here is not certain to be seen.)
+    let (t, maker) = made_on_another_thread::<B>(&device);
+    let managed = BurnCudaTensor::new(t)
+        .unwrap()
+        .into_dlpack_with(&to_stream(&b))
+        .unwrap();
+    let values: Vec<f32> = elements(&managed, &b);
+    assert_eq!(&values[..4], [0.0, 4.0, 8.0, 1.0]);
+    drop(managed);
+    assert_clean(&checker, "an export of another thread's tensor");
+    maker.finish();
+}
+
+/// A thread that made a tensor and is kept alive until [`finish`](Maker::finish): cubecl may
+/// wait for a thread's stream when the thread ends, which would order its work before the
+/// test's reads whatever the code under test did.
+struct Maker {
+    done: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Maker {
+    fn finish(self) {
+        self.done.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
+/// The transpose of [`matrix`], made on another thread, which stays alive.
+fn made_on_another_thread<B: CudaBackend>(device: &CudaDevice) -> (Tensor<B, 2>, Maker) {
+    let (send, made) = std::sync::mpsc::channel();
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let device = device.clone();
+    let thread = std::thread::spawn(move || {
+        send.send(matrix::<B>(&device).transpose()).unwrap();
+        wait.recv().unwrap();
+    });
+    (made.recv().unwrap(), Maker { done, thread })
+}
+
+fn a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor<B: CudaBackend>() {
     let (device, _b, checker) = setup();
     // `dl_device=(CPU, 0)`: the export copies the transposed tensor to compact host memory.
-    let managed = BurnCudaTensor::new(matrix(&device).transpose())
+    let managed = BurnCudaTensor::new(matrix::<B>(&device).transpose())
         .unwrap()
         .into_dlpack_with(&ExportRequest::versioned().dl_device(Device::CPU))
         .unwrap();
@@ -269,8 +404,7 @@ fn a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor() {
     assert_clean(&checker, "a host copy");
 }
 
-#[test]
-fn int_bool_and_half_burn_cuda_tensors_are_lent_with_their_dtypes() {
+fn int_bool_and_half_burn_cuda_tensors_are_lent_with_their_dtypes<B: CudaBackend>() {
     let (device, b, checker) = setup();
     let ints = Tensor::<B, 1, Int>::from_data(TensorData::new(vec![-3i32, 0, 7], [3]), &device);
     let managed = BurnCudaTensor::new(ints)
@@ -308,8 +442,7 @@ fn int_bool_and_half_burn_cuda_tensors_are_lent_with_their_dtypes() {
     assert_clean(&checker, "exports of each kind");
 }
 
-#[test]
-fn an_import_copies_after_the_producers_pending_work() {
+fn an_import_copies_after_the_producers_pending_work<B: CudaBackend>() {
     let (device, a, checker) = setup();
     let counter = Counter::new();
     let buf = a.alloc_zeros::<u32>(1024).unwrap();
@@ -323,7 +456,7 @@ fn an_import_copies_after_the_producers_pending_work() {
     let t: Tensor<B, 1, Int> = tensor_from_dlpack(producer, &device).unwrap();
     releaser.join().unwrap();
     assert_eq!(counter.get(), 1, "the producer's deleter ran, once");
-    assert_ne!(address(&t.clone().into_primitive()), at, "a copy");
+    assert_ne!(address(&primitive(&t)), at, "a copy");
     assert_eq!(t.dtype(), DType::U32);
     let values: Vec<u32> = t.into_data().to_vec().unwrap();
     assert_eq!(values, vec![7; 1024], "the copy ran after the fill");
@@ -331,8 +464,7 @@ fn an_import_copies_after_the_producers_pending_work() {
     assert_clean(&checker, "an import after pending producer work");
 }
 
-#[test]
-fn an_import_whose_producer_was_asked_for_no_ordering_races_its_work() {
+fn an_import_whose_producer_was_asked_for_no_ordering_races_its_work<B: CudaBackend>() {
     let (device, a, checker) = setup();
     let Some(checker) = needs_checker(checker, "the import without ordering") else {
         return;
@@ -361,8 +493,7 @@ fn an_import_whose_producer_was_asked_for_no_ordering_races_its_work() {
     assert_eq!(counter.get(), 1);
 }
 
-#[test]
-fn a_strided_import_is_copied_compact_and_row_major() {
+fn a_strided_import_is_copied_compact_and_row_major<B: CudaBackend>() {
     let (device, a, checker) = setup();
     let counter = Counter::new();
     let host: Vec<u32> = (0..12).collect();
@@ -378,7 +509,7 @@ fn a_strided_import_is_copied_compact_and_row_major() {
     };
     let t: Tensor<B, 2, Int> = tensor_from_dlpack(producer, &device).unwrap();
     assert_eq!(counter.get(), 1);
-    let p = t.clone().into_primitive();
+    let p = primitive(&t);
     assert_eq!(p.meta.strides().to_vec(), [3, 1], "compact row-major");
     let values: Vec<u32> = t.into_data().to_vec().unwrap();
     assert_eq!(values, [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]);
@@ -397,11 +528,10 @@ fn a_strided_import_is_copied_compact_and_row_major() {
     assert_clean(&checker, "strided imports");
 }
 
-#[test]
-fn burn_cuda_tensors_come_back_from_their_own_exports_as_copies() {
+fn burn_cuda_tensors_come_back_from_their_own_exports_as_copies<B: CudaBackend>() {
     let (device, _b, checker) = setup();
     // Float (float32 and float16, bfloat16), Int and Bool, through an export and an import.
-    let t = matrix(&device);
+    let t = matrix::<B>(&device);
     let back: Tensor<B, 2> =
         tensor_from_dlpack(BurnCudaTensor::new(t.clone()).unwrap(), &device).unwrap();
     assert_ne!(address(&primitive(&back)), address(&primitive(&t)));
@@ -431,8 +561,7 @@ fn burn_cuda_tensors_come_back_from_their_own_exports_as_copies() {
     assert_clean(&checker, "round trips");
 }
 
-#[test]
-fn host_tensors_are_uploaded_by_burn() {
+fn host_tensors_are_uploaded_by_burn<B: CudaBackend>() {
     let (device, _b, checker) = setup();
     let counter = Counter::new();
     let t: Tensor<B, 2> = tensor_from_dlpack(
@@ -449,8 +578,7 @@ fn host_tensors_are_uploaded_by_burn() {
     assert_clean(&checker, "host imports");
 }
 
-#[test]
-fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs() {
+fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs<B: CudaBackend>() {
     let (device, a, checker) = setup();
     let counter = Counter::new();
     let producer = || GpuTensor::new(a.alloc_zeros::<u32>(4).unwrap(), &a, &counter);
@@ -531,8 +659,7 @@ fn expected_gram() -> Vec<f32> {
     out
 }
 
-#[test]
-fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran() {
+fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran<B: CudaBackend>() {
     let (device, b, checker) = setup();
     if !kernels_run(
         &checker,
@@ -541,7 +668,7 @@ fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran() {
         return;
     }
     for _ in 0..20 {
-        let m = matrix(&device);
+        let m = matrix::<B>(&device);
         // Enqueued on cubecl's stream and still running when the export begins.
         let y = m.clone().matmul(m.transpose()) * 2.0 + 1.0;
         let managed = BurnCudaTensor::new(y.clone())
@@ -554,8 +681,7 @@ fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran() {
     }
 }
 
-#[test]
-fn gpu_an_import_feeds_burns_kernels() {
+fn gpu_an_import_feeds_burns_kernels<B: CudaBackend>() {
     let (device, a, checker) = setup();
     if !kernels_run(&checker, "gpu_an_import_feeds_burns_kernels") {
         return;
@@ -586,12 +712,11 @@ fn gpu_an_import_feeds_burns_kernels() {
         guard: DropGuard::default(),
     };
     let mt: Tensor<B, 2, Int> = tensor_from_dlpack(producer, &device).unwrap();
-    let gram = matrix(&device).matmul(mt.float()) * 2.0 + 1.0;
+    let gram = matrix::<B>(&device).matmul(mt.float()) * 2.0 + 1.0;
     assert_eq!(gram.into_data().to_vec::<f32>().unwrap(), expected_gram());
 }
 
-#[test]
-fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways() {
+fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways<B: CudaBackend>() {
     let (device, _b, checker) = setup();
     if !kernels_run(
         &checker,
@@ -600,7 +725,7 @@ fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways() {
         return;
     }
     for dtype in [DType::F16, DType::BF16] {
-        let m = matrix(&device).cast(dtype);
+        let m = matrix::<B>(&device).cast(dtype);
         let y = m.clone() * 2.0 - 3.0;
         let back: Tensor<B, 2> =
             tensor_from_dlpack(BurnCudaTensor::new(y).unwrap(), &device).unwrap();
@@ -610,3 +735,78 @@ fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways() {
         assert_eq!(values, (0..12).map(|v| v as f32).collect::<Vec<_>>());
     }
 }
+
+/// Each case as a test of each backend: `cube::NAME` and `fused::NAME`.
+macro_rules! backend_tests {
+    ($module:ident, $backend:ty) => {
+        mod $module {
+            #[test]
+            fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work() {
+                super::a_burn_cuda_tensor_is_lent_in_place_after_burns_work::<$backend>();
+            }
+            #[test]
+            fn without_the_wait_the_consumer_reads_while_burn_still_writes() {
+                super::without_the_wait_the_consumer_reads_while_burn_still_writes::<$backend>();
+            }
+            #[test]
+            fn a_transposed_burn_cuda_tensor_is_lent_with_its_strides() {
+                super::a_transposed_burn_cuda_tensor_is_lent_with_its_strides::<$backend>();
+            }
+            #[test]
+            fn a_lent_tensor_comes_back_as_a_tensor_of_its_backend() {
+                super::a_lent_tensor_comes_back_as_a_tensor_of_its_backend::<$backend>();
+            }
+            #[test]
+            fn a_tensor_made_on_another_thread_is_lent_after_its_work() {
+                super::a_tensor_made_on_another_thread_is_lent_after_its_work::<$backend>();
+            }
+            #[test]
+            fn a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor() {
+                super::a_host_consumer_gets_a_copy_of_a_burn_cuda_tensor::<$backend>();
+            }
+            #[test]
+            fn int_bool_and_half_burn_cuda_tensors_are_lent_with_their_dtypes() {
+                super::int_bool_and_half_burn_cuda_tensors_are_lent_with_their_dtypes::<$backend>();
+            }
+            #[test]
+            fn an_import_copies_after_the_producers_pending_work() {
+                super::an_import_copies_after_the_producers_pending_work::<$backend>();
+            }
+            #[test]
+            fn an_import_whose_producer_was_asked_for_no_ordering_races_its_work() {
+                super::an_import_whose_producer_was_asked_for_no_ordering_races_its_work::<$backend>();
+            }
+            #[test]
+            fn a_strided_import_is_copied_compact_and_row_major() {
+                super::a_strided_import_is_copied_compact_and_row_major::<$backend>();
+            }
+            #[test]
+            fn burn_cuda_tensors_come_back_from_their_own_exports_as_copies() {
+                super::burn_cuda_tensors_come_back_from_their_own_exports_as_copies::<$backend>();
+            }
+            #[test]
+            fn host_tensors_are_uploaded_by_burn() {
+                super::host_tensors_are_uploaded_by_burn::<$backend>();
+            }
+            #[test]
+            fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs() {
+                super::imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs::<$backend>();
+            }
+            #[test]
+            fn gpu_the_result_of_burns_kernels_is_lent_after_they_ran() {
+                super::gpu_the_result_of_burns_kernels_is_lent_after_they_ran::<$backend>();
+            }
+            #[test]
+            fn gpu_an_import_feeds_burns_kernels() {
+                super::gpu_an_import_feeds_burns_kernels::<$backend>();
+            }
+            #[test]
+            fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways() {
+                super::gpu_half_precision_tensors_go_through_burns_kernels_both_ways::<$backend>();
+            }
+        }
+    };
+}
+
+backend_tests!(cube, super::Unfused);
+backend_tests!(fused, super::Fused);

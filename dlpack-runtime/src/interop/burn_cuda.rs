@@ -5,10 +5,15 @@ use core::ffi::c_void;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use burn_cubecl::CubeBackend;
 use burn_cubecl::cubecl::Runtime;
 use burn_cubecl::cubecl::cuda::{CudaDevice, CudaRuntime};
 use burn_cubecl::cubecl::future::block_on;
+use burn_cubecl::fusion::FusionCubeRuntime;
 use burn_cubecl::tensor::CubeTensor;
+use burn_fusion::stream::OperationStreams;
+use burn_fusion::{FusionTensor, NoOp, get_client};
+use burn_ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
 use burn_tensor::backend::{Backend, get_device_settings};
 use burn_tensor::{BasicOps, BoolStore, DType, Shape, Tensor, TensorData, TensorPrimitive};
 use cudarc::driver::CudaStream;
@@ -28,6 +33,15 @@ use crate::tensor::managed::ManagedTensor;
 /// A tensor of burn's CUDA backend: `burn_cubecl::tensor::CubeTensor<CudaRuntime>`.
 type CudaTensor = CubeTensor<CudaRuntime>;
 
+/// A tensor of burn's fused CUDA backend (`burn_fusion::Fusion<CubeBackend<CudaRuntime, ..>>`,
+/// `burn_cuda::Cuda` with burn-cuda's default features): the same primitive for every element
+/// type, bool type and tensor kind.
+type FusedTensor = FusionTensor<FusionCubeRuntime<CudaRuntime>>;
+
+/// The backend under the fused one that hands out and takes in its `CubeTensor`s. Its element
+/// types are not used: a fused tensor's `CubeTensor` keeps the dtype fusion recorded for it.
+type Unfused = CubeBackend<CudaRuntime, f32, i32, u8>;
+
 /// A cubecl error, as a [`BurnError::Backend`].
 fn backend_error(err: impl core::fmt::Display) -> BurnError {
     BurnError::Backend {
@@ -36,15 +50,22 @@ fn backend_error(err: impl core::fmt::Display) -> BurnError {
 }
 
 /// A burn tensor primitive of the CUDA backend: the
-/// [`TensorKind::Primitive`](burn_tensor::TensorKind::Primitive) of `Float` (a
-/// [`TensorPrimitive`] over `CubeTensor<CudaRuntime>`), `Int` and `Bool` tensors of any backend
-/// whose primitives are `CubeTensor<CudaRuntime>`s (`burn_cubecl::CubeBackend<CudaRuntime, F,
-/// I, BT>`, which is `burn_cuda::Cuda` without burn-cuda's `fusion` feature). Sealed.
+/// [`TensorKind::Primitive`](burn_tensor::TensorKind::Primitive) of `Float`, `Int` and `Bool`
+/// tensors of
+/// - `burn_cuda::Cuda<F, I>` as burn-cuda's default features make it, the fused backend
+///   `burn_fusion::Fusion<burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>>` (its primitives
+///   are `FusionTensor<FusionCubeRuntime<CudaRuntime>>`s);
+/// - `burn_cubecl::CubeBackend<CudaRuntime, F, I, BT>` (`burn_cuda::Cuda` without
+///   burn-cuda's `fusion` feature; primitives `CubeTensor<CudaRuntime>`).
+///
+/// Float primitives are [`TensorPrimitive`]s over either. Sealed.
 pub trait CudaPrimitive: sealed::Sealed + Sized {
-    /// The `CubeTensor` inside, or [`BurnError::Quantized`].
+    /// The `CubeTensor` inside, or [`BurnError::Quantized`]. A fused tensor's pending
+    /// operations are enqueued first.
     #[doc(hidden)]
     fn into_cube(self) -> Result<CudaTensor, BurnError>;
-    /// The primitive around `tensor`.
+    /// The primitive around `tensor`: for the fused backend, `tensor` registered with fusion as
+    /// a new tensor.
     #[doc(hidden)]
     fn from_cube(tensor: CudaTensor) -> Self;
 }
@@ -52,6 +73,7 @@ pub trait CudaPrimitive: sealed::Sealed + Sized {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::CudaTensor {}
+    impl Sealed for super::FusedTensor {}
     impl<B: burn_tensor::backend::Backend> Sealed for burn_tensor::TensorPrimitive<B> {}
 }
 
@@ -64,15 +86,48 @@ impl CudaPrimitive for CudaTensor {
     }
 }
 
-impl<B: Backend<FloatTensorPrimitive = CudaTensor>> CudaPrimitive for TensorPrimitive<B> {
+impl CudaPrimitive for FusedTensor {
+    fn into_cube(self) -> Result<CudaTensor, BurnError> {
+        let client = self.client.clone();
+        // Fusion defers operations to fuse them: resolving enqueues those still pending on the
+        // tensor's fusion stream (their kernels run on cubecl's streams, ordered before any
+        // later use of the handle from any thread) and gives the `CubeTensor` the fused
+        // tensor stands for. Its handle is shared with fusion while other fused tensors refer
+        // to it, so burn never writes it in place while the `CubeTensor` is held. Every kind
+        // resolves alike (`float_tensor`, `int_tensor` and `bool_tensor` of `CubeBackend`
+        // build the same `CubeTensor`, of the dtype fusion recorded).
+        Ok(client.resolve_tensor_float::<Unfused>(self))
+    }
+    fn from_cube(tensor: CudaTensor) -> Self {
+        // As burn-fusion's own `float_from_data`: the handle is registered as the output of an
+        // initialization that runs nothing.
+        let client = get_client::<Unfused>(&tensor.device);
+        let shape = tensor.meta.shape().clone();
+        let dtype = tensor.dtype;
+        let handle = Unfused::float_tensor_handle(tensor);
+        let desc = InitOperationIr::create(shape, dtype, || client.register_tensor_handle(handle));
+        client
+            .register(
+                OperationStreams::default(),
+                OperationIr::Init(desc),
+                NoOp::<Unfused>::new(),
+            )
+            .output()
+    }
+}
+
+impl<B: Backend> CudaPrimitive for TensorPrimitive<B>
+where
+    B::FloatTensorPrimitive: CudaPrimitive,
+{
     fn into_cube(self) -> Result<CudaTensor, BurnError> {
         match self {
-            TensorPrimitive::Float(tensor) => Ok(tensor),
+            TensorPrimitive::Float(tensor) => tensor.into_cube(),
             TensorPrimitive::QFloat(_) => Err(BurnError::Quantized),
         }
     }
     fn from_cube(tensor: CudaTensor) -> Self {
-        TensorPrimitive::Float(tensor)
+        TensorPrimitive::Float(B::FloatTensorPrimitive::from_cube(tensor))
     }
 }
 
@@ -139,7 +194,8 @@ impl core::fmt::Debug for BurnCudaTensor {
 impl BurnCudaTensor {
     /// Takes `tensor` (clone it first to keep using it: burn's clones share the memory) and
     /// waits on the host until burn's pending work on it has finished, so that any consumer,
-    /// on any stream, reads the tensor's values.
+    /// on any stream, reads the tensor's values. A tensor of the fused backend first has the
+    /// operations fusion still holds for it enqueued (burn-fusion's `resolve_tensor_float`).
     ///
     /// # Errors
     ///
@@ -220,9 +276,32 @@ impl BurnCudaTensor {
         &self.tensor
     }
 
-    /// Gives back the tensor primitive (`Tensor::from_primitive` makes it a burn tensor again).
+    /// Gives back the tensor primitive (`Tensor::from_primitive` makes it a tensor of
+    /// `CubeBackend` again; [`into_tensor`](Self::into_tensor) makes it a tensor of any CUDA
+    /// backend).
     pub fn into_primitive(self) -> CudaTensor {
         self.tensor
+    }
+
+    /// Gives back the tensor, as a tensor of backend `B` (the fused backend too, where the
+    /// tensor is registered with fusion anew), rank `D` and kind `K`.
+    ///
+    /// # Errors
+    ///
+    /// [`BurnError::Rank`] when the tensor's rank is not `D`.
+    pub fn into_tensor<B, const D: usize, K>(self) -> Result<Tensor<B, D, K>, BurnError>
+    where
+        B: Backend,
+        K: BasicOps<B>,
+        K::Primitive: CudaPrimitive,
+    {
+        if self.shape.len() != D {
+            return Err(BurnError::Rank {
+                found: self.shape.len(),
+                expected: D,
+            });
+        }
+        Ok(Tensor::from_primitive(K::Primitive::from_cube(self.tensor)))
     }
 }
 
