@@ -301,7 +301,9 @@ pub mod burn {
         //!   event there and make the consumer's stream wait on it) or such an event itself (a
         //!   `CUevent` recorded after that work, as cubecl already records internally to order
         //!   its own streams, `Fence` in cubecl-cuda).
-        //! - **Import, a device copy** ([`tensor_from_managed`], [`tensor_from_dlpack`]):
+        //! - **Import, a device copy** ([`tensor_from_managed`], [`tensor_from_dlpack`], and
+        //!   with the `python` feature `tensor_from_py`, which runs the host waits without the
+        //!   GIL):
         //!   cubecl's storage allocates and frees its own memory (`cuMemAllocAsync` on its
         //!   stream, into pools it reuses) and has no way to hold memory it did not allocate, so
         //!   burn cannot keep a producer's memory: the elements are copied. The memory is
@@ -332,6 +334,8 @@ pub mod burn {
         //! round trips through burn's operations run in `scripts/gpu-suite.sh`.
 
         pub use crate::interop::burn_cuda::*;
+        #[cfg(feature = "python")]
+        pub use crate::python::burn_cuda::tensor_from_py;
     }
 }
 #[cfg(feature = "cuda")]

@@ -736,10 +736,175 @@ fn gpu_half_precision_tensors_go_through_burns_kernels_both_ways<B: CudaBackend>
     }
 }
 
+/// Python objects made burn CUDA tensors (`burn::cuda::tensor_from_py`, feature `python`).
+#[cfg(feature = "python")]
+mod python {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use dlpack_runtime::burn::cuda::tensor_from_py;
+    use dlpack_runtime::python::{FromDlpackOptions, export_once, managed_from_object};
+    use dlpack_tests::py::eval as run;
+    use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+
+    use super::*;
+
+    /// Imports `torch` once for the process.
+    fn import_torch_once(py: Python<'_>) {
+        use pyo3::sync::OnceLockExt;
+        static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        IMPORTED.get_or_init_py_attached(py, || {
+            py.import("torch")
+                .expect("torch must be importable: run scripts/test.sh, which sets up .venv");
+        });
+    }
+
+    fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
+        import_torch_once(py);
+        let l = PyDict::new(py);
+        run(py, "import torch, numpy as np\nresult = None", &l);
+        l
+    }
+
+    pub fn numpy_and_torch_host_tensors_become_burn_cuda_tensors<B: CudaBackend>() {
+        let (device, _b, checker) = setup();
+        Python::attach(|py| {
+            let l = locals(py);
+            // A transposed view: copied onto the device as it is, then compact into burn's.
+            let arr = run(
+                py,
+                "result = np.arange(12, dtype=np.float32).reshape(3, 4).T",
+                &l,
+            );
+            let t: Tensor<B, 2> = tensor_from_py(&arr, &device).unwrap();
+            assert_eq!(t.dtype(), DType::F32);
+            assert_eq!(
+                t.into_data().to_vec::<f32>().unwrap(),
+                [0.0, 4.0, 8.0, 1.0, 5.0, 9.0, 2.0, 6.0, 10.0, 3.0, 7.0, 11.0]
+            );
+            let ints = run(
+                py,
+                "result = torch.tensor([[-5, 0], [7, 2**40]], dtype=torch.int64)",
+                &l,
+            );
+            let t: Tensor<B, 2, Int> = tensor_from_py(&ints, &device).unwrap();
+            assert_eq!(t.dtype(), DType::I64);
+            assert_eq!(t.into_data().to_vec::<i64>().unwrap(), [-5, 0, 7, 1 << 40]);
+            let flags = run(py, "result = np.array([True, False, True])", &l);
+            let t: Tensor<B, 1, Bool> = tensor_from_py(&flags, &device).unwrap();
+            assert_eq!(t.into_data().to_vec::<u8>().unwrap(), [1, 0, 1]);
+            let halves = run(
+                py,
+                "result = torch.tensor([0.5, -2.0], dtype=torch.bfloat16)",
+                &l,
+            );
+            let t: Tensor<B, 1> = tensor_from_py(&halves, &device).unwrap();
+            assert_eq!(t.dtype(), DType::BF16);
+            assert_eq!(
+                t.into_data().to_vec::<bf16>().unwrap(),
+                [bf16::from_f32(0.5), bf16::from_f32(-2.0)]
+            );
+            // Refused: a BufferError naming what was found and expected.
+            let doubles = run(py, "result = np.zeros(2)", &l);
+            let err = tensor_from_py::<B, 1, Float>(&doubles, &device).unwrap_err();
+            assert!(err.is_instance_of::<pyo3::exceptions::PyBufferError>(py));
+            assert!(
+                err.to_string()
+                    .contains("a DLPack float64 tensor cannot become a burn-cuda Float tensor"),
+                "{err}"
+            );
+        });
+        assert_clean(&checker, "imports of host tensors from Python");
+    }
+
+    pub fn a_python_producers_pending_work_is_ordered_before_the_copy_without_the_gil<
+        B: CudaBackend,
+    >() {
+        let (device, a, checker) = setup();
+        let counter = Counter::new();
+        let buf = a.alloc_zeros::<u32>(1024).unwrap();
+        let gate = Gate::hold(&a);
+        fill(&buf, &a, 7);
+        let producer = GpuTensor::new(buf, &a, &counter);
+        // While the import waits on the host for its copy (held behind the gate), another
+        // thread takes the GIL; the gate opens after that, or after 20 s if the GIL stays held
+        // (another test may hold it for seconds, importing torch).
+        let gil_free = Arc::new(AtomicBool::new(false));
+        let releaser = {
+            let gil_free = gil_free.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(HELD);
+                let (took, taken) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    Python::attach(|_py| ());
+                    let _ = took.send(());
+                });
+                let free = taken.recv_timeout(Duration::from_secs(20)).is_ok();
+                gil_free.store(free, Ordering::SeqCst);
+                gate.release();
+            })
+        };
+        let t: Tensor<B, 1, Int> = Python::attach(|py| {
+            let obj = export_once(py, producer).unwrap();
+            tensor_from_py(&obj, &device).unwrap()
+        });
+        releaser.join().unwrap();
+        assert!(
+            gil_free.load(Ordering::SeqCst),
+            "another thread took the GIL while the import waited"
+        );
+        assert_eq!(counter.get(), 1, "the producer's deleter ran, once");
+        assert_eq!(t.dtype(), DType::U32);
+        let values: Vec<u32> = t.into_data().to_vec().unwrap();
+        assert_eq!(values, vec![7; 1024], "the copy ran after the fill");
+        a.synchronize().unwrap();
+        assert_clean(
+            &checker,
+            "an import from Python after pending producer work",
+        );
+        // The negative control: the same producer asked for no ordering (`stream=-1`).
+        let Some(checker) = needs_checker(checker, "the Python import without ordering") else {
+            return;
+        };
+        let buf = a.alloc_zeros::<u32>(1024).unwrap();
+        let gate = Gate::hold(&a);
+        fill(&buf, &a, 7);
+        let producer = GpuTensor::new(buf, &a, &counter);
+        let managed = Python::attach(|py| {
+            let obj = export_once(py, producer).unwrap();
+            let options = FromDlpackOptions::new()
+                .device(Device::cuda(0))
+                .stream(Some(-1));
+            managed_from_object(&obj, &options).unwrap()
+        });
+        let stream = consumer_stream(0).unwrap();
+        let t = tensor_from_managed::<B, 1, Int>(managed, &device, &stream).unwrap();
+        let report = checker.report();
+        gate.release();
+        a.synchronize().unwrap();
+        assert!(
+            report.contains("is not ordered after the write"),
+            "the unordered copy is reported: {report}"
+        );
+        drop(t);
+        assert_eq!(counter.get(), 2);
+    }
+}
+
 /// Each case as a test of each backend: `cube::NAME` and `fused::NAME`.
 macro_rules! backend_tests {
     ($module:ident, $backend:ty) => {
         mod $module {
+            #[cfg(feature = "python")]
+            #[test]
+            fn numpy_and_torch_host_tensors_become_burn_cuda_tensors() {
+                super::python::numpy_and_torch_host_tensors_become_burn_cuda_tensors::<$backend>();
+            }
+            #[cfg(feature = "python")]
+            #[test]
+            fn a_python_producers_pending_work_is_ordered_before_the_copy_without_the_gil() {
+                super::python::a_python_producers_pending_work_is_ordered_before_the_copy_without_the_gil::<$backend>();
+            }
             #[test]
             fn a_burn_cuda_tensor_is_lent_in_place_after_burns_work() {
                 super::a_burn_cuda_tensor_is_lent_in_place_after_burns_work::<$backend>();

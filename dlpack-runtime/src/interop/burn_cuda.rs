@@ -21,7 +21,7 @@ use cudarc::driver::CudaStream;
 use super::burn::{BurnError, burn_dtype, dlpack_dtype, tensor_data_from_managed};
 use crate::engine::cuda::{
     AfterFailedWait, CudaError, CurrentContext, after_failed_wait, bind, context, copy_into_device,
-    driver_error, leak, max_pitch, synchronize,
+    driver_error, kept_stream, leak, max_pitch, synchronize,
 };
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest};
 use crate::plan::copy::StridedCopy;
@@ -317,7 +317,8 @@ impl DlpackExport for BurnCudaTensor {
 }
 
 /// The stream of this crate that imports into burn tensors on CUDA device `ordinal` copy on: a
-/// stream of the device's primary context (cubecl's context too), made once per device.
+/// non-blocking stream of the device's primary context (cubecl's context too), made once per
+/// device (without waiting for the device's work) and kept for the process.
 ///
 /// # Errors
 ///
@@ -331,8 +332,8 @@ pub fn consumer_stream(ordinal: i32) -> Result<Arc<CudaStream>, CudaError> {
     if let Some(stream) = streams.get(&ordinal) {
         return Ok(stream.clone());
     }
-    let _current = CurrentContext::save();
-    let stream = ctx.new_stream().map_err(driver_error("cuStreamCreate"))?;
+    // Not `ctx.new_stream()`, which would wait for every stream of the device.
+    let stream = kept_stream(&ctx)?;
     streams.insert(ordinal, stream.clone());
     Ok(stream)
 }

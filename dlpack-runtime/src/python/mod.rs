@@ -206,6 +206,8 @@ use crate::tensor::managed::HeaderError;
 
 #[cfg(feature = "burn")]
 pub(crate) mod burn;
+#[cfg(feature = "burn-cuda")]
+pub(crate) mod burn_cuda;
 #[cfg(feature = "cuda")]
 mod cai;
 #[cfg(feature = "candle")]

@@ -188,6 +188,24 @@ impl Drop for CurrentContext {
     }
 }
 
+/// A new non-blocking stream of `ctx` (`cuStreamCreate` with `CU_STREAM_NON_BLOCKING`), for a
+/// caller that keeps it for the rest of the process: it is never destroyed.
+///
+/// cudarc's `CudaContext::new_stream` synchronizes the whole context (`cuCtxSynchronize`: a
+/// host wait for every stream of the device, other libraries' included) when it makes the
+/// first stream of a `CudaContext` handle that tracks events; this makes the stream with the
+/// driver instead and never waits.
+pub(crate) fn kept_stream(ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, CudaError> {
+    let _current = CurrentContext::save();
+    bind(ctx.cu_ctx())?;
+    let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+        .map_err(driver_error("cuStreamCreate"))?;
+    // SAFETY: `raw` is a live stream of `ctx` (current when it was made); it is never
+    // destroyed, so it outlives the wrapper and everything that retains it; work on it is
+    // ordered by its users, as on any stream.
+    Ok(unsafe { ctx.wrap_borrowed_stream(raw) })
+}
+
 /// Makes `ctx` current on this thread (`cuCtxSetCurrent`), without cudarc's check of errors
 /// recorded on its context by other work.
 pub(crate) fn bind(ctx: sys::CUcontext) -> Result<(), CudaError> {

@@ -116,6 +116,61 @@ unsafe extern "C" fn hold_until_set(flag: *mut core::ffi::c_void) {
 }
 
 #[test]
+fn a_kept_stream_is_made_without_waiting_for_the_device() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    if init().is_err() {
+        let expected = std::env::var("DLPACK_TESTS_EXPECT_DRIVER").ok();
+        assert_ne!(
+            expected.as_deref(),
+            Some("present"),
+            "a driver was expected"
+        );
+        println!("no CUDA driver: the making of a kept stream was not checked");
+        return;
+    }
+    // Work pending on the device, held by a host function until `open` is set.
+    let busy = CudaContext::new(0).unwrap();
+    let held = busy.new_stream().unwrap();
+    let open = Box::new(AtomicBool::new(false));
+    let flag = (&*open as *const AtomicBool).cast_mut().cast();
+    // SAFETY: a live stream of `busy`; the flag outlives the host function (the stream is
+    // synchronized below, before `open` is dropped).
+    unsafe { sys::cuLaunchHostFunc(held.cu_stream(), Some(hold_until_set), flag) }
+        .result()
+        .unwrap();
+    // Each on a handle of its own of the primary context, as a fresh `CudaContext::new(0)`
+    // is: its first stream.
+    let (made, kept) = channel();
+    let ctx = CudaContext::new(0).unwrap();
+    std::thread::spawn(move || {
+        let _ = made.send(kept_stream(&ctx).map(|s| s.cu_stream() as usize));
+    });
+    let kept = kept.recv_timeout(Duration::from_secs(10));
+    // The negative control: cudarc's `new_stream` waits for the held work.
+    let (made, cudarcs) = channel();
+    let ctx = CudaContext::new(0).unwrap();
+    std::thread::spawn(move || {
+        let _ = made.send(ctx.new_stream().map(|s| s.cu_stream() as usize));
+    });
+    let waited = cudarcs.recv_timeout(Duration::from_millis(500)).is_err();
+    open.store(true, Ordering::Release);
+    let cudarcs = cudarcs.recv_timeout(Duration::from_secs(30));
+    held.synchronize().unwrap();
+    drop(open);
+    assert!(
+        matches!(kept, Ok(Ok(stream)) if stream != 0),
+        "the kept stream was made while the device was busy: {kept:?}"
+    );
+    assert!(
+        waited,
+        "cudarc's first stream of a handle waits for the device"
+    );
+    assert!(matches!(cudarcs, Ok(Ok(_))), "{cudarcs:?}");
+}
+
+#[test]
 fn a_producer_ordered_before_a_stream_being_captured_is_ordered_at_every_launch() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use sys::CUresult as R;
