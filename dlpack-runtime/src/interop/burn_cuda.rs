@@ -21,7 +21,7 @@ use cudarc::driver::CudaStream;
 use super::burn::{BurnError, burn_dtype, dlpack_dtype, tensor_data_from_managed};
 use crate::engine::cuda::{
     AfterFailedWait, CudaError, CurrentContext, after_failed_wait, bind, context, copy_into_device,
-    driver_error, kept_stream, leak, max_pitch, synchronize,
+    kept_stream, leak, max_pitch, synchronize,
 };
 use crate::export::{DlpackExport, ExportBuffer, ExportParts, ExportRequest};
 use crate::plan::copy::StridedCopy;

@@ -212,9 +212,9 @@ fn tracking_stream(stream: &Arc<CudaStream>) -> Arc<CudaStream> {
     if let Some(found) = side.lock().ok().and_then(|s| s.get(&key).cloned()) {
         return found;
     }
-    // Not the context's first stream (the captured one is), so cudarc does not synchronize the
-    // context to make it.
-    match ctx.new_stream() {
+    // Made with the driver: cudarc's `new_stream` could synchronize the context, which a
+    // capture forbids.
+    match driver::kept_stream(ctx) {
         Ok(made) => match side.lock() {
             Ok(mut s) => s.entry(key).or_insert(made).clone(),
             Err(_) => made,
