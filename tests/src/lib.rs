@@ -655,6 +655,27 @@ pub mod py {
         });
     }
 
+    /// Imports `torch` once for the process (see [`import_jax_once`]).
+    pub fn import_torch_once(py: Python<'_>) {
+        use pyo3::sync::OnceLockExt;
+        static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        IMPORTED.get_or_init_py_attached(py, || {
+            py.import("torch")
+                .expect("torch must be importable: run scripts/test.sh, which sets up .venv");
+        });
+    }
+
+    /// Locals with `torch` and `np` (NumPy) bound, torch imported once for the process.
+    pub fn with_torch(py: Python<'_>) -> Bound<'_, PyDict> {
+        import_torch_once(py);
+        let locals = with_numpy(py);
+        locals
+            .set_item("torch", py.import("torch").unwrap())
+            .unwrap();
+        locals.set_item("result", py.None()).unwrap();
+        locals
+    }
+
     /// Runs `code` with `locals` and returns the value it left in `result`.
     pub fn eval<'py>(
         py: Python<'py>,

@@ -429,21 +429,8 @@ mod python {
     use pyo3::prelude::*;
     use pyo3::types::PyDict;
 
-    /// Imports `torch` once for the process (see `import_jax_once`).
-    fn import_torch_once(py: Python<'_>) {
-        use pyo3::sync::OnceLockExt;
-        static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-        IMPORTED.get_or_init_py_attached(py, || {
-            py.import("torch")
-                .expect("torch must be importable: run scripts/test.sh, which sets up .venv");
-        });
-    }
-
     fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
-        import_torch_once(py);
-        let l = PyDict::new(py);
-        run(py, "import torch, numpy as np\nresult = None", &l);
-        l
+        dlpack_tests::py::with_torch(py)
     }
 
     /// burn tensors of every CPU dtype, in several layouts, read by NumPy and PyTorch at burn's

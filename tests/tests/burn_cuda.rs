@@ -749,21 +749,8 @@ mod python {
 
     use super::*;
 
-    /// Imports `torch` once for the process.
-    fn import_torch_once(py: Python<'_>) {
-        use pyo3::sync::OnceLockExt;
-        static IMPORTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-        IMPORTED.get_or_init_py_attached(py, || {
-            py.import("torch")
-                .expect("torch must be importable: run scripts/test.sh, which sets up .venv");
-        });
-    }
-
     fn locals(py: Python<'_>) -> Bound<'_, PyDict> {
-        import_torch_once(py);
-        let l = PyDict::new(py);
-        run(py, "import torch, numpy as np\nresult = None", &l);
-        l
+        dlpack_tests::py::with_torch(py)
     }
 
     pub fn numpy_and_torch_host_tensors_become_burn_cuda_tensors<B: CudaBackend>() {

@@ -105,6 +105,22 @@ fn failed_waits_free_only_in_broken_contexts_and_retry_only_under_capture() {
     );
 }
 
+/// Whether a CUDA driver is loaded; without one, says that `what` was not checked (a failure
+/// where `DLPACK_TESTS_EXPECT_DRIVER=present`).
+fn driver_present(what: &str) -> bool {
+    if init().is_ok() {
+        return true;
+    }
+    let expected = std::env::var("DLPACK_TESTS_EXPECT_DRIVER").ok();
+    assert_ne!(
+        expected.as_deref(),
+        Some("present"),
+        "a driver was expected"
+    );
+    println!("no CUDA driver: {what} was not checked");
+    false
+}
+
 /// A host function that blocks its stream until the flag it points to is set.
 unsafe extern "C" fn hold_until_set(flag: *mut core::ffi::c_void) {
     // SAFETY: `flag` is the `AtomicBool` the test keeps alive until the stream has passed this.
@@ -120,14 +136,7 @@ fn a_kept_stream_is_made_without_waiting_for_the_device() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::channel;
     use std::time::Duration;
-    if init().is_err() {
-        let expected = std::env::var("DLPACK_TESTS_EXPECT_DRIVER").ok();
-        assert_ne!(
-            expected.as_deref(),
-            Some("present"),
-            "a driver was expected"
-        );
-        println!("no CUDA driver: the making of a kept stream was not checked");
+    if !driver_present("the making of a kept stream") {
         return;
     }
     // Work pending on the device, held by a host function until `open` is set.
@@ -175,14 +184,7 @@ fn a_producer_ordered_before_a_stream_being_captured_is_ordered_at_every_launch(
     use std::sync::atomic::{AtomicBool, Ordering};
     use sys::CUresult as R;
     const N: usize = 1024;
-    if init().is_err() {
-        let expected = std::env::var("DLPACK_TESTS_EXPECT_DRIVER").ok();
-        assert_ne!(
-            expected.as_deref(),
-            Some("present"),
-            "a driver was expected"
-        );
-        println!("no CUDA driver: the capture of an ordered import was not checked");
+    if !driver_present("the capture of an ordered import") {
         return;
     }
     let ctx = context(0).unwrap();
