@@ -3,7 +3,8 @@
 //! whose tensors are ROCm device memory and whose `current_work_stream` for `kDLROCM` is the
 //! HIP stream its write is pending on. `from_dlpack` takes the tensor through the table and
 //! orders that stream before the consumer's stream (ROCm column of the stream table); the
-//! producer's `__dlpack__` raises, so a fall back to it fails the test.
+//! producer's `__dlpack__` raises, so a fall back to it fails the test. The import carries a
+//! HIP event recorded on the consumer's stream, which orders a relay's next consumer.
 //!
 //! Run with the simulator on the library path (`scripts/cuda-sim.sh`), as the test command
 //! does; without any HIP runtime each test says it is skipped (the no-runtime paths are covered
@@ -331,4 +332,59 @@ fn a_rocm_tensor_of_the_c_exchange_api_with_stream_minus_1_is_not_ordered() {
     });
     assert_eq!(DELETES.load(Ordering::SeqCst), deletes + 2);
     checker.assert_clean("refused streams");
+}
+
+#[test]
+fn a_rocm_import_carries_an_event_that_orders_a_relay_after_the_producer() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(checker) = setup() else { return };
+    let producer = Arc::new(HipStream::new_non_blocking(0).unwrap());
+    let consumer = Arc::new(HipStream::new_non_blocking(0).unwrap());
+    // The next consumer of a relay: a stream the producer never heard of.
+    let next = Arc::new(HipStream::new_non_blocking(0).unwrap());
+    let import = |stream: Option<i64>| {
+        Python::attach(|py| {
+            let obj = Bound::new(py, RocmForeign).unwrap();
+            python::managed_from_object(obj.as_any(), &FromDlpackOptions::new().stream(stream))
+                .unwrap()
+        })
+    };
+    // Right: the import for `consumer` carries an event recorded there, after the producer's
+    // work; the next consumer waits on it (as a relay's export does) and reads the values.
+    let data = held_write(&producer);
+    let managed = import(Some(consumer.raw() as i64));
+    let events = managed
+        .ready_events()
+        .expect("a ROCm import for a consumer stream carries ready events");
+    events.wait_on_hip(&next).unwrap();
+    assert_eq!(read_on(&managed, &next), vec![0x0707_0707; N]);
+    drop(managed);
+    producer.synchronize().unwrap();
+    drop(data);
+    checker.assert_clean("a relay that waits on the import's ready events");
+    // With `-1` the producer ordered nothing, and the import carries nothing.
+    let data = held_write(&producer);
+    let managed = import(Some(-1));
+    assert!(
+        managed.ready_events().is_none(),
+        "stream=-1: nothing to carry"
+    );
+    OPEN.store(true, Ordering::SeqCst);
+    drop(managed);
+    producer.synchronize().unwrap();
+    drop(data);
+    checker.reset();
+    // The negative control: the next consumer reads without waiting on the events.
+    let data = held_write(&producer);
+    let managed = import(Some(consumer.raw() as i64));
+    let _ = read_on(&managed, &next);
+    assert!(
+        checker.report().contains("is not ordered after the write"),
+        "the checker missed the relay's unordered read: {}",
+        checker.report()
+    );
+    checker.reset();
+    drop(managed);
+    producer.synchronize().unwrap();
+    drop(data);
 }

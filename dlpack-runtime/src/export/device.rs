@@ -37,7 +37,7 @@ pub(crate) const COPIES_CUDA_MEMORY: bool = true;
 #[cfg(feature = "hip")]
 mod rocm;
 #[cfg(all(feature = "hip", feature = "python"))]
-pub(crate) use rocm::order_stream_before_host_copy;
+pub(crate) use rocm::{made_ready_on_rocm, order_stream_before_host_copy};
 
 /// The `#[dlpack(stream)]` fields of an export: streams with pending work on the data.
 pub(crate) type Streams<'a> = Vec<AnyStream<'a>>;

@@ -48,11 +48,10 @@ pub(crate) use copied::allocate_host;
 use copied::copy_of;
 #[cfg(feature = "cuda")]
 pub use device::export_with_ready_events;
-#[cfg(all(feature = "hip", feature = "python"))]
-pub(crate) use device::order_stream_before_host_copy;
 pub(crate) use device::{COPIES_CUDA_MEMORY, StreamWork, keep_current_context, touches_cuda};
+#[cfg(all(feature = "hip", feature = "python"))]
+pub(crate) use device::{made_ready_on_rocm, order_stream_before_host_copy};
 pub use error::ExportError;
-#[cfg(feature = "cuda")]
 #[cfg(feature = "cuda")]
 pub(crate) use parts::AnyStream;
 #[cfg(feature = "cuda")]

@@ -352,9 +352,14 @@ fn not_a_producer(obj: &Bound<'_, PyAny>, err: PyErr) -> PyErr {
 
 /// `managed`, imported for `options.stream`, carrying what it is ready after (feature `cuda`:
 /// CUDA device memory imported for a consumer stream carries an event recorded on that stream,
-/// unless it carries readiness already), so that lending it on orders the next consumer after
-/// its producer.
+/// unless it carries readiness already; feature `hip`: ROCm device memory carries a HIP event
+/// recorded on the consumer's stream, ROCm column), so that lending it on orders the next
+/// consumer after its producer.
 fn made_ready(managed: ManagedTensor, options: &FromDlpackOptions) -> PyResult<ManagedTensor> {
+    #[cfg(feature = "hip")]
+    if managed.dl_tensor().device.device_type == ffi::kDLROCM {
+        return crate::export::made_ready_on_rocm(managed, options.stream).map_err(Into::into);
+    }
     #[cfg(feature = "cuda")]
     if managed.dl_tensor().device.device_type == ffi::kDLCUDA {
         let device = Device::from_raw(managed.dl_tensor().device);

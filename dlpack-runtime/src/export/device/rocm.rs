@@ -413,6 +413,45 @@ pub(crate) fn order_stream_before_host_copy(
     Ok(())
 }
 
+/// `managed` (memory of a ROCm device, imported for the consumer's `stream`, read by the ROCm
+/// column: `None` and `0` the default stream, a `hipStream_t`, `-1` nothing) carrying a HIP
+/// event recorded on that stream ([`ManagedTensor::ready_events`]), so that lending the import
+/// on (a relay) orders the next consumer after the work its producer ordered before `stream`,
+/// as `made_ready_on` does for CUDA memory. Unchanged when it carries ready events already, for
+/// `-1`, and for a stream being captured (an event recorded inside a capture is no readiness
+/// outside it).
+///
+/// # Errors
+///
+/// [`ExportError::Stream`] for a value the ROCm column refuses (`1`, `2`); [`ExportError::Hip`]
+/// from the runtime (a stream of another device, say). `managed` is dropped then, and its
+/// deleter runs.
+#[cfg_attr(not(feature = "python"), allow(dead_code))]
+pub(crate) fn made_ready_on_rocm(
+    managed: ManagedTensor,
+    stream: Option<i64>,
+) -> Result<ManagedTensor, ExportError> {
+    let device = Device::from_raw(managed.dl_tensor().device);
+    if device.device_type != DeviceType::Rocm || managed.ready_events().is_some() {
+        return Ok(managed);
+    }
+    let Some(consumer) = StreamId::of_request(parse_stream(device, stream)?) else {
+        return Ok(managed);
+    };
+    let consumer = raw_hip_stream(consumer);
+    let current = hip::CurrentDevice::save()?;
+    current.set(device.device_id)?;
+    if hip::capture_of(consumer)? != hip::Capture::Not {
+        return Ok(managed);
+    }
+    let event = HipEvent::recorded(consumer)?;
+    drop(current);
+    Ok(crate::export::ready::wrap(
+        managed,
+        ReadyEvents::of_hip(vec![event]),
+    ))
+}
+
 /// The HIP streams of `pending`, the producer streams of a ROCm tensor on `device`.
 ///
 /// # Errors
