@@ -280,9 +280,10 @@ pub mod burn {
         //!   address cubecl's client gives for its handle, `ComputeClient::get_resource`), with
         //!   cubecl's layout: shape and strides in elements, as cubecl keeps them (a
         //!   transposed tensor is the same memory with its strides swapped; cubecl's pitched
-        //!   layouts pad rows; a sliced tensor starts at its handle's offset). Read-only: burn
-        //!   writes a buffer in place
-        //!   only through its sole handle, and the export holds one, with the client, until the
+        //!   layouts pad rows; a slice that burn keeps as a view, where its offset is a multiple
+        //!   of cubecl's memory alignment, starts at its handle's offset, and other slices are
+        //!   copies burn made with a kernel). Read-only: burn writes a buffer in place only
+        //!   through its sole handle, and the export holds one, with the client, until the
         //!   consumer releases it.
         //! - **Ordering, by a host wait.** DLPack orders a producer's pending work before the
         //!   consumer's stream with an event: record on the producer's stream, wait on the

@@ -338,24 +338,30 @@ fn refusals_name_what_was_expected_after_the_deleter_ran() {
         "{err}"
     );
     assert_eq!(counter.get(), 2);
+    // burn has no rank-0 tensors: a scalar is refused, not a panic in burn.
+    let err =
+        tensor_from_dlpack::<B, 0, Float, _>(tensor(vec![1.5f32], &[], &counter)).unwrap_err();
+    assert!(matches!(err, BurnError::RankZero), "{err}");
+    assert!(err.to_string().starts_with("burn has no rank-0 tensors"));
+    assert_eq!(counter.get(), 3);
     let half = vec![f16::from_f32(1.0); 2];
     let err = tensor_from_dlpack::<B, 1, Float, _>(tensor(half, &[2], &counter)).unwrap_err();
     assert!(
         matches!(err, BurnError::Kind { found, kind: "Float", .. } if found == DataType::F16),
         "burn-ndarray has no float16 storage: {err}"
     );
-    assert_eq!(counter.get(), 3);
+    assert_eq!(counter.get(), 4);
     let complex = vec![num_complex::Complex::<f32>::new(1.0, 2.0)];
     let err = tensor_from_dlpack::<B, 1, Float, _>(tensor(complex, &[1], &counter)).unwrap_err();
     assert_eq!(
         err.to_string(),
         "DLPack dtype complex64 has no burn dtype, expected float64, float32, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8 or bool"
     );
-    assert_eq!(counter.get(), 4);
+    assert_eq!(counter.get(), 5);
     let err =
         tensor_from_dlpack::<B, 1, Bool, _>(tensor(vec![1u8, 0], &[2], &counter)).unwrap_err();
     assert!(matches!(err, BurnError::Kind { kind: "Bool", .. }), "{err}");
-    assert_eq!(counter.get(), 5);
+    assert_eq!(counter.get(), 6);
 }
 
 #[test]

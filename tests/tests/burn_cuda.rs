@@ -322,7 +322,7 @@ fn a_lent_tensor_comes_back_as_a_tensor_of_its_backend<B: CudaBackend>() {
     let back: Tensor<B, 2> = lent.into_tensor().unwrap();
     assert_eq!(address(&primitive(&back)), at, "the same memory");
     assert_eq!(back.into_data(), t.clone().into_data());
-    let err = BurnCudaTensor::new(t)
+    let err = BurnCudaTensor::new(t.clone())
         .unwrap()
         .into_tensor::<B, 3, Float>()
         .unwrap_err();
@@ -334,6 +334,24 @@ fn a_lent_tensor_comes_back_as_a_tensor_of_its_backend<B: CudaBackend>() {
                 expected: 3
             }
         ),
+        "{err}"
+    );
+    // A float tensor is no Int tensor, and a bool tensor no Float tensor.
+    let err = BurnCudaTensor::new(t)
+        .unwrap()
+        .into_tensor::<B, 2, Int>()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a DLPack float32 tensor cannot become a burn-cuda Int tensor, expected an integer dtype"
+    );
+    let flags = Tensor::<B, 1, Bool>::from_data(TensorData::new(vec![true, false], [2]), &device);
+    let err = BurnCudaTensor::new(flags)
+        .unwrap()
+        .into_tensor::<B, 1, Float>()
+        .unwrap_err();
+    assert!(
+        matches!(err, BurnError::Kind { kind: "Float", found, .. } if found == DataType::BOOL),
         "{err}"
     );
     b.synchronize().unwrap();
@@ -616,7 +634,21 @@ fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs<B: CudaBackend
         err.to_string(),
         "a DLPack float64 tensor cannot become a burn-cuda Float tensor, expected float32, float16 or bfloat16 (burn-cuda registers no float64)"
     );
-    assert_eq!(counter.get(), 3, "every refused producer's deleter ran");
+    // burn has no rank-0 tensors: a scalar is refused, from the host and from the device.
+    let err = tensor_from_dlpack::<B, 0, Float, _>(tensor(vec![1.5f32], &[], &counter), &device)
+        .unwrap_err();
+    assert!(matches!(err, BurnError::RankZero), "{err}");
+    let scalar = GpuStrided {
+        data: a.clone_htod(&[3u32]).unwrap(),
+        shape: vec![],
+        strides: vec![],
+        byte_offset: 0,
+        stream: a.clone(),
+        guard: counter.guard(),
+    };
+    let err = tensor_from_dlpack::<B, 0, Int, _>(scalar, &device).unwrap_err();
+    assert!(matches!(err, BurnError::RankZero), "{err}");
+    assert_eq!(counter.get(), 5, "every refused producer's deleter ran");
     // Memory of another device, given without a copy: refused with the two devices named.
     if let Ok(ctx1) = CudaContext::new(1) {
         let other = ctx1.new_stream().unwrap();
@@ -629,7 +661,7 @@ fn imports_burn_cuda_cannot_hold_are_refused_and_the_deleter_runs<B: CudaBackend
             matches!(err, BurnError::Device { found, expected } if found == Device::cuda(1) && expected == Device::cuda(0)),
             "{err}"
         );
-        assert_eq!(counter.get(), 4);
+        assert_eq!(counter.get(), 6);
     } else {
         println!("one CUDA device: the refusal of another device's memory is not tested");
     }

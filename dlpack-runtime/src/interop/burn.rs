@@ -57,6 +57,12 @@ pub enum BurnError {
         /// The DLPack dtypes that kind accepts, in words.
         expected: &'static str,
     },
+    /// The burn tensor asked for has rank 0 (`D` is 0): burn has no rank-0 tensors (its
+    /// `Tensor::from_data` panics on one), so a DLPack scalar is refused here instead.
+    #[error(
+        "burn has no rank-0 tensors: a DLPack tensor cannot become a burn tensor of rank 0, expected a rank of 1 or more (reshape a scalar to [1] first)"
+    )]
+    RankZero,
     /// The DLPack tensor's rank is not the burn tensor's `D`.
     #[error("a DLPack tensor of rank {found} cannot become a burn tensor of rank {expected}")]
     Rank {
@@ -558,8 +564,8 @@ fn data_of<T: Element + burn_tensor::Element>(
 ///
 /// # Errors
 ///
-/// [`BurnError::Rank`] when the tensor's rank is not `D`; [`BurnError::Kind`] for a dtype
-/// the kind cannot hold on the CPU backend (`Float`: float32, float64; `Int`: the signed and
+/// [`BurnError::RankZero`] when `D` is 0; [`BurnError::Rank`] when the tensor's rank is not
+/// `D`; [`BurnError::Kind`] for a dtype the kind cannot hold on the CPU backend (`Float`: float32, float64; `Int`: the signed and
 /// unsigned integers; `Bool`: bool); otherwise as [`tensor_data_from_managed`]. The
 /// producer's deleter has run when an error is returned.
 pub fn tensor_from_managed<B, const D: usize, K>(
@@ -570,6 +576,9 @@ where
     K: BasicOps<B>,
     K::Primitive: NdArrayPrimitive,
 {
+    if D == 0 {
+        return Err(BurnError::RankZero);
+    }
     let ndim = managed.dl_tensor().ndim;
     let found = usize::try_from(ndim).unwrap_or(usize::MAX);
     if found != D {

@@ -288,7 +288,9 @@ impl BurnCudaTensor {
     ///
     /// # Errors
     ///
-    /// [`BurnError::Rank`] when the tensor's rank is not `D`.
+    /// [`BurnError::Rank`] when the tensor's rank is not `D`; [`BurnError::Kind`] when its
+    /// dtype is not of kind `K` (a float dtype for `Float`, an integer for `Int`, bool for
+    /// `Bool`).
     pub fn into_tensor<B, const D: usize, K>(self) -> Result<Tensor<B, D, K>, BurnError>
     where
         B: Backend,
@@ -299,6 +301,21 @@ impl BurnCudaTensor {
             return Err(BurnError::Rank {
                 found: self.shape.len(),
                 expected: D,
+            });
+        }
+        let kind = K::name();
+        let dtype = self.tensor.dtype;
+        let (holds, expected) = match kind {
+            "Float" => (dtype.is_float(), "a float dtype"),
+            "Int" => (dtype.is_int() || dtype.is_uint(), "an integer dtype"),
+            _ => (dtype.is_bool(), "bool"),
+        };
+        if !holds {
+            return Err(BurnError::Kind {
+                found: self.lent.dtype,
+                backend: "burn-cuda",
+                kind,
+                expected,
             });
         }
         Ok(Tensor::from_primitive(K::Primitive::from_cube(self.tensor)))
@@ -396,6 +413,7 @@ fn cuda_dtype(found: DataType, kind: &'static str, bool_dtype: DType) -> Result<
 ///
 /// # Errors
 ///
+/// [`BurnError::RankZero`] when `D` is 0 (burn has no rank-0 tensors);
 /// [`BurnError::Rank`] when the tensor's rank is not `D`; [`BurnError::Dtype`] for a dtype
 /// burn has no type for; [`BurnError::Kind`] for a dtype the kind cannot hold on the CUDA
 /// backend (`Float`: float32, float16, bfloat16; `Int`: the signed and unsigned integers;
@@ -413,6 +431,9 @@ where
     K: BasicOps<B>,
     K::Primitive: CudaPrimitive,
 {
+    if D == 0 {
+        return Err(BurnError::RankZero);
+    }
     let ndim = managed.dl_tensor().ndim;
     let found = usize::try_from(ndim).unwrap_or(usize::MAX);
     if found != D {
