@@ -287,6 +287,63 @@ fn a_cross_stream_race_is_flagged_without_an_event_wait_and_not_with_one() {
     }
 }
 
+/// Frees `p` (as an address, so the thread can take it) on a new thread whose current device
+/// is 0; the code `hipFree` returned is sent when it returns.
+fn free_on_a_thread(p: usize) -> std::sync::mpsc::Receiver<Err> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(call!(hipFree(p as *mut c_void): *mut c_void));
+    });
+    rx
+}
+
+/// `hipFree` "performs an implicit hipDeviceSynchronize()" (`hip_runtime_api.h`): a free of
+/// memory that a held stream of the current device still writes returns only once that write
+/// is done, and the checker sees the free ordered after it. The device synchronized is the
+/// current one: memory of device 1 freed while device 0 is current is freed at once, and the
+/// checker reports the free racing with the write (the negative control).
+#[test]
+fn hip_free_waits_for_the_current_devices_work_first() {
+    let _serial = serial();
+    let a = stream(0);
+    let p = malloc(BYTES);
+    sync(a);
+    reset();
+    let gate = Gate::hold(a);
+    memset_async(p, 3, a);
+    let freed = free_on_a_thread(p as usize);
+    assert_eq!(
+        freed.recv_timeout(Duration::from_millis(300)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout),
+        "hipFree returned while the device's work was held"
+    );
+    gate.release();
+    assert_eq!(freed.recv_timeout(Duration::from_secs(10)), Ok(SUCCESS));
+    assert_eq!(violations(), 0, "{}", report());
+
+    // Negative control: memory of device 1, freed by a thread whose current device is 0.
+    ok(call!(hipSetDevice(1): c_int), "hipSetDevice");
+    let b = stream(0);
+    let q = malloc(BYTES);
+    sync(b);
+    reset();
+    let gate = Gate::hold(b);
+    memset_async(q, 4, b);
+    let freed = free_on_a_thread(q as usize);
+    assert_eq!(
+        freed.recv_timeout(Duration::from_secs(5)),
+        Ok(SUCCESS),
+        "device 1's work is not waited for"
+    );
+    assert_eq!(violations(), 1, "{}", report());
+    assert!(report().contains("free of allocation"), "{}", report());
+    gate.release();
+    sync(b);
+    ok(call!(hipStreamDestroy(b): Stream), "hipStreamDestroy");
+    ok(call!(hipSetDevice(0): c_int), "hipSetDevice");
+    ok(call!(hipStreamDestroy(a): Stream), "hipStreamDestroy");
+}
+
 #[test]
 fn the_null_stream_waits_for_blocking_streams_and_not_for_non_blocking_ones() {
     let _serial = serial();

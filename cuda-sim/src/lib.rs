@@ -259,7 +259,10 @@
 //! `hipStreamWaitEvent` takes flags 0 and 1 (`hipEventWaitExternal`) alike: on a capturing
 //! stream, a wait on an event recorded outside the capture is an event-wait node, as with
 //! `CU_EVENT_WAIT_EXTERNAL`. `hipMalloc` of 0 bytes gives NULL and `hipSuccess`; `hipFree` and
-//! `hipHostFree` of NULL do nothing. `hipPointerGetAttributes` gives ROCm 6's
+//! `hipHostFree` of NULL do nothing. Otherwise both first wait for every stream of the current
+//! device, the "implicit hipDeviceSynchronize()" `hip_runtime_api.h` documents for them (refused
+//! as that call is while a capture forbids it): the work enqueued there before the free is
+//! ordered before it, and work on another device is not. `hipPointerGetAttributes` gives ROCm 6's
 //! `hipPointerAttribute_t`: type Device (2) for device memory, Host (1) for pinned host memory
 //! (host and device pointers both the pointer), and for memory the model does not know
 //! (pageable host memory, freed device memory) type Unregistered (0) with `hipSuccess`, as
@@ -285,9 +288,7 @@
 //! `hipModuleLaunchKernel`, `hipLaunchKernel` and code objects are not exported: a HIP kernel
 //! launch cannot be checked on the simulator), contexts (`hipCtx*`), `hipStreamWaitEvent`'s
 //! and the event functions' flags beyond those above, other `hip*` functions (not exported:
-//! a program that needs one fails to find the symbol), and the implicit device
-//! synchronization of `hipFree` (a free is checked as `cuMemFree` is: accesses not ordered
-//! before the host's position are violations).
+//! a program that needs one fails to find the symbol).
 
 #![allow(non_snake_case)]
 

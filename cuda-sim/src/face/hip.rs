@@ -577,12 +577,15 @@ hip! {
         Ok(unsafe { out(p, addr as *mut c_void) }?)
     }
 
-    /// A host-side free (NULL: nothing); see `cuMemFree` for the checker's view.
+    /// A host-side free (NULL: nothing) after the current device's work: `hipFree` "performs an
+    /// implicit hipDeviceSynchronize()" (`hip_runtime_api.h`), so accesses enqueued on the
+    /// device's streams before the call are ordered before the free; memory of another device
+    /// than the current one is not waited for. See `cuMemFree` for the checker's view.
     fn hipFree(p: *mut c_void) {
         if p.is_null() {
             return Ok(());
         }
-        Ok(ops::free(p as u64, "hipFree")?)
+        Ok(ops::free_after_synchronize(scope(), p as u64, false, "hipFree")?)
     }
 
     /// Stream-ordered allocation (not modelled in a capture: `hipErrorNotSupported`).
@@ -609,11 +612,13 @@ hip! {
         Ok(unsafe { out(p, addr as *mut c_void) }?)
     }
 
+    /// Frees pinned host memory after the current device's work, as `hipFree` does
+    /// (`hip_runtime_api.h`: "an implicit hipDeviceSynchronize()").
     fn hipHostFree(p: *mut c_void) {
         if p.is_null() {
             return Ok(());
         }
-        Ok(ops::free_host(p as usize)?)
+        Ok(ops::free_after_synchronize(scope(), p as u64, true, "hipHostFree")?)
     }
 
     /// Device memory: type Device; pinned host memory: type Host (both pointers the same);

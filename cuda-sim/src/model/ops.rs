@@ -593,6 +593,19 @@ pub(crate) fn free(p: CUdeviceptr, op: &str) -> Res {
     st.free(p, None, op)
 }
 
+/// A host-side free that first waits for every stream of the context of `scope`, as HIP's
+/// `hipFree` and `hipHostFree` do ("an implicit hipDeviceSynchronize()", `hip_runtime_api.h`):
+/// the wait is refused while a capture forbids potentially unsafe calls, as
+/// [`synchronize`]'s; `pinned` frees pinned host memory rather than device memory.
+pub(crate) fn free_after_synchronize(scope: Scope, p: u64, pinned: bool, op: &str) -> Res {
+    synchronize(scope)?;
+    if pinned {
+        free_host(p as usize)
+    } else {
+        free(p, op)
+    }
+}
+
 /// A stream-ordered free: every access must be ordered before this point of `stream`. On a
 /// capturing stream, not modelled, as for [`alloc_async`].
 pub(crate) fn free_async(scope: Scope, p: CUdeviceptr, stream: Handle, op: &str) -> Res {
