@@ -125,6 +125,16 @@ trait Backend {
     fn default_stream(device: i32) -> Option<Self::Stream>;
     /// What `err` is.
     fn kind(err: &ExportError) -> Kind;
+    /// Makes `device` the calling thread's current device (CUDA: its primary context).
+    fn make_current(device: i32);
+    /// Whether `ptr` is in live device memory (the simulator forgets freed memory).
+    fn is_allocated(ptr: u64) -> bool;
+    /// `N` elements of device memory of `stream`'s device, allocated in its order
+    /// (`cuMemAllocAsync`, `hipMallocAsync`); the caller frees it with [`Backend::free_on`].
+    fn alloc_on(stream: &Self::Stream) -> u64;
+    /// Frees `ptr` from [`Backend::alloc_on`] in the order of `stream` (`cuMemFreeAsync`,
+    /// `hipFreeAsync`).
+    fn free_on(ptr: u64, stream: &Self::Stream);
 }
 
 /// The face's device 0 streams `a` (producer) and `b` (consumer), and the checker, reset.
@@ -1081,6 +1091,92 @@ fn a_strided_copy_is_compact<B: Backend>() {
     checker.assert_clean("strided copies");
 }
 
+/// A copy (`copy=True`, on device `target`) released by the consumer while its stream still
+/// reads it, the releasing thread's current device being 0: the deleter returns without waiting
+/// for the device, and the copy's memory stays allocated until the read is done (the checker
+/// sees no free racing with it), then is freed. Negative control: memory freed in the order of
+/// another stream of the copy's device, not ordered after the read, is reported.
+fn copy_released_during_its_read<B: Backend>(target: i32) {
+    use std::time::Instant;
+
+    let (a, _b, checker) = setup::<B>();
+    let c = B::stream(target);
+    let values: Vec<u32> = (0..N as u32).collect();
+    let data = B::upload(&values, &a);
+    let scratch = B::zeros(&c);
+    B::sync(&a);
+    B::sync(&c);
+    let mut request = versioned(Some(B::value(&c))).copy(Some(true));
+    if target != 0 {
+        request = request.dl_device(dlpack_runtime::Device::new(B::DEVICE_TYPE, target));
+    }
+    let managed = B::export(data, &a, &request).expect("a copy for the consumer");
+    assert!(managed.is_copied());
+    assert_eq!(managed.dl_tensor().device.device_id, target);
+    let copy = managed.dl_tensor().data as u64;
+    B::sync(&c);
+    checker.reset();
+    // The consumer's read of the copy, held on its stream; the gate opens by itself after 5 s,
+    // which the release below reports.
+    let gate = B::hold(&c, Duration::from_secs(5));
+    B::copy(B::ptr(&scratch), copy, &c);
+    B::make_current(0);
+    let started = Instant::now();
+    drop(managed);
+    let took = started.elapsed();
+    assert!(
+        B::is_allocated(copy),
+        "the copy was freed while its read was held: {}",
+        checker.report()
+    );
+    assert!(
+        !B::release(gate),
+        "releasing the copy blocked the host for {took:?}"
+    );
+    B::sync(&c);
+    assert_eq!(B::read(&scratch), values, "the read saw the copy's values");
+    let waited = Instant::now();
+    while B::is_allocated(copy) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the copy's memory was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    checker.assert_clean("a copy released while its read was held");
+    // Negative control: memory of the copy's device freed in the order of another stream of
+    // that device, which the held read is not ordered before.
+    let d = B::stream(target);
+    let memory = B::alloc_on(&c);
+    B::sync(&c);
+    checker.reset();
+    let gate = B::hold(&c, Duration::from_secs(5));
+    B::copy(B::ptr(&scratch), memory, &c);
+    B::free_on(memory, &d);
+    let violations = checker.violations();
+    assert!(!B::release(gate));
+    B::sync(&c);
+    B::sync(&d);
+    assert!(violations >= 1, "the unordered free is reported");
+    assert!(
+        checker.report().contains("free of allocation"),
+        "{}",
+        checker.report()
+    );
+    eprintln!(
+        "negative control {}: the unordered free is reported: {violations} violation(s)",
+        std::thread::current().name().unwrap_or("(unnamed test)")
+    );
+}
+
+fn a_copy_released_during_its_read_is_freed_after_it<B: Backend>() {
+    copy_released_during_its_read::<B>(0);
+}
+
+fn a_copy_on_another_device_released_during_its_read_is_freed_after_it<B: Backend>() {
+    copy_released_during_its_read::<B>(1);
+}
+
 /// The cases, instantiated for one face.
 macro_rules! handoff_cases {
     ($backend:ty) => {
@@ -1175,6 +1271,15 @@ macro_rules! handoff_cases {
         #[test]
         fn a_strided_copy_is_compact() {
             super::a_strided_copy_is_compact::<$backend>();
+        }
+        #[test]
+        fn a_copy_released_during_its_read_is_freed_after_it() {
+            super::a_copy_released_during_its_read_is_freed_after_it::<$backend>();
+        }
+        #[test]
+        fn a_copy_on_another_device_released_during_its_read_is_freed_after_it() {
+            super::a_copy_on_another_device_released_during_its_read_is_freed_after_it::<$backend>(
+            );
         }
         #[cfg(feature = "hip")]
         #[test]
@@ -1446,6 +1551,41 @@ mod cuda_face {
                 other => Kind::Other(other.to_string()),
             }
         }
+        fn make_current(device: i32) {
+            CudaContext::new(device as usize)
+                .unwrap()
+                .bind_to_thread()
+                .unwrap();
+        }
+        fn is_allocated(ptr: u64) -> bool {
+            let mut ctx: sys::CUcontext = core::ptr::null_mut();
+            // SAFETY: a valid out-pointer of the attribute's type; any address may be asked.
+            unsafe {
+                sys::cuPointerGetAttribute(
+                    (&raw mut ctx).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+                    ptr,
+                )
+            }
+            .result()
+            .is_ok()
+        }
+        fn alloc_on(stream: &Self::Stream) -> u64 {
+            bound(stream);
+            let mut ptr: sys::CUdeviceptr = 0;
+            // SAFETY: a valid out-pointer; a live stream of the bound context.
+            unsafe { sys::cuMemAllocAsync(&mut ptr, N * 4, stream.cu_stream()) }
+                .result()
+                .unwrap();
+            ptr
+        }
+        fn free_on(ptr: u64, stream: &Self::Stream) {
+            bound(stream);
+            // SAFETY: memory of `alloc_on`, freed once; a live stream of its context.
+            unsafe { sys::cuMemFreeAsync(ptr, stream.cu_stream()) }
+                .result()
+                .unwrap();
+        }
     }
 }
 
@@ -1491,6 +1631,9 @@ mod hip_face {
         graph_exec_destroy: unsafe extern "C" fn(*mut c_void) -> i32,
         pub(super) stream_synchronize: unsafe extern "C" fn(Stream) -> i32,
         set_device: unsafe extern "C" fn(i32) -> i32,
+        malloc_async: unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> i32,
+        free_async: unsafe extern "C" fn(*mut c_void, Stream) -> i32,
+        pointer_get_attributes: unsafe extern "C" fn(*mut c_void, *const c_void) -> i32,
         _library: libloading::Library,
     }
 
@@ -1515,6 +1658,9 @@ mod hip_face {
                     graph_exec_destroy: *library.get(b"hipGraphExecDestroy\0").unwrap(),
                     stream_synchronize: *library.get(b"hipStreamSynchronize\0").unwrap(),
                     set_device: *library.get(b"hipSetDevice\0").unwrap(),
+                    malloc_async: *library.get(b"hipMallocAsync\0").unwrap(),
+                    free_async: *library.get(b"hipFreeAsync\0").unwrap(),
+                    pointer_get_attributes: *library.get(b"hipPointerGetAttributes\0").unwrap(),
                     _library: library,
                 }
             }
@@ -1819,6 +1965,38 @@ mod hip_face {
                 ExportError::Hip(HipError::ForeignStream { found: "CUDA", .. }) => Kind::Foreign,
                 other => Kind::Other(other.to_string()),
             }
+        }
+        fn make_current(device: i32) {
+            // SAFETY: a device ordinal the runtime has.
+            assert_eq!(unsafe { (hip().set_device)(device) }, 0);
+        }
+        fn is_allocated(ptr: u64) -> bool {
+            // `hipPointerAttribute_t` (32 bytes; its first field, `type`, is 2 for device
+            // memory and 0 for memory the runtime does not know, freed memory included).
+            let mut attributes = [0u64; 8];
+            // SAFETY: room for the attributes; any address may be asked.
+            let code = unsafe {
+                (hip().pointer_get_attributes)(
+                    attributes.as_mut_ptr().cast(),
+                    ptr as usize as *const c_void,
+                )
+            };
+            assert_eq!(code, 0, "hipPointerGetAttributes");
+            attributes[0] as u32 == 2
+        }
+        fn alloc_on(stream: &Self::Stream) -> u64 {
+            on(stream);
+            let mut ptr: *mut c_void = core::ptr::null_mut();
+            // SAFETY: a valid out-pointer; a live stream of the current device.
+            let code = unsafe { (hip().malloc_async)(&mut ptr, N * 4, stream.raw()) };
+            assert_eq!(code, 0, "hipMallocAsync");
+            ptr as u64
+        }
+        fn free_on(ptr: u64, stream: &Self::Stream) {
+            on(stream);
+            // SAFETY: memory of `alloc_on`, freed once; a live stream of its device.
+            let code = unsafe { (hip().free_async)(ptr as usize as *mut c_void, stream.raw()) };
+            assert_eq!(code, 0, "hipFreeAsync");
         }
     }
 }

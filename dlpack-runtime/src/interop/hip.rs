@@ -53,11 +53,14 @@
 //! for another ROCm device go on the consumer's stream of the target device (the `stream`
 //! argument names a stream of that device), after the producer's events (`hipMemcpyAsync` or
 //! `hipMemcpy2DAsync` on one device, `hipMemcpyPeerAsync` between devices): new compact
-//! memory (`hipMalloc`, freed with `hipFree` by the copy's deleter, which waits for the
-//! device), flagged `IS_COPIED`, with an event recorded after the copy that it carries. The
+//! memory (`hipMalloc`), flagged `IS_COPIED`, with an event recorded after the copy that it carries. The
 //! source is released once that stream has passed the copy; with `stream=-1` the host waits
 //! for the copy instead. A consumer's stream being captured is refused before anything is
-//! enqueued.
+//! enqueued. The copy's deleter does not wait: a thread of this crate frees the memory with
+//! `hipFree` on the copy's device, which first waits for that device's work submitted so far
+//! (its implicit `hipDeviceSynchronize()`, `hip_runtime_api.h`), so work the consumer enqueued
+//! before releasing the copy still reads it. (The deleter carries no stream, `dlpack.h`
+//! `DLManagedTensorVersioned::deleter`: nothing narrower than the device can be waited for.)
 
 pub use crate::engine::cuda::ReadyEvents;
 use crate::engine::cuda::release_after_hip;

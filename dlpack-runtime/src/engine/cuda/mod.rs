@@ -26,9 +26,9 @@ pub(crate) use copy::{
 pub(crate) use event::order_raw;
 pub use event::{ReadyEvents, events_created};
 pub(crate) use event::{execute, execute_for, record_and_order};
-#[cfg(feature = "hip")]
-pub(crate) use reaper::release_after_hip;
 pub(crate) use reaper::{AfterFailedWait, after_failed_wait, drop_in, leak, release_after_raw};
+#[cfg(feature = "hip")]
+pub(crate) use reaper::{free_hip_later, release_after_hip};
 #[cfg(feature = "hip")]
 pub(crate) use wait::detached;
 pub(crate) use wait::{HostWait, synchronize};

@@ -27,6 +27,11 @@ pub(super) enum Job {
         ctx: Arc<CudaContext>,
         ptr: sys::CUdeviceptr,
     },
+    /// Free device memory of HIP device `device` (from `hipMalloc`) with `hipFree`, which waits
+    /// for the device's work submitted so far (its implicit `hipDeviceSynchronize()`,
+    /// `hip_runtime_api.h`), with `device` current.
+    #[cfg(feature = "hip")]
+    FreeHip { device: i32, ptr: u64 },
 }
 
 /// What a wait that failed means for the memory waited on.
@@ -70,6 +75,10 @@ impl Job {
     /// that fails otherwise leaves the memory alone (leaked, and said on stderr) unless the
     /// context is broken for good: freeing memory that may still be read is worse than a leak.
     fn run(self) -> Option<Job> {
+        #[cfg(feature = "hip")]
+        if let Job::FreeHip { device, ptr } = self {
+            return free_hip_now(device, ptr).then_some(self);
+        }
         // A job of ROCm work alone (HIP events, no CUDA context) never calls the CUDA driver.
         let cuda = match &self {
             Job::Release {
@@ -79,6 +88,8 @@ impl Job {
                 ..
             } => event.has_cuda() || after.has_cuda() || owner.is_some(),
             Job::Free { .. } => true,
+            #[cfg(feature = "hip")]
+            Job::FreeHip { .. } => false,
         };
         let _current = cuda.then(CurrentContext::save);
         if cuda {
@@ -97,6 +108,9 @@ impl Job {
             // The deleter carries no stream (`dlpack.h`, `DLManagedTensorVersioned::deleter`):
             // wait for every stream of the context, then free.
             Job::Free { ctx, .. } => bind(ctx.cu_ctx()).and_then(|()| HostWait::Context.run()),
+            // Freed at the top.
+            #[cfg(feature = "hip")]
+            Job::FreeHip { .. } => Ok(()),
         };
         let verdict = match &waited {
             Ok(()) => AfterFailedWait::Free,
@@ -128,9 +142,39 @@ impl Job {
             (AfterFailedWait::Leak, Job::Free { .. }) => {
                 leak("device memory of a copy that could not wait for the device");
             }
+            // Freed at the top.
+            #[cfg(feature = "hip")]
+            (_, Job::FreeHip { .. }) => {}
         }
         None
     }
+}
+
+/// Frees `ptr`, device memory of HIP device `device` from `hipMalloc`, on this thread (the
+/// reaper's, whose HIP capture mode is made relaxed first: another thread's global-mode
+/// capture must not forbid the free). Returns whether to try again later: `hipFree` refused
+/// with a stream-capture error. Any other failure leaves the memory alone (leaked, and said on
+/// stderr): it may still be read.
+#[cfg(feature = "hip")]
+fn free_hip_now(device: i32, ptr: u64) -> bool {
+    use crate::engine::hip::{self, HipError};
+    relax_hip_capture_mode();
+    match hip::free_device_memory(device, ptr) {
+        Ok(()) => false,
+        Err(HipError::Driver { code, .. }) if hip::is_capture_error(code) => true,
+        Err(_) => {
+            leak("device memory of a ROCm copy that hipFree refused");
+            false
+        }
+    }
+}
+
+/// Frees `ptr`, device memory of HIP device `device` from `hipMalloc`, on the reaper thread:
+/// the caller does not wait for the device (`hipFree` does, there). Without a reaper thread
+/// the free runs here.
+#[cfg(feature = "hip")]
+pub(crate) fn free_hip_later(device: i32, ptr: u64) {
+    let _ = reap(Job::FreeHip { device, ptr });
 }
 
 /// Drops `value` with `owner`, the context of its device memory, bound (when it can be: a

@@ -336,8 +336,11 @@ pub(crate) unsafe fn copy_span_to_host(
 pub(crate) const MAX_PITCH: usize = i32::MAX as usize;
 
 /// Device memory of one HIP device allocated by this crate for a copy (`hipMalloc`), of an
-/// element type named at run time; freed on drop with `hipFree`, which waits for the device's
-/// pending work first (ROCm's documented behaviour), with the GIL released meanwhile.
+/// element type named at run time. Dropping it does not wait: the reaper thread frees it with
+/// `hipFree`, which waits for the device's work submitted so far first (its implicit
+/// `hipDeviceSynchronize()`, `hip_runtime_api.h`), so the consumer's work enqueued before the
+/// deleter still reads it. The deleter carries no stream (`dlpack.h`,
+/// `DLManagedTensorVersioned::deleter`), so nothing narrower than the device can be waited for.
 #[derive(Debug)]
 pub(crate) struct HipMemory {
     ptr: u64,
@@ -397,19 +400,33 @@ impl HipMemory {
 
 impl Drop for HipMemory {
     fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
+        if self.ptr != 0 {
+            crate::engine::cuda::free_hip_later(self.device, self.ptr);
         }
-        let Ok(api) = api() else { return };
-        let ptr = self.ptr as usize;
-        let free = move || {
-            // SAFETY: our allocation (`hipMalloc`), freed once; `hipFree` waits for the work
-            // the device has pending before it frees.
-            unsafe { (api.hipFree)(ptr as *mut c_void) }
-        };
-        // SAFETY: one HIP call; nothing touches Python.
-        let _ = unsafe { detached(free) };
     }
+}
+
+/// Frees `ptr`, device memory of HIP device `device` from `hipMalloc`, with `device` current for
+/// the call (the device `hipFree`'s implicit `hipDeviceSynchronize()` waits for: the memory's,
+/// whatever device the thread had current). Blocks until the device's work submitted so far is
+/// done, with the GIL released meanwhile. The thread's current device is left as it was.
+///
+/// # Errors
+///
+/// [`HipError::NoDriver`] without a HIP runtime; [`HipError::NoSuchDevice`];
+/// [`HipError::Driver`] from `hipFree` (then the memory is not freed).
+pub(crate) fn free_device_memory(device: i32, ptr: u64) -> Result<(), HipError> {
+    let api = api()?;
+    let current = CurrentDevice::save()?;
+    current.set(device)?;
+    let free = move || {
+        // SAFETY: `ptr` is device memory from `hipMalloc` that the caller frees once, here;
+        // `hipFree` waits for the current device's (the memory's) pending work first.
+        unsafe { (api.hipFree)(ptr as usize as *mut c_void) }
+    };
+    // SAFETY: one HIP call; nothing touches Python.
+    let code = unsafe { detached(free) };
+    check("hipFree", code, api)
 }
 
 /// Enqueues the copy `plan` of a strided tensor whose first element is at `src` (device memory

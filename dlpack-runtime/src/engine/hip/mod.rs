@@ -24,7 +24,9 @@ mod stream;
 mod sys;
 
 pub use memory::HipSlice;
-pub(crate) use memory::{HipMemory, MAX_PITCH, copy_on_device, copy_span_to_host, copy_stream};
+pub(crate) use memory::{
+    HipMemory, MAX_PITCH, copy_on_device, copy_span_to_host, copy_stream, free_device_memory,
+};
 pub use stream::HipStream;
 #[cfg(feature = "python")]
 pub(crate) use stream::order_raw;
@@ -174,6 +176,19 @@ pub(crate) fn api() -> Result<&'static Api, HipError> {
     })
     .as_ref()
     .map_err(Clone::clone)
+}
+
+/// Whether `code` is an error of a stream capture that forbade the call now
+/// (`hipErrorStreamCaptureUnsupported`, `Invalidated`, `Implicit`, `WrongThread`): the call may
+/// succeed once the capture has ended.
+pub(crate) fn is_capture_error(code: hipError_t) -> bool {
+    matches!(
+        code,
+        sys::ERROR_STREAM_CAPTURE_UNSUPPORTED
+            | sys::ERROR_STREAM_CAPTURE_INVALIDATED
+            | sys::ERROR_STREAM_CAPTURE_IMPLICIT
+            | sys::ERROR_STREAM_CAPTURE_WRONG_THREAD
+    )
 }
 
 /// Loads and initializes the HIP runtime, once per process.

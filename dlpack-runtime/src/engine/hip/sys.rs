@@ -37,8 +37,14 @@ pub(crate) const SUCCESS: hipError_t = 0;
 pub(crate) const ERROR_INVALID_VALUE: hipError_t = 1;
 /// `hipErrorInvalidDevice`.
 pub(crate) const ERROR_INVALID_DEVICE: hipError_t = 101;
+/// `hipErrorStreamCaptureUnsupported`: a call a stream capture forbids.
+pub(crate) const ERROR_STREAM_CAPTURE_UNSUPPORTED: hipError_t = 900;
+/// `hipErrorStreamCaptureInvalidated`.
+pub(crate) const ERROR_STREAM_CAPTURE_INVALIDATED: hipError_t = 901;
 /// `hipErrorStreamCaptureImplicit`: the null stream while a blocking stream is captured.
 pub(crate) const ERROR_STREAM_CAPTURE_IMPLICIT: hipError_t = 906;
+/// `hipErrorStreamCaptureWrongThread`.
+pub(crate) const ERROR_STREAM_CAPTURE_WRONG_THREAD: hipError_t = 908;
 
 /// `hipStreamNonBlocking`: a stream that does not synchronize with the null stream.
 pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
