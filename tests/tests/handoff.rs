@@ -219,12 +219,14 @@ fn read_behind<B: Backend>(
 /// Says so on stderr when it holds, so that a run with `--nocapture` lists every negative
 /// control of each face with what it saw.
 fn assert_race_reported(violations: u64, checker: &Checker, what: &str) {
+    assert_reported(violations, checker, "read of bytes", what);
+}
+
+/// [`assert_race_reported`] for a race whose report names `access` ("read of bytes", "free of
+/// allocation").
+fn assert_reported(violations: u64, checker: &Checker, access: &str, what: &str) {
     assert!(violations >= 1, "{what}");
-    assert!(
-        checker.report().contains("read of bytes"),
-        "{}",
-        checker.report()
-    );
+    assert!(checker.report().contains(access), "{}", checker.report());
     eprintln!(
         "negative control {}: {what}: {violations} violation(s)",
         std::thread::current().name().unwrap_or("(unnamed test)")
@@ -1126,7 +1128,7 @@ fn copy_released_during_its_read<B: Backend>(target: i32) {
     let took = started.elapsed();
     assert!(
         B::is_allocated(copy),
-        "the copy was freed while its read was held: {}",
+        "the copy was freed while its read was held (the release took {took:?}): {}",
         checker.report()
     );
     assert!(
@@ -1157,15 +1159,11 @@ fn copy_released_during_its_read<B: Backend>(target: i32) {
     assert!(!B::release(gate));
     B::sync(&c);
     B::sync(&d);
-    assert!(violations >= 1, "the unordered free is reported");
-    assert!(
-        checker.report().contains("free of allocation"),
-        "{}",
-        checker.report()
-    );
-    eprintln!(
-        "negative control {}: the unordered free is reported: {violations} violation(s)",
-        std::thread::current().name().unwrap_or("(unnamed test)")
+    assert_reported(
+        violations,
+        &checker,
+        "free of allocation",
+        "the unordered free is reported",
     );
 }
 
