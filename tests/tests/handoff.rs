@@ -2013,6 +2013,82 @@ mod hip {
     use super::hip_face::{HipFace, HipTensor, hip};
     use super::{Backend, N, NEEDS_SIMULATOR};
 
+    /// How many times this process has called the HIP entry point `name` (the simulator's
+    /// count).
+    fn calls(name: &str) -> u64 {
+        cuda_sim_testing::DriverCalls::now()
+            .expect(NEEDS_SIMULATOR)
+            .by_entry_point
+            .iter()
+            .find(|(entry, _)| entry == name)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// ROCm exchanges take their events from a per-device pool: after warm-up, 200 exchanges
+    /// (an event on the producer's stream each, which the consumer's stream waits on) create
+    /// and destroy no event. Negative control: ready events that a stream being captured waited
+    /// on (`hipEventWaitExternal`: every launch of the graph waits for their record) are
+    /// destroyed, not pooled, when let go.
+    #[test]
+    fn after_warm_up_no_hip_event_is_created_per_exchange() {
+        let (a, b, checker) = super::setup::<HipFace>();
+        let exchange = || {
+            let managed = HipFace::export(
+                HipFace::zeros(&a),
+                &a,
+                &super::versioned(Some(HipFace::value(&b))),
+            )
+            .expect("the export succeeds");
+            assert!(
+                managed.ready_events().is_some(),
+                "the export carries its event"
+            );
+            drop(managed);
+        };
+        for _ in 0..10 {
+            exchange();
+        }
+        let (created, destroyed) = (calls("hipEventCreateWithFlags"), calls("hipEventDestroy"));
+        let recorded = calls("hipEventRecord");
+        for _ in 0..200 {
+            exchange();
+        }
+        println!(
+            "200 exchanges after warm-up: {} events recorded, {} created, {} destroyed",
+            calls("hipEventRecord") - recorded,
+            calls("hipEventCreateWithFlags") - created,
+            calls("hipEventDestroy") - destroyed
+        );
+        assert!(calls("hipEventRecord") - recorded >= 200);
+        assert_eq!(calls("hipEventCreateWithFlags"), created);
+        assert_eq!(calls("hipEventDestroy"), destroyed);
+        HipFace::sync(&a);
+        HipFace::sync(&b);
+        checker.assert_clean("pooled events");
+
+        // Negative control: waited on inside a capture, the ready events are destroyed.
+        let c = HipFace::stream(0);
+        let (managed, events) = HipFace::export_with_ready_events(
+            HipFace::zeros(&a),
+            &a,
+            &super::versioned(Some(HipFace::value(&b))),
+        )
+        .expect("the export succeeds");
+        HipFace::begin_capture(&c);
+        HipFace::wait_ready(&events, &c);
+        assert_eq!(HipFace::end_capture(&c), Ok(()));
+        let destroyed = calls("hipEventDestroy");
+        drop(events);
+        drop(managed);
+        assert_eq!(
+            calls("hipEventDestroy"),
+            destroyed + 1,
+            "the event a capture waited on is destroyed"
+        );
+        HipFace::sync(&a);
+        HipFace::sync(&b);
+    }
+
     /// The ROCm hazard (pytorch/pytorch#187110): before ROCm 7.14 a host wait on a capturing
     /// stream returns success and silently invalidates the capture. Asked for a host wait (a
     /// copy to the host after the producer's work) while the producer's stream is capturing,

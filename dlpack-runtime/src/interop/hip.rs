@@ -41,7 +41,8 @@
 //! consumer stream being captured waits on the producer's event as part of the capture (the
 //! exported tensor keeps the event, recorded once and never again, since every launch waits
 //! on it: keep the tensor as long as the graph may be launched); a producer stream captured
-//! apart from the consumer's is refused.
+//! apart from the consumer's is refused. Events come from a pool per device (after warm-up an
+//! exchange creates none); one that a capture waited on is destroyed, not pooled.
 //!
 //! Stream-ordered release ([`release_after`], [`ImportedData::release_after_hip`]): an imported
 //! tensor's deleter runs only after a HIP stream of the consumer has finished with it (a HIP

@@ -460,11 +460,11 @@ fn record_and_order_for(
 /// being captured waits on them as part of the graph (`CU_EVENT_WAIT_EXTERNAL` on CUDA): every
 /// launch of the graph waits for them. Keep them (and the tensor they come with) alive as long
 /// as the graph may be launched; once waited on in a capture, an event is destroyed, never
-/// reused, when its last holder drops it (HIP events are never reused at all).
+/// reused, when its last holder drops it (CUDA and HIP events alike).
 #[derive(Debug, Default, Clone)]
 pub struct ReadyEvents {
     events: Vec<Arc<PooledEvent>>,
-    /// The HIP events of a ROCm export (each recorded once, never pooled).
+    /// The HIP events of a ROCm export (pooled per device, as the CUDA events are).
     #[cfg(feature = "hip")]
     hip: Vec<Arc<crate::engine::hip::HipEvent>>,
 }

@@ -1,6 +1,9 @@
 //! HIP streams ([`HipStream`]), events, the event dependency of a hand-off and host waits.
 
 use core::ffi::c_void;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use super::sys::{self, hipEvent_t, hipStream_t};
 use super::{Capture, CurrentDevice, HipError, api, capture_of, check, check_not_capturing};
@@ -145,12 +148,25 @@ impl Drop for HipStream {
     }
 }
 
-/// An event of one HIP device (timing disabled), recorded once and destroyed on drop: never
-/// pooled nor recorded again, so a graph that waits on it (a consumer stream captured while it
-/// waited) sees the one record it was made with for as long as its holder keeps it.
+/// An event of one HIP device (timing disabled), taken from a per-device pool and returned to
+/// it when dropped: after warm-up an exchange creates no event. An event that a stream being
+/// captured waited on (`hipEventWaitExternal`: every launch of the graph waits for its most
+/// recent record) is never recorded again: it is destroyed, not pooled, when its holder lets it
+/// go, so the graph sees the one record it was made with for as long as its holder keeps it.
 #[derive(Debug)]
 pub(crate) struct HipEvent {
     raw: hipEvent_t,
+    device: i32,
+    /// Whether a captured graph waits on the event (see the type's docs).
+    captured: AtomicBool,
+}
+
+/// Free events of each HIP device, as addresses. The pool only grows to the number of events
+/// in flight at once; its events live for the whole process (HIP devices are never destroyed
+/// by this crate).
+fn pool() -> &'static Mutex<HashMap<i32, Vec<usize>>> {
+    static POOL: OnceLock<Mutex<HashMap<i32, Vec<usize>>>> = OnceLock::new();
+    POOL.get_or_init(Default::default)
 }
 
 // SAFETY: HIP events are plain runtime handles, usable from any thread; a shared event is only
@@ -160,17 +176,39 @@ unsafe impl Send for HipEvent {}
 unsafe impl Sync for HipEvent {}
 
 impl HipEvent {
-    /// A new event of the current device (`hipEventCreateWithFlags`, `hipEventDisableTiming`).
+    /// An event of the current device: one from the device's pool, or a new one
+    /// (`hipEventCreateWithFlags`, `hipEventDisableTiming`) when the pool is empty.
     pub(crate) fn new() -> Result<Self, HipError> {
         let api = api()?;
-        let mut raw: hipEvent_t = core::ptr::null_mut();
+        let mut device = 0;
         check(
-            "hipEventCreateWithFlags",
-            // SAFETY: a valid out-pointer; a documented flag.
-            unsafe { (api.hipEventCreateWithFlags)(&mut raw, sys::EVENT_DISABLE_TIMING) },
+            "hipGetDevice",
+            // SAFETY: a valid out-pointer.
+            unsafe { (api.hipGetDevice)(&mut device) },
             api,
         )?;
-        Ok(Self { raw })
+        let reused = pool()
+            .lock()
+            .ok()
+            .and_then(|mut p| p.get_mut(&device).and_then(Vec::pop));
+        let raw = match reused {
+            Some(raw) => raw as hipEvent_t,
+            None => {
+                let mut raw: hipEvent_t = core::ptr::null_mut();
+                check(
+                    "hipEventCreateWithFlags",
+                    // SAFETY: a valid out-pointer; a documented flag.
+                    unsafe { (api.hipEventCreateWithFlags)(&mut raw, sys::EVENT_DISABLE_TIMING) },
+                    api,
+                )?;
+                raw
+            }
+        };
+        Ok(Self {
+            raw,
+            device,
+            captured: AtomicBool::new(false),
+        })
     }
 
     /// A new event of the current device, recorded on `stream` (valid for the call, of that
@@ -199,6 +237,9 @@ impl HipEvent {
     pub(crate) fn wait_on(&self, stream: hipStream_t, external: bool) -> Result<(), HipError> {
         let api = api()?;
         let flags = if external {
+            // Every launch of the graph waits for the event's most recent record: it is never
+            // recorded again.
+            self.captured.store(true, Ordering::Relaxed);
             sys::EVENT_WAIT_EXTERNAL
         } else {
             0
@@ -234,9 +275,16 @@ impl HipEvent {
 
 impl Drop for HipEvent {
     fn drop(&mut self) {
+        // `hipStreamWaitEvent` took the event's state when it was called, so a stream waiting
+        // on it is unaffected by a later record, or by its destruction.
+        if !*self.captured.get_mut() {
+            if let Ok(mut pool) = pool().lock() {
+                pool.entry(self.device).or_default().push(self.raw as usize);
+                return;
+            }
+        }
         if let Ok(api) = api() {
-            // SAFETY: our event, used no more; `hipStreamWaitEvent` took its state when it was
-            // called, so a stream waiting on it is unaffected.
+            // SAFETY: our event, used no more.
             let _ = unsafe { (api.hipEventDestroy)(self.raw) };
         }
     }
