@@ -1093,6 +1093,68 @@ fn a_strided_copy_is_compact<B: Backend>() {
     checker.assert_clean("strided copies");
 }
 
+/// A broadcast that no memory could hold as a copy: one row of 16 elements repeated 2^58 times
+/// (stride 0), 2^62 elements of 4 bytes, over `data`.
+fn huge_broadcast<B: Backend>(data: B::Buffer) -> Transposed<B::Buffer> {
+    Transposed {
+        data: Claimed {
+            ptr: B::ptr(&data),
+            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+            _memory: data,
+        },
+        shape: [1 << 58, 16],
+        strides: [0, 1],
+    }
+}
+
+/// A copy of a broadcast too large for any memory is refused with a typed error
+/// (`LayoutError::CopyTooLarge`, naming the elements and their size) before anything is
+/// allocated or enqueued: on the tensor's device, to another device and to the host. Shared
+/// without a copy, the same view is exported.
+fn a_copy_too_large_for_memory_is_refused<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    let c = B::stream(1);
+    let on = |stream: &B::Stream| versioned(Some(B::value(stream)));
+    let requests = [
+        ("on the device", on(&b).copy(Some(true))),
+        (
+            "to another device",
+            on(&c).dl_device(dlpack_runtime::Device::new(B::DEVICE_TYPE, 1)),
+        ),
+        (
+            "to the host",
+            versioned(None).dl_device(dlpack_runtime::Device::CPU),
+        ),
+    ];
+    for (what, request) in &requests {
+        let data = B::upload(&filled(), &a);
+        B::sync(&a);
+        let err = huge_broadcast::<B>(data)
+            .into_dlpack_with(request)
+            .expect_err(what);
+        assert!(
+            matches!(
+                err,
+                ExportError::Layout(dlpack_runtime::LayoutError::CopyTooLarge {
+                    numel,
+                    element_bytes: 4,
+                }) if numel == 1 << 62
+            ),
+            "{what}: {err}"
+        );
+    }
+    let data = B::upload(&filled(), &a);
+    B::sync(&a);
+    let shared = huge_broadcast::<B>(data)
+        .into_dlpack_with(&on(&b))
+        .expect("shared without a copy");
+    assert!(!shared.is_copied());
+    assert_eq!(shared.dl_tensor().ndim, 2);
+    drop(shared);
+    B::sync(&b);
+    checker.assert_clean("copies refused");
+}
+
 /// A copy (`copy=True`, on device `target`) released by the consumer while its stream still
 /// reads it, the releasing thread's current device being 0: the deleter returns without waiting
 /// for the device, and the copy's memory stays allocated until the read is done (the checker
@@ -1271,6 +1333,14 @@ macro_rules! handoff_cases {
             super::a_strided_copy_is_compact::<$backend>();
         }
         #[test]
+        fn a_byte_offset_past_the_buffer_is_refused_as_such() {
+            super::a_byte_offset_past_the_buffer_is_refused_as_such::<$backend>();
+        }
+        #[test]
+        fn a_copy_too_large_for_memory_is_refused() {
+            super::a_copy_too_large_for_memory_is_refused::<$backend>();
+        }
+        #[test]
         fn a_copy_released_during_its_read_is_freed_after_it() {
             super::a_copy_released_during_its_read_is_freed_after_it::<$backend>();
         }
@@ -1326,6 +1396,70 @@ struct ClaimedTensor<M: Send + 'static> {
     data: Claimed<M>,
     #[dlpack(shape)]
     shape: Vec<usize>,
+}
+
+/// [`ClaimedTensor`] with a byte offset.
+#[derive(DlpackExport)]
+struct OffsetTensor<M: Send + 'static> {
+    #[dlpack(data)]
+    data: Claimed<M>,
+    #[dlpack(shape)]
+    shape: Vec<usize>,
+    #[dlpack(byte_offset)]
+    byte_offset: usize,
+}
+
+/// Two elements at `byte_offset` bytes into `N` elements of the face's device 0, exported for
+/// the consumer stream `b`.
+fn export_at_offset<B: Backend>(
+    a: &B::Stream,
+    b: &B::Stream,
+    byte_offset: usize,
+) -> (u64, Result<ManagedTensor, ExportError>) {
+    let data = B::zeros(a);
+    B::sync(a);
+    let ptr = B::ptr(&data);
+    let managed = OffsetTensor {
+        data: Claimed {
+            ptr,
+            device: dlpack_runtime::Device::new(B::DEVICE_TYPE, 0),
+            _memory: data,
+        },
+        shape: vec![2],
+        byte_offset,
+    }
+    .into_dlpack_with(&versioned(Some(B::value(b))));
+    (ptr, managed)
+}
+
+/// A byte offset that puts the elements past the end of the buffer is refused as such
+/// (`LayoutError::OutOfBuffer`, naming the bytes reached and the buffer's length), before any
+/// device or stream is asked about: never as a pointer that is not device memory. The offset
+/// of the last two elements is exported, with `data` at that offset.
+fn a_byte_offset_past_the_buffer_is_refused_as_such<B: Backend>() {
+    let (a, b, checker) = setup::<B>();
+    for byte_offset in [N * 4, N * 4 - 4, N * 4 + 64, 1 << 40] {
+        let (_, exported) = export_at_offset::<B>(&a, &b, byte_offset);
+        let err = exported.expect_err("an offset past the buffer");
+        assert!(
+            matches!(
+                err,
+                ExportError::Layout(dlpack_runtime::LayoutError::OutOfBuffer { start, end, len })
+                    if start == byte_offset as isize && end == byte_offset as isize + 8 && len == N * 4
+            ),
+            "byte_offset {byte_offset}: {err}"
+        );
+    }
+    let byte_offset = (N - 2) * 4;
+    let (ptr, exported) = export_at_offset::<B>(&a, &b, byte_offset);
+    let managed = exported.expect("the last two elements");
+    assert_eq!(
+        managed.dl_tensor().data as u64 + managed.dl_tensor().byte_offset,
+        ptr + byte_offset as u64
+    );
+    drop(managed);
+    B::sync(&b);
+    checker.assert_clean("offsets");
 }
 
 fn export_claimed<M: Send + 'static>(
@@ -2022,6 +2156,71 @@ mod hip {
             .iter()
             .find(|(entry, _)| entry == name)
             .map_or(0, |(_, n)| *n)
+    }
+
+    /// A borrowed `hipStreamPerThread` (2) names the per-thread default stream of the thread
+    /// that borrowed it. Named as the producer stream on that thread, the export orders its
+    /// work before the consumer's stream (values right, checker clean). Moved to another
+    /// thread, where the handle names that thread's stream, the export and a host wait are
+    /// refused with a typed error, not handed over unordered.
+    #[test]
+    fn a_per_thread_stream_is_refused_on_another_thread() {
+        let (_a, b, checker) = super::setup::<HipFace>();
+        let consumer = HipFace::value(&b);
+        let values: Vec<u32> = (0..N as u32).collect();
+        let made = |values: Vec<u32>| {
+            // SAFETY: the calling thread's per-thread default stream of device 0, alive for the
+            // process; each tensor is used on this thread, and the one dropped on another
+            // thread (the refused export's) only after this thread synchronized its stream.
+            let stream = Arc::new(unsafe { HipStream::borrowed(0, 2 as *mut core::ffi::c_void) });
+            let data = HipSlice::from_host(&stream, &values).unwrap();
+            HipTensor {
+                data,
+                shape: vec![N],
+                stream,
+            }
+        };
+        let on_its_thread = std::thread::spawn({
+            let values = values.clone();
+            move || {
+                let tensor = made(values);
+                let stream = tensor.stream.clone();
+                let managed = tensor
+                    .into_dlpack_with(&ExportRequest::versioned().stream(Some(consumer)))
+                    .map(|m| m.dl_tensor().data as u64);
+                stream.synchronize().unwrap();
+                managed
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(on_its_thread.is_ok(), "{on_its_thread:?}");
+        checker.assert_clean("a per-thread stream on its own thread");
+
+        let (tensor, done) = std::thread::spawn(move || {
+            let tensor = made(values);
+            let done = tensor.stream.synchronize();
+            (tensor, done)
+        })
+        .join()
+        .unwrap();
+        done.unwrap();
+        let stream = tensor.stream.clone();
+        assert_eq!(
+            stream.synchronize(),
+            Err(HipError::PerThreadStreamOnOtherThread)
+        );
+        let err = tensor
+            .into_dlpack_with(&ExportRequest::versioned().stream(Some(consumer)))
+            .expect_err("another thread's per-thread stream");
+        assert!(
+            matches!(
+                err,
+                ExportError::Hip(HipError::PerThreadStreamOnOtherThread)
+            ),
+            "{err}"
+        );
+        checker.assert_clean("refused before anything was enqueued");
     }
 
     /// ROCm exchanges take their events from a per-device pool: after warm-up, 200 exchanges

@@ -396,10 +396,6 @@ where
             compact = true;
         }
     }
-    // Make the producer's pending work visible on the consumer's stream (the `stream` parameter
-    // of the array API's `__dlpack__`,
-    // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
-    // while its streams are borrowed, before the tensor is handed out.
     let has_elements = numel.is_some_and(|n| n > 0);
     let data_address = parts.facts.ptr as u64 + byte_offset as u64;
     let marked_read_only = parts.read_only;
@@ -414,14 +410,6 @@ where
             .lend(!read_only)
             .map_err(LayoutError::Borrow)?;
     }
-    let ordered = sync.order_pending(&parts, device, data_address, has_elements, read_only);
-    // A buffer of another device may name CUDA work of its own (its producer stream, or the
-    // events of a CUDA import it lends on).
-    if sync.touched_cuda() {
-        // SAFETY: as above.
-        unsafe { (*block.as_ptr()).prefix.cuda = true };
-    }
-    ordered?;
     let raw_dtype = dtype.to_raw();
     let raw_device = device.to_raw();
     // `layout::validate`'s checks, in its order, on what the passes above computed.
@@ -495,6 +483,20 @@ where
             span
         }
     };
+    // Make the producer's pending work visible on the consumer's stream (the `stream` parameter
+    // of the array API's `__dlpack__`,
+    // https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html)
+    // while its streams are borrowed, before the tensor is handed out; once the layout is known
+    // to be valid: an invalid one is refused before any stream, event or device is asked about
+    // (a pointer past the buffer's end as such, not as memory of another device).
+    let ordered = sync.order_pending(&parts, device, data_address, has_elements, read_only);
+    // A buffer of another device may name CUDA work of its own (its producer stream, or the
+    // events of a CUDA import it lends on).
+    if sync.touched_cuda() {
+        // SAFETY: as above.
+        unsafe { (*block.as_ptr()).prefix.cuda = true };
+    }
+    ordered?;
     // SAFETY: exclusive (caller); the owner's borrow (`parts`) ends above. Writes the header in
     // place (it was uninitialized, nothing to drop) and the read-only mark.
     unsafe {

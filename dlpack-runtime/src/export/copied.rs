@@ -145,8 +145,8 @@ pub(crate) fn copy_to_host(
     let (mut storage, offset, byte_len) = host_storage(layout.numel(), size, false)?;
     let strides = layout.strides_vec();
     let plan = match engine_pitch {
-        Some(pitch) => StridedCopy::new(layout.shape(), &strides, size, pitch),
-        None => StridedCopy::for_host(layout.shape(), &strides, size),
+        Some(pitch) => StridedCopy::new(layout.shape(), &strides, size, pitch)?,
+        None => StridedCopy::for_host(layout.shape(), &strides, size)?,
     };
     debug_assert_eq!(plan.bytes(), byte_len);
     let start = storage.as_mut_ptr();

@@ -732,7 +732,7 @@ fn copy_export(
     let Some(size) = dtype.element_bytes() else {
         return Err(LayoutError::SubByteAccess { dtype }.into());
     };
-    let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch);
+    let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, max_pitch)?;
     let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
     let memory = DeviceMemory::alloc(&ctx, plan.bytes(), dtype)?;
     let enqueued = copy_to_device(&plan, src, &memory, stream, peer);

@@ -477,7 +477,7 @@ where
         &layout.strides_vec(),
         size,
         max_pitch(&ctx)?,
-    );
+    )?;
     let client = CudaRuntime::client(device);
     // cubecl allocates on its own stream, possibly memory a tensor it freed was still using
     // there: the host waits for that stream (after `get_resource`, which orders it after the

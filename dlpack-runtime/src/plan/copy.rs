@@ -17,6 +17,27 @@
 //!
 //! [`__dlpack__`]: https://data-apis.org/array-api/latest/API_specification/generated/array_api.array.__dlpack__.html
 
+use crate::tensor::layout::LayoutError;
+
+/// Refuses a compact copy of `shape` (elements of `element_bytes`) whose bytes would not fit
+/// in `isize` ([`LayoutError::CopyTooLarge`], `numel` saturated at `usize::MAX`).
+fn check_copy_bytes(shape: &[i64], element_bytes: usize) -> Result<(), LayoutError> {
+    let numel = shape.iter().try_fold(1usize, |acc, &e| {
+        usize::try_from(e).ok().and_then(|e| acc.checked_mul(e))
+    });
+    let fits = numel
+        .and_then(|n| n.checked_mul(element_bytes))
+        .is_some_and(|bytes| bytes <= isize::MAX as usize);
+    if fits {
+        Ok(())
+    } else {
+        Err(LayoutError::CopyTooLarge {
+            numel: numel.unwrap_or(usize::MAX),
+            element_bytes,
+        })
+    }
+}
+
 /// One 2-D block of a [`StridedCopy`], all in bytes: `height` rows of `width` bytes; row `r`
 /// is read at `src + r * src_pitch` (relative to the source's first element) and written at
 /// `dst + r * dst_pitch` (relative to the start of the destination).
@@ -62,21 +83,49 @@ impl StridedCopy {
     ///
     /// The layout must be valid (as [`crate::tensor::layout::validate`] checks): every
     /// `(extent - 1) * |stride| * element_bytes` of an axis with `extent >= 2` fits in `isize`.
+    ///
+    /// # Errors
+    ///
+    /// [`LayoutError::CopyTooLarge`] when the compact copy has more than `isize::MAX` bytes: a
+    /// valid layout can describe more elements than memory holds (a stride-0 broadcast of one
+    /// element), and no allocation could hold its copy.
     pub(crate) fn new(
         shape: &[i64],
         strides: &[i64],
         element_bytes: usize,
         max_pitch: usize,
-    ) -> Self {
-        Self::plan(shape, strides, element_bytes, max_pitch, false)
+    ) -> Result<Self, LayoutError> {
+        check_copy_bytes(shape, element_bytes)?;
+        Ok(Self::plan(shape, strides, element_bytes, max_pitch, false))
     }
 
     /// As [`StridedCopy::new`], for the host: the destination is written in order (the rows of
     /// a block are the axis just outside the row, when legal), which caches favour.
-    pub(crate) fn for_host(shape: &[i64], strides: &[i64], element_bytes: usize) -> Self {
-        Self::plan(shape, strides, element_bytes, usize::MAX, true)
+    ///
+    /// # Errors
+    ///
+    /// As [`StridedCopy::new`].
+    pub(crate) fn for_host(
+        shape: &[i64],
+        strides: &[i64],
+        element_bytes: usize,
+    ) -> Result<Self, LayoutError> {
+        check_copy_bytes(shape, element_bytes)?;
+        Ok(Self::plan(shape, strides, element_bytes, usize::MAX, true))
     }
 
+    /// This copy planned for the host ([`StridedCopy::for_host`]): `shape` and `strides` are
+    /// the ones it was planned for, whose size was checked then.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn in_host_order(&self, shape: &[i64], strides: &[i64]) -> Self {
+        let numel: usize = shape.iter().map(|&e| e as usize).product();
+        let element_bytes = self.bytes().checked_div(numel).unwrap_or(1);
+        let host = Self::plan(shape, strides, element_bytes, usize::MAX, true);
+        debug_assert_eq!(host.bytes(), self.bytes());
+        host
+    }
+
+    /// Plans the copy; its bytes fit in `isize` ([`check_copy_bytes`]).
     fn plan(
         shape: &[i64],
         strides: &[i64],
@@ -193,5 +242,45 @@ impl StridedCopy {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::StridedCopy;
+    use crate::tensor::layout::LayoutError;
+
+    #[test]
+    fn a_copy_whose_bytes_do_not_fit_in_isize_is_refused() {
+        let too_large = |numel, element_bytes| {
+            Err::<StridedCopy, _>(LayoutError::CopyTooLarge {
+                numel,
+                element_bytes,
+            })
+        };
+        // One element broadcast 2^62 times: a valid layout, 2^64 bytes of copy.
+        assert_eq!(
+            StridedCopy::new(&[1 << 62], &[0], 4, usize::MAX),
+            too_large(1 << 62, 4)
+        );
+        assert_eq!(
+            StridedCopy::for_host(&[1 << 58, 16], &[0, 1], 4),
+            too_large(1 << 62, 4)
+        );
+        // The element count itself overflows: saturated in the error.
+        assert_eq!(
+            StridedCopy::for_host(&[1 << 40, 1 << 40], &[0, 0], 1),
+            too_large(usize::MAX, 1)
+        );
+        // The largest copy that fits is planned, and so is a copy with no elements.
+        let max = isize::MAX as i64;
+        assert_eq!(
+            StridedCopy::for_host(&[max], &[0], 1).map(|p| p.bytes()),
+            Ok(isize::MAX as usize)
+        );
+        assert_eq!(
+            StridedCopy::new(&[1 << 62, 0], &[0, 0], 8, usize::MAX).map(|p| p.bytes()),
+            Ok(0)
+        );
     }
 }

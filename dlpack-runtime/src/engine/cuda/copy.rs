@@ -265,8 +265,7 @@ pub(crate) unsafe fn copy_to_host(
         // SAFETY: the transfer above wrote all `span_len` bytes (it completed).
         unsafe { staging.set_len(span_len) };
         // Compacted in destination order, which the host's caches favour.
-        let size = plan.bytes() / layout.numel();
-        let host = StridedCopy::for_host(layout.shape(), &layout.strides_vec(), size);
+        let host = plan.in_host_order(layout.shape(), &layout.strides_vec());
         // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds every
         // element of the layout; `dst` has `bytes()` bytes (caller), as `host` writes.
         unsafe { host.run_on_host(staging.as_ptr().offset(first), dst) };

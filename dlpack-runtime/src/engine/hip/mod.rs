@@ -107,6 +107,13 @@ pub enum HipError {
         /// The device the stream must be of.
         expected: i32,
     },
+    /// A borrowed `hipStreamPerThread` named as a producer stream on another thread than the one
+    /// that made it ([`HipStream::borrowed`]): there the handle names that thread's per-thread
+    /// stream, not the one the producer's work is on.
+    #[error(
+        "the per-thread default stream (hipStreamPerThread) of another thread was named as a producer stream, expected a stream that names the same stream on every thread (a created stream, or the default stream 0)"
+    )]
+    PerThreadStreamOnOtherThread,
     /// A stream of one API named for a tensor of the other: a CUDA stream as a producer
     /// stream of a ROCm tensor, or a HIP stream for a CUDA tensor.
     #[error(
@@ -450,13 +457,17 @@ pub(crate) fn check_stream(
 /// Checks that a producer stream belongs to HIP device `expected`: first the device the
 /// [`HipStream`] names ([`HipStream::device`]), whatever its handle (a default stream, NULL, of
 /// another device, or of a device the runtime does not have, names no work of `expected`'s),
-/// then the device of its handle ([`check_stream`]).
+/// then the device of its handle ([`check_stream`]). A borrowed `hipStreamPerThread` is
+/// refused on another thread than its own.
 ///
 /// # Errors
 ///
-/// [`HipError::StreamOnOtherDevice`] (role `"producer"`); [`HipError::Driver`] for a handle the
-/// runtime refuses.
+/// [`HipError::PerThreadStreamOnOtherThread`]; [`HipError::StreamOnOtherDevice`] (role
+/// `"producer"`); [`HipError::Driver`] for a handle the runtime refuses.
 pub(crate) fn check_producer_stream(stream: &HipStream, expected: i32) -> Result<(), HipError> {
+    if !stream.on_its_thread() {
+        return Err(HipError::PerThreadStreamOnOtherThread);
+    }
     if stream.device() != expected {
         return Err(HipError::StreamOnOtherDevice {
             role: "producer",

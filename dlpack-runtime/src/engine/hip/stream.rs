@@ -26,6 +26,8 @@ pub struct HipStream {
     raw: usize,
     device: i32,
     owned: bool,
+    /// For `hipStreamPerThread`: the thread whose per-thread default stream it names.
+    thread: Option<std::thread::ThreadId>,
 }
 
 impl HipStream {
@@ -65,20 +67,31 @@ impl HipStream {
             raw: raw as usize,
             device,
             owned: true,
+            thread: None,
         })
     }
 
     /// A stream of another library (a `hipStream_t` it owns), never destroyed by this value.
+    /// `hipStreamPerThread` (2) names the calling thread's per-thread default stream: as a
+    /// producer stream on another thread, where the handle would name that thread's stream, the
+    /// export is refused ([`HipError::PerThreadStreamOnOtherThread`]).
     ///
     /// # Safety
     ///
     /// `raw` is a live stream of HIP device `device` (or NULL, its default stream), and stays
-    /// alive as long as this value and every export that names it.
+    /// alive as long as this value and every export that names it. For `hipStreamPerThread`
+    /// (2), the value and every buffer made on it ([`HipSlice`]) are used on the calling thread
+    /// only, and dropped on another thread only once the calling thread's per-thread stream has
+    /// finished their work: on another thread the handle names that thread's stream, unordered
+    /// with this one's.
+    ///
+    /// [`HipSlice`]: crate::hip::HipSlice
     pub unsafe fn borrowed(device: i32, raw: *mut c_void) -> Self {
         Self {
             raw: raw as usize,
             device,
             owned: false,
+            thread: (raw as usize == sys::STREAM_PER_THREAD).then(|| std::thread::current().id()),
         }
     }
 
@@ -92,7 +105,15 @@ impl HipStream {
             raw: 0,
             device,
             owned: false,
+            thread: None,
         }
+    }
+
+    /// Whether the handle names the same stream on the calling thread as where it was made:
+    /// false only for a borrowed `hipStreamPerThread` on another thread.
+    pub(crate) fn on_its_thread(&self) -> bool {
+        self.thread
+            .is_none_or(|thread| thread == std::thread::current().id())
     }
 
     /// The `hipStream_t` (NULL for the default stream): the value a consumer passes as
@@ -125,8 +146,13 @@ impl HipStream {
     ///
     /// [`HipError::Capturing`] for a stream being captured, asked before the wait (HIP before
     /// ROCm 7.14 would return success and invalidate the capture);
-    /// [`HipError::DefaultStreamUnderCapture`]; [`HipError::Driver`].
+    /// [`HipError::DefaultStreamUnderCapture`];
+    /// [`HipError::PerThreadStreamOnOtherThread`] for a borrowed `hipStreamPerThread` on another
+    /// thread than its own; [`HipError::Driver`].
     pub fn synchronize(&self) -> Result<(), HipError> {
+        if !self.on_its_thread() {
+            return Err(HipError::PerThreadStreamOnOtherThread);
+        }
         synchronize_streams(self.device, &[self.raw()])
     }
 }

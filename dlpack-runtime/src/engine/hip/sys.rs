@@ -46,6 +46,8 @@ pub(crate) const ERROR_STREAM_CAPTURE_IMPLICIT: hipError_t = 906;
 /// `hipErrorStreamCaptureWrongThread`.
 pub(crate) const ERROR_STREAM_CAPTURE_WRONG_THREAD: hipError_t = 908;
 
+/// `hipStreamPerThread`: the calling thread's per-thread default stream.
+pub(crate) const STREAM_PER_THREAD: usize = 2;
 /// `hipStreamNonBlocking`: a stream that does not synchronize with the null stream.
 pub(crate) const STREAM_NON_BLOCKING: u32 = 1;
 /// `hipEventWaitExternal`: a wait in a capture on an event recorded outside it.

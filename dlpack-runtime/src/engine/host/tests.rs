@@ -23,14 +23,14 @@ fn reference(shape: &[i64], strides: &[i64], size: usize) -> Vec<isize> {
 /// Copies a source buffer of distinct bytes through the plan and through the reference.
 fn check(shape: &[i64], strides: &[i64], size: usize, max_pitch: usize) -> StridedCopy {
     check_plan(
-        StridedCopy::for_host(shape, strides, size),
+        StridedCopy::for_host(shape, strides, size).unwrap(),
         shape,
         strides,
         size,
         usize::MAX,
     );
     check_plan(
-        StridedCopy::new(shape, strides, size, max_pitch),
+        StridedCopy::new(shape, strides, size, max_pitch).unwrap(),
         shape,
         strides,
         size,
@@ -115,7 +115,7 @@ fn transposed_matrix_is_a_block_per_row() {
 fn host_plans_write_in_destination_order() {
     // Reversed columns: no legal row axis just outside the row, so element by element, in
     // order.
-    let plan = StridedCopy::for_host(&[5, 8], &[8, -1], 4);
+    let plan = StridedCopy::for_host(&[5, 8], &[8, -1], 4).unwrap();
     assert_eq!((plan.height, plan.blocks()), (1, 40));
     let mut last = None;
     plan.try_for_each_block(|b| {
@@ -125,7 +125,7 @@ fn host_plans_write_in_destination_order() {
     })
     .unwrap();
     // A column slice: rows just outside the row.
-    let plan = StridedCopy::for_host(&[5, 2], &[8, 1], 8);
+    let plan = StridedCopy::for_host(&[5, 2], &[8, 1], 8).unwrap();
     assert_eq!((plan.width, plan.height, plan.dst_pitch), (16, 5, 16));
 }
 

@@ -227,10 +227,7 @@ impl StreamWork<'_> {
             let copied = self.copy_rocm_on_device(managed, request)?;
             return Ok(self.keep_ready(copied));
         }
-        let dtype = layout.dtype();
-        let Some(size) = dtype.element_bytes() else {
-            return Err(LayoutError::SubByteAccess { dtype }.into());
-        };
+        // Sub-byte elements are refused by `host_copy`, before the closure runs.
         let span = layout.span();
         let span_len = span.len();
         let first = layout.byte_offset() as isize - span.start;
@@ -247,7 +244,7 @@ impl StreamWork<'_> {
             unsafe { copy_span_to_host(device.device_id, base, span_len, staging.as_mut_ptr()) }?;
             // SAFETY: the copy wrote all `span_len` bytes (it completed).
             unsafe { staging.set_len(span_len) };
-            let host = StridedCopy::for_host(layout.shape(), &layout.strides_vec(), size);
+            let host = plan.in_host_order(layout.shape(), &layout.strides_vec());
             debug_assert_eq!(host.bytes(), plan.bytes());
             if span_len > 0 {
                 // SAFETY: element (0, ..., 0) is at `first` inside the staged span, which holds
@@ -300,7 +297,7 @@ impl StreamWork<'_> {
         let Some(size) = dtype.element_bytes() else {
             return Err(LayoutError::SubByteAccess { dtype }.into());
         };
-        let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, MAX_PITCH);
+        let plan = StridedCopy::new(layout.shape(), &layout.strides_vec(), size, MAX_PITCH)?;
         let shape: Vec<usize> = layout.shape().iter().map(|&e| e as usize).collect();
         let src = layout.first_element_ptr() as usize as u64;
         let memory = HipMemory::alloc(target.device_id, plan.bytes(), dtype)?;
